@@ -1,0 +1,134 @@
+"""The `astra-sglang` command line."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from astra_sglang.errors import AstraError
+
+
+class _Group(click.Group):
+    """Turns AstraError into one line on stderr and exit status 1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except AstraError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="astra-sglang")
+def main() -> None:
+    """Make SGLang's GPU kernels faster, and prove it.
+
+    \b
+    astra-sglang kernels                      # the ops it knows
+    astra-sglang bench silu_and_mul           # check + time a kernel on a GPU
+    """
+
+
+@main.command()
+def kernels() -> None:
+    """List the kernel specs (extract/*.toml) with their shape counts.
+
+    \b
+    Example:
+      astra-sglang kernels
+    """
+    from astra_sglang.specs.registry import all_specs, model_shapes
+
+    table = Table(title="kernel specs")
+    for col in ("kernel", "dims", "dtypes", "paper", "models", "edge", "held out", "SGLang targets"):
+        table.add_column(col)
+    for spec in all_specs():
+        table.add_row(spec.name, "x".join(spec.dims), ",".join(spec.dtypes), str(len(spec.shapes.paper)),
+                      str(len(model_shapes(spec))), str(len(spec.shapes.edge) + len(spec.edge_cases)),
+                      str(len(spec.shapes.held_out)),
+                      "\n".join(f"{t.module}:{t.attr}" for t in spec.sglang_targets))
+    Console(width=max(Console().width, 160)).print(table)
+
+
+@main.command()
+@click.argument("kernel")
+@click.option("--candidate", type=click.Path(exists=True, dir_okay=False), help="Kernel .cu to evaluate "
+              "(default: our own first kernel for KERNEL).")
+@click.option("--baseline", type=click.Path(exists=True, dir_okay=False), help="Kernel .cu to compare against "
+              "(default: our own first kernel), e.g. an extracted DIR/kernel.cu.")
+@click.option("--shapes", default="quick", show_default=True,
+              help="Shape set (quick, paper, models, edge, held_out, all; join with '+') or a list like 16x4096,32x8192.")
+@click.option("--dtypes", default="bfloat16,float16", show_default=True, help="Comma-separated dtypes.")
+@click.option("-D", "defines", multiple=True, help="Compile-time knob for the candidate, NAME=VALUE (repeatable).")
+@click.option("--no-check", is_flag=True, help="Time only (skip the correctness trials).")
+@click.option("--out", type=click.Path(dir_okay=False), help="JSONL file to append results to "
+              "(default: runs/bench-KERNEL-TIME.jsonl).")
+@click.option("--timeout", default=900.0, show_default=True, help="Hard limit for the isolated evaluation, seconds.")
+def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, timeout) -> None:
+    """Build, check and time KERNEL on every shape; print a table and write JSONL.
+
+    Each evaluation runs in a child process with a hard timeout. Reports median kernel time (CUDA-graph
+    replay, L2 cold, interleaved with the baseline) with its p10-p90 spread, achieved GB/s, % of an SM-copy
+    roofline measured in the same run, the speedup over the baseline, and, separately, per-call time with
+    Python dispatch ("eager").
+
+    \b
+    Examples:
+      astra-sglang bench silu_and_mul
+      astra-sglang bench fused_add_rmsnorm --shapes paper --dtypes bf16
+      astra-sglang bench silu_and_mul --baseline work/extract/silu_and_mul-sglang/kernel.cu --shapes 16x4096
+    """
+    from astra_sglang.harness.inputs import canonical_dtype
+    from astra_sglang.harness.isolate import evaluate
+    from astra_sglang.harness.records import EvalRequest, KernelSource
+    from astra_sglang.harness.report import print_result, write_jsonl
+    from astra_sglang.harness.worker import default_baseline
+    from astra_sglang.specs.registry import get_spec, resolve_shapes
+
+    spec = get_spec(kernel)
+    try:
+        dtype_list = [canonical_dtype(d) for d in dtypes.split(",") if d.strip()]
+    except ValueError as exc:
+        raise AstraError(str(exc)) from None
+    unsupported = [d for d in dtype_list if d not in spec.dtypes]
+    if unsupported:
+        raise AstraError(f"{kernel} does not support {unsupported}; it supports {spec.dtypes}")
+    knobs = dict(d.split("=", 1) if "=" in d else (d, "1") for d in defines)
+    req = EvalRequest(kernel=kernel, candidate=KernelSource(path=str(Path(candidate or default_baseline(kernel))),
+                                                             defines=knobs,
+                                                             label=candidate or f"ours:{kernel}"),
+                      baseline=KernelSource(path=str(Path(baseline))) if baseline else None,
+                      shapes=resolve_shapes(spec, shapes), dtypes=dtype_list, check=not no_check,
+                      timeout_s=timeout, compile_only=not _has_gpu())
+    result = evaluate(req)
+    if req.compile_only:
+        if not result.ok:
+            raise AstraError(result.reason)
+        cached = " (cached)" if result.build.cached else ""
+        raise AstraError(f"no CUDA GPU here: candidate and baseline built ({result.build.seconds:.1f}s{cached}); "
+                         "checking and timing need a GPU")
+    print_result(result)
+    path = Path(out or f"runs/bench-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(result, path)
+    click.echo(f"results: {path}")
+    if not result.ok:
+        sys.exit(1)
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Correctness of a candidate against the fp64 torch reference and the baseline, with anti-cheat trials.
+
+Every trial draws fresh inputs and poisons outputs with NaN; every out and in-place argument is compared
+elementwise. The trial sequence is built so each known cheat fails with its own reason:
+  1 fresh buffers                      -> unwritten / partly written output, wrong values, too imprecise
+  2 new buffers, old ones NaN-poisoned -> reads memory of an earlier call
+  3 same buffers, new values           -> skips work / caches results for repeated inputs
+  4 inputs written behind a GPU delay  -> work not ordered on the given stream (own stream, returns early)
+  5 spec edge cases (1 token, ±inf LSE, large magnitudes) on fresh buffers
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from astra_sglang.harness.inputs import OpArgs, allocate, checked_args, fill, poison_all, poison_outputs
+from astra_sglang.specs.records import KernelSpec
+
+Runner = Callable[[OpArgs], int]  # launches on torch's current stream; returns the ABI code
+SPIN_CYCLES = 2_000_000  # ~1 ms at H100/H200 clocks: far longer than any honest kernel's launch latency
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    reason: str = ""
+    err_ratio: float = 0.0
+
+
+def error_ratio(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
+    """|out - ref| / (atol + rtol |ref|) elementwise; 0 where equal (incl. same infinities), inf for NaN."""
+    o, r = out.double(), ref.double()
+    ratio = (o - r).abs() / (atol + rtol * r.abs())
+    ratio = torch.where(o == r, torch.zeros_like(ratio), ratio)
+    return torch.where(torch.isnan(ratio), torch.full_like(ratio, float("inf")), ratio)
+
+
+def compare(spec: KernelSpec, dtype: str, got: OpArgs, ref: OpArgs, rows: slice | None = None) -> Verdict:
+    worst = 0.0
+    for index, _role in checked_args(spec):
+        arg = spec.tensor_args[index]
+        tol = spec.tolerance[dtype if arg.dtype == "T" else arg.dtype]
+        out, expect = got.tensors[index], ref.tensors[index]
+        if rows is not None:
+            out, expect = out[rows], expect[rows]
+        nan_out = torch.isnan(out) & ~torch.isnan(expect)
+        if bool(nan_out.any()):
+            frac = float(nan_out.double().mean())
+            what = "never written" if frac > 0.999 else f"{frac:.1%} of elements left NaN (unwritten)"
+            return Verdict(False, f"{arg.name}: {what}", float("inf"))
+        ratio = error_ratio(out, expect, tol.atol, tol.rtol)
+        value = float(ratio.max()) if ratio.numel() else 0.0
+        worst = max(worst, value)
+        if value > 1.0:
+            bad = ratio > 1.0
+            rel = float(((out.double() - expect).abs() / (expect.abs() + tol.atol))[bad].max())
+            kind = "too imprecise (low-precision math?)" if rel < 0.25 else "wrong values"
+            return Verdict(False, f"{arg.name}: {kind}: {int(bad.sum())} elements beyond tolerance, "
+                                  f"worst {value:.1f}x atol+rtol|ref|", value)
+    return Verdict(True, "", worst)
+
+
+class Checker:
+    """Runs the trial sequence for one (spec, shape, dtype) on the current CUDA stream."""
+
+    def __init__(self, spec: KernelSpec, shape: tuple[int, ...], dtype: str, device: torch.device, seed: int):
+        self.spec, self.shape, self.dtype, self.device = spec, shape, dtype, device
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.reference = spec.reference_fn()
+
+    def expected(self, args: OpArgs) -> OpArgs:
+        ref = args.upcast()
+        self.reference(*ref.call_args(self.spec))
+        return ref
+
+    def _run(self, runner: Runner, args: OpArgs) -> Verdict | None:
+        code = runner(args)
+        if code != 0:
+            return Verdict(False, "launcher returned ASTRA_UNSUPPORTED for a supported shape" if code == -1
+                           else f"launch failed: cudaError {code}", float("inf"))
+        torch.cuda.current_stream().synchronize()
+        return None
+
+    def trial(self, runner: Runner, args: OpArgs, label: str) -> Verdict:
+        ref = self.expected(args)
+        failed = self._run(runner, args)
+        verdict = failed or compare(self.spec, self.dtype, args, ref)
+        if not verdict.ok:
+            verdict.reason = f"{label}: {verdict.reason}"
+        return verdict
+
+    def run(self, runner: Runner, edge_cases: bool = True) -> Verdict:
+        spec, worst = self.spec, 0.0
+        first = fill(spec, allocate(spec, self.shape, self.dtype, self.device), self.gen)
+        verdict = self.trial(runner, first, "fresh inputs")
+        if not verdict.ok:
+            return verdict
+        worst = verdict.err_ratio
+
+        second = fill(spec, allocate(spec, self.shape, self.dtype, self.device), self.gen)
+        poison_all(first)  # kept alive (no address reuse) and NaN: reading it again shows up in the output
+        verdict = self.trial(runner, second, "new buffers")
+        if not verdict.ok:
+            verdict.reason = verdict.reason.replace("new buffers:", "reads memory of an earlier call:")
+            return verdict
+        worst = max(worst, verdict.err_ratio)
+
+        fill(spec, second, self.gen)  # same pointers, new values
+        verdict = self.trial(runner, second, "repeated buffers")
+        if not verdict.ok:
+            verdict.reason = "skips work or caches results for repeated inputs: " + verdict.reason
+            return verdict
+        worst = max(worst, verdict.err_ratio)
+
+        verdict = self._stream_order(runner, second)
+        if not verdict.ok:
+            return verdict
+        worst = max(worst, verdict.err_ratio)
+
+        for edge in spec.edge_cases if edge_cases else []:
+            args = fill(spec, allocate(spec, self.shape, self.dtype, self.device), self.gen, edge)
+            verdict = self.trial(runner, args, f"edge case {edge.name}")
+            if not verdict.ok:
+                return verdict
+            worst = max(worst, verdict.err_ratio)
+        return Verdict(True, "", worst)
+
+    def _stream_order(self, runner: Runner, args: OpArgs) -> Verdict:
+        """Inputs become valid only after a GPU-side delay on our stream: work elsewhere reads NaN."""
+        staged = fill(self.spec, args.clone(), self.gen)
+        ref = self.expected(staged)
+        poison_all(args)
+        torch.cuda.synchronize()
+        stream = torch.cuda.current_stream()
+        torch.cuda._sleep(SPIN_CYCLES)
+        for t, s in zip(args.tensors, staged.tensors):
+            t.copy_(s)
+        poison_outputs(self.spec, args)
+        code = runner(args)
+        stream.synchronize()  # only our stream: work left on another stream is not waited for
+        if code != 0:
+            return Verdict(False, f"stream-order trial: launch failed ({code})", float("inf"))
+        verdict = compare(self.spec, self.dtype, args, ref)
+        torch.cuda.synchronize()
+        if not verdict.ok:
+            verdict.reason = "work not ordered on the given stream (own stream or returns early): " + verdict.reason
+        return verdict
+
+    def agreement(self, candidate: Runner, baseline: Runner) -> Verdict:
+        """Candidate vs baseline on the same fresh inputs, at twice the tolerance (both round once)."""
+        args = fill(self.spec, allocate(self.spec, self.shape, self.dtype, self.device), self.gen)
+        other = args.clone()
+        failed = self._run(candidate, args) or self._run(baseline, other)
+        if failed:
+            return failed
+        loose = self.spec.model_copy(update={"tolerance": {
+            k: v.model_copy(update={"atol": 2 * v.atol, "rtol": 2 * v.rtol}) for k, v in self.spec.tolerance.items()}})
+        verdict = compare(loose, self.dtype, args, other)
+        if not verdict.ok:
+            verdict.reason = "disagrees with the baseline: " + verdict.reason
+        return verdict

@@ -1,0 +1,78 @@
+"""The GPU half of an evaluation: load candidate + baseline libraries, check and time one shape at a time."""
+from __future__ import annotations
+
+import gc
+import zlib
+
+import torch
+
+from astra_sglang.harness.abi import KernelLibrary, Launcher
+from astra_sglang.harness.check import Checker
+from astra_sglang.harness.inputs import OpArgs, allocate, fill
+from astra_sglang.harness.records import EvalRequest, ShapeResult
+from astra_sglang.harness.timing import Ceilings, eager_us, interleaved, ratio_median, rotation_sets, summarize
+from astra_sglang.specs.records import KernelSpec
+
+
+class GpuSession:
+    def __init__(self, spec: KernelSpec, candidate_lib: str, baseline_lib: str, probes_lib: str, req: EvalRequest):
+        self.spec, self.req = spec, req
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        nt, ns = len(spec.tensor_args), len(spec.scalar_args)
+        self.candidate = Launcher(KernelLibrary(candidate_lib), nt, ns)
+        self.baseline = Launcher(KernelLibrary(baseline_lib), nt, ns)
+        # A non-blocking side stream: work a kernel puts on the legacy default stream is not ordered with it.
+        self.stream = torch.cuda.Stream(device=self.device)
+        with torch.cuda.stream(self.stream):
+            ceilings = Ceilings(probes_lib)
+        self.gpu = torch.cuda.get_device_name(self.device)
+        self.roofline, self.empty_us = ceilings.roofline_gbps, ceilings.empty_us
+
+    def evaluate_shape(self, shape: tuple[int, ...], dtype: str, progress) -> ShapeResult:
+        row = ShapeResult(shape=shape, dtype=dtype, min_bytes=self.spec.min_bytes(shape, dtype))
+        try:
+            with torch.cuda.stream(self.stream):
+                if self.req.check:
+                    self._check(row, shape, dtype)
+                if self.req.time and row.correct is not False:
+                    progress(stage="time", shape=shape, dtype=dtype)
+                    self._time(row, shape, dtype)
+        finally:
+            gc.collect()
+            torch.cuda.empty_cache()
+        return row
+
+    def _runner(self, launcher: Launcher):
+        return lambda args: launcher(args.tensors, args.scalars)
+
+    def _check(self, row: ShapeResult, shape, dtype) -> None:
+        seed = self.req.seed * 7919 + zlib.crc32(repr((shape, dtype)).encode()) % 100_000
+        cand, base = self._runner(self.candidate), self._runner(self.baseline)
+        verdict = Checker(self.spec, shape, dtype, self.device, seed).run(cand, self.req.edge_cases)
+        row.correct, row.reason, row.max_err_ratio = verdict.ok, verdict.reason, verdict.err_ratio
+        base_verdict = Checker(self.spec, shape, dtype, self.device, seed).run(base, self.req.edge_cases)
+        if not base_verdict.ok:
+            row.baseline_defect = base_verdict.reason
+        elif verdict.ok:
+            agree = Checker(self.spec, shape, dtype, self.device, seed + 1).agreement(cand, base)
+            if not agree.ok:
+                row.correct, row.reason = False, agree.reason
+
+    def _time(self, row: ShapeResult, shape, dtype) -> None:
+        gen = torch.Generator(device=self.device).manual_seed(1234)
+        one = allocate(self.spec, shape, dtype, self.device)
+        sets: list[OpArgs] = [fill(self.spec, one, gen)]
+        for _ in range(rotation_sets(one.nbytes()) - 1):
+            sets.append(fill(self.spec, allocate(self.spec, shape, dtype, self.device), gen))
+
+        def fn(launcher: Launcher):
+            return lambda i: launcher(sets[i].tensors, sets[i].scalars)
+
+        samples = interleaved({"candidate": fn(self.candidate), "baseline": fn(self.baseline)}, len(sets))
+        row.candidate, row.baseline = summarize(samples["candidate"]), summarize(samples["baseline"])
+        row.speedup = ratio_median(samples["baseline"], samples["candidate"])
+        row.gbps = row.min_bytes / row.candidate.median_us / 1e3
+        row.pct_roofline = 100.0 * row.gbps / self.roofline
+        row.floor_us = max(row.min_bytes / self.roofline / 1e3, self.empty_us)
+        row.eager_candidate_us = eager_us(fn(self.candidate), len(sets))
+        row.eager_baseline_us = eager_us(fn(self.baseline), len(sets))

@@ -1,0 +1,80 @@
+"""Run an evaluation in a child process with a hard timeout: a segfault, hang or CUDA fault fails that
+candidate only, with a reason saying where it happened; the caller goes on."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from astra_sglang.harness.records import EvalRequest, EvalResult, ShapeResult
+
+
+def _progress(path: Path) -> tuple[list[ShapeResult], dict]:
+    rows, last = [], {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # the child died mid-write
+            if event.get("stage") == "shape_done":
+                rows.append(ShapeResult.model_validate(event["row"]))
+            last = event
+    return rows, last
+
+
+def _where(last: dict) -> str:
+    if not last:
+        return "before the first step"
+    if "shape" in last:
+        return f"during {last['stage']} of shape {tuple(last['shape'])} {last.get('dtype', '')}".rstrip()
+    return f"during {last['stage']} ({last.get('what', '')})"
+
+
+def evaluate(req: EvalRequest, workdir: str | Path | None = None) -> EvalResult:
+    """Build, check and time `req` in a fresh Python process; never raises for a bad candidate."""
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="astra-eval-", dir=workdir) as tmp:
+        request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        request.write_text(req.model_dump_json())
+        # A new session: a timeout kills the whole group (nvcc, ptxas) and the candidate cannot signal us.
+        proc = subprocess.Popen([sys.executable, "-m", "astra_sglang.harness.worker", str(request), str(result)],
+                                cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            output, _ = proc.communicate(timeout=req.timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            timed_out = True
+        if result.is_file() and not timed_out:
+            return EvalResult.model_validate_json(result.read_text())
+        rows, last = _progress(result.with_name(result.name + ".progress"))
+        failed = EvalResult(kernel=req.kernel, candidate=req.candidate.name(), shapes=rows,
+                            wall_s=time.perf_counter() - start)
+        if timed_out:
+            failed.stage, failed.reason = "timeout", f"timed out after {req.timeout_s:.0f}s {_where(last)}"
+        else:
+            failed.stage = "crash"
+            failed.reason = f"{_exit_text(proc.returncode)} {_where(last)}: {_tail(output)}"
+        return failed
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _tail(output: str) -> str:
+    lines = [ln for ln in (output or "").strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else "no output")[:300]

@@ -1,0 +1,104 @@
+"""Typed records passed between the harness stages, the isolated worker and its callers (CLI, agents)."""
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Stage = Literal["build", "load", "check", "time", "done", "crash", "timeout"]
+
+
+class KernelSource(BaseModel):
+    """A kernel source file exposing the C ABI, plus compile-time knobs (-D) the tuner may set."""
+
+    path: str
+    label: str = ""
+    defines: dict[str, str] = Field(default_factory=dict)
+
+    def name(self) -> str:
+        return self.label or self.path.rsplit("/", 1)[-1]
+
+
+class EvalRequest(BaseModel):
+    """One evaluation: build a candidate (and a baseline), check and time it on shapes x dtypes."""
+
+    kernel: str
+    candidate: KernelSource
+    baseline: KernelSource | None = None
+    """None = our own first kernel for this op."""
+    shapes: list[tuple[int, ...]]
+    dtypes: list[str]
+    check: bool = True
+    time: bool = True
+    compile_only: bool = False
+    """CPU machines: build only (nvcc), no launch."""
+    trials: int = 3
+    """Correctness trials per shape, each with fresh random inputs."""
+    edge_cases: bool = True
+    arch: str | None = None
+    """e.g. "sm_90"; None = the current GPU's (sm_90 without a GPU)."""
+    seed: int = 0
+    timeout_s: float = 600.0
+
+
+class BuildInfo(BaseModel):
+    ok: bool
+    seconds: float = 0.0
+    cached: bool = False
+    library: str = ""
+    registers: int | None = None
+    spill_bytes: int | None = None
+    log: str = ""
+
+
+class Timing(BaseModel):
+    """Per-launch kernel time from graph replays (us): median over replays and the p10-p90 spread."""
+
+    median_us: float
+    p10_us: float
+    p90_us: float
+
+
+class ShapeResult(BaseModel):
+    shape: tuple[int, ...]
+    dtype: str
+    correct: bool | None = None
+    reason: str = ""
+    max_err_ratio: float | None = None
+    """Worst |out - ref| / (atol + rtol |ref|) over all outputs and trials: <= 1 passes."""
+    baseline_defect: str = ""
+    """Where the baseline itself disagrees with the reference (e.g. NaN on both-LSE -inf)."""
+    min_bytes: int = 0
+    candidate: Timing | None = None
+    baseline: Timing | None = None
+    speedup: float | None = None
+    """Median of per-replay ratios baseline/candidate (interleaved replays)."""
+    gbps: float | None = None
+    pct_roofline: float | None = None
+    floor_us: float | None = None
+    """max(bytes / roofline, empty-kernel time): no version runs much faster."""
+    eager_candidate_us: float | None = None
+    eager_baseline_us: float | None = None
+    """Per call with Python dispatch (ctypes launch, no graph), host-timed."""
+
+
+class EvalResult(BaseModel):
+    kernel: str
+    candidate: str
+    baseline: str = ""
+    ok: bool = False
+    stage: Stage = "build"
+    reason: str = ""
+    build: BuildInfo | None = None
+    baseline_build: BuildInfo | None = None
+    shapes: list[ShapeResult] = Field(default_factory=list)
+    gpu: str = ""
+    roofline_gbps: float | None = None
+    empty_kernel_us: float | None = None
+    wall_s: float = 0.0
+
+    @property
+    def geomean_speedup(self) -> float | None:
+        values = [s.speedup for s in self.shapes if s.speedup]
+        return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None

@@ -1,0 +1,60 @@
+"""Human and machine output of an evaluation: a rich table and JSONL rows."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from astra_sglang.harness.records import EvalResult
+
+
+def _f(value: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def table(result: EvalResult) -> Table:
+    title = (f"{result.kernel}: {result.candidate} vs {result.baseline} on {result.gpu or 'no GPU'} | "
+             f"SM-copy roofline {_f(result.roofline_gbps, '{:.0f}')} GB/s | empty kernel in a graph "
+             f"{_f(result.empty_kernel_us)} us")
+    t = Table(title=title, title_justify="left")
+    for col in ("shape", "dtype", "check", "cand us (p10-p90)", "base us", "speedup", "GB/s", "% roof",
+                "floor us", "eager cand/base us"):
+        t.add_column(col, justify="left" if col in ("shape", "dtype", "check") else "right")
+    for s in result.shapes:
+        check = {True: "pass", False: "FAIL", None: "-"}[s.correct]
+        if s.baseline_defect:
+            check += " (baseline defect)"
+        cand = "-" if s.candidate is None else (
+            f"{s.candidate.median_us:.2f} ({s.candidate.p10_us:.2f}-{s.candidate.p90_us:.2f})")
+        base = "-" if s.baseline is None else f"{s.baseline.median_us:.2f}"
+        eager = "-" if s.eager_candidate_us is None else f"{s.eager_candidate_us:.1f}/{s.eager_baseline_us:.1f}"
+        t.add_row("x".join(map(str, s.shape)), s.dtype, check, cand, base, _f(s.speedup, "{:.3f}x"),
+                  _f(s.gbps, "{:.0f}"), _f(s.pct_roofline, "{:.0f}%"), _f(s.floor_us), eager)
+    return t
+
+
+def print_result(result: EvalResult, console: Console | None = None) -> None:
+    console = console or Console(width=max(Console().width, 160))
+    console.print(table(result))
+    for s in result.shapes:
+        if s.reason:
+            console.print(f"  {'x'.join(map(str, s.shape))} {s.dtype}: {s.reason}")
+        if s.baseline_defect:
+            console.print(f"  {'x'.join(map(str, s.shape))} {s.dtype}: baseline defect: {s.baseline_defect}")
+    geo = result.geomean_speedup
+    status = "ok" if result.ok else f"FAILED ({result.stage}): {result.reason}"
+    console.print(f"geomean speedup {_f(geo, '{:.3f}x')} | build {_f(result.build and result.build.seconds, '{:.1f}')}s"
+                  f"{' (cached)' if result.build and result.build.cached else ''} | wall {result.wall_s:.1f}s | {status}")
+
+
+def write_jsonl(result: EvalResult, path: str | Path) -> None:
+    """One line per shape (flat, for pandas/jq) plus a summary line; appends."""
+    meta = {"kernel": result.kernel, "candidate": result.candidate, "baseline": result.baseline, "gpu": result.gpu,
+            "roofline_gbps": result.roofline_gbps, "empty_kernel_us": result.empty_kernel_us}
+    with Path(path).open("a") as f:
+        for s in result.shapes:
+            f.write(json.dumps({"type": "shape", **meta, **s.model_dump(mode="json")}) + "\n")
+        summary = result.model_dump(mode="json", exclude={"shapes"})
+        f.write(json.dumps({"type": "summary", **summary, "geomean_speedup": result.geomean_speedup}) + "\n")

@@ -1,0 +1,116 @@
+"""One evaluation inside the isolated child: build -> load -> check -> time, shape by shape.
+
+Run as `python -m astra_sglang.harness.worker REQUEST.json RESULT.json`. Progress goes to
+RESULT.json.progress (one JSON line per event) so the parent can say where a crash or hang happened.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from astra_sglang.harness.build import build_library
+from astra_sglang.harness.records import EvalRequest, EvalResult, ShapeResult
+from astra_sglang.paths import kernels_dir, templates_dir
+from astra_sglang.specs.registry import get_spec
+
+
+def default_baseline(kernel: str) -> str:
+    return str(kernels_dir() / f"{kernel}.cu")
+
+
+class Progress:
+    def __init__(self, path: Path | None):
+        self.path = path
+
+    def __call__(self, **event) -> None:
+        if self.path:
+            with self.path.open("a") as f:
+                f.write(json.dumps(event, default=str) + "\n")
+
+
+def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> EvalResult:
+    start = time.perf_counter()
+    spec = get_spec(req.kernel)
+    baseline = req.baseline.path if req.baseline else default_baseline(req.kernel)
+    result = EvalResult(kernel=req.kernel, candidate=req.candidate.name(),
+                        baseline=req.baseline.name() if req.baseline else "ours:" + req.kernel)
+    progress(stage="build", what="candidate")
+    result.build = build_library(req.candidate.path, req.candidate.defines, req.arch)
+    if not result.build.ok:
+        result.reason = "build failed: " + _first_error(result.build.log)
+        return _done(result, start)
+    if req.check or req.time:
+        progress(stage="build", what="baseline")
+        result.baseline_build = build_library(baseline, req.baseline.defines if req.baseline else {}, req.arch)
+        if not result.baseline_build.ok:
+            result.reason = "baseline build failed: " + _first_error(result.baseline_build.log)
+            return _done(result, start)
+    if req.compile_only:
+        result.ok, result.stage = True, "done"
+        return _done(result, start)
+
+    import torch  # only the GPU path needs CUDA
+
+    from astra_sglang.harness.gpu_eval import GpuSession
+
+    if not torch.cuda.is_available():
+        result.reason = "no CUDA GPU: checking and timing need one (builds succeeded)"
+        return _done(result, start)
+    result.stage = "load"
+    probes = build_library(templates_dir() / "probes.cu", {}, req.arch)
+    session = GpuSession(spec, result.build.library, result.baseline_build.library, probes.library, req)
+    result.gpu, result.roofline_gbps, result.empty_kernel_us = session.gpu, session.roofline, session.empty_us
+    all_ok = True
+    for dtype in req.dtypes:
+        for shape in req.shapes:
+            if not spec.supports(shape):
+                result.shapes.append(ShapeResult(shape=shape, dtype=dtype, reason="outside the spec's constraints"))
+                continue
+            progress(stage="check", shape=shape, dtype=dtype)
+            result.stage = "check"
+            try:
+                row = session.evaluate_shape(shape, dtype, progress)
+            except RuntimeError as exc:  # a CUDA fault poisons the context: report it and stop here
+                row = ShapeResult(shape=shape, dtype=dtype, correct=False, reason=_cuda_reason(exc))
+                result.shapes.append(row)
+                result.ok, result.stage, result.reason = False, "crash", f"at {shape} {dtype}: {row.reason}"
+                return _done(result, start)
+            result.shapes.append(row)
+            progress(stage="shape_done", row=row.model_dump(mode="json"))
+            all_ok &= row.correct is not False
+    result.ok = all_ok
+    result.stage = "done"
+    if not all_ok:
+        bad = next(s for s in result.shapes if s.correct is False)
+        result.reason = f"incorrect at {bad.shape} {bad.dtype}: {bad.reason}"
+    return _done(result, start)
+
+
+def _cuda_reason(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def _first_error(log: str) -> str:
+    lines = [ln.strip() for ln in log.splitlines() if "error" in ln.lower()]
+    return (lines[0] if lines else (log.strip().splitlines() or ["(no compiler output)"])[-1])[:300]
+
+
+def _done(result: EvalResult, start: float) -> EvalResult:
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def main(argv: list[str]) -> int:
+    request_path, result_path = Path(argv[0]), Path(argv[1])
+    req = EvalRequest.model_validate_json(request_path.read_text())
+    progress = Progress(result_path.with_name(result_path.name + ".progress"))
+    result = evaluate_here(req, progress)
+    result_path.write_text(result.model_dump_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,63 @@
+"""The manifest of a shipped patch (patches/<op>/manifest.json): what it is, how it was made, what it measured.
+
+Written by `optimize` (tuner or LLM run) or by hand; read by `patch list|verify`, `launch` and `ab`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+MANIFEST = "manifest.json"
+
+
+class Provenance(BaseModel):
+    method: Literal["hand", "tuner", "llm", "llm+tuner"]
+    """Who wrote the kernel: a person, the built-in tuner, an LLM run, or an LLM kernel specialized by the tuner."""
+    model: str = ""
+    """LLM model name for llm runs."""
+    rounds: int = 0
+    run_id: str = ""
+    date: str = ""
+    gpu: str = ""
+    started_from: str = ""
+    """The baseline the run started from (e.g. an extracted kernel dir, or our own first kernel)."""
+    notes: str = ""
+
+
+class MeasuredShape(BaseModel):
+    shape: tuple[int, ...]
+    dtype: str
+    candidate_us: float
+    baseline_us: float
+    speedup: float
+    pct_roofline: float | None = None
+
+
+class PatchManifest(BaseModel):
+    op: str
+    """Kernel spec name (extract/<op>.toml)."""
+    kernel: str = "kernel.cu"
+    """Kernel source file in the patch folder (exposes the C ABI)."""
+    defines: dict[str, str] = Field(default_factory=dict)
+    dtypes: list[str]
+    sglang_versions: str = ">=0.5.17"
+    """PEP 440 specifier of the SGLang versions whose call sites this patch targets."""
+    targets: list[str] = Field(default_factory=list)
+    """"module:attr" names replaced in SGLang (default: the spec's sglang_targets)."""
+    enabled: bool = True
+    provenance: Provenance
+    baseline: str = ""
+    """What the measured speedups are relative to."""
+    measured: list[MeasuredShape] = Field(default_factory=list)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "PatchManifest":
+        return cls.model_validate_json((Path(folder) / MANIFEST).read_text())
+
+    def save(self, folder: str | Path) -> Path:
+        path = Path(folder) / MANIFEST
+        path.write_text(json.dumps(self.model_dump(mode="json"), indent=1) + "\n")
+        return path

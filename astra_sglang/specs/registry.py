@@ -1,0 +1,101 @@
+"""Load kernel specs (extract/<op>.toml) and model configs (extract/models.toml); resolve shape sets."""
+from __future__ import annotations
+
+import functools
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from astra_sglang.errors import AstraError
+from astra_sglang.paths import specs_dir
+from astra_sglang.specs.records import KernelSpec
+
+SHAPE_SETS = ("quick", "paper", "models", "edge", "held_out", "all")
+
+
+class ModelConfig(BaseModel):
+    """The dimensions of one real model that the ops see (unsharded, TP=1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+@functools.cache
+def models() -> tuple[ModelConfig, ...]:
+    data = tomllib.loads((specs_dir() / "models.toml").read_text())
+    return tuple(ModelConfig(name=name, **fields) for name, fields in data["models"].items())
+
+
+@functools.cache
+def _load_all() -> dict[str, KernelSpec]:
+    specs = {}
+    for path in sorted(Path(specs_dir()).glob("*.toml")):
+        if path.name == "models.toml":
+            continue
+        try:
+            spec = KernelSpec(**tomllib.loads(path.read_text()))
+        except Exception as exc:  # a broken spec file names itself
+            raise AstraError(f"invalid kernel spec {path.name}: {exc}".splitlines()[0]) from exc
+        specs[spec.name] = spec
+    return specs
+
+
+def all_specs() -> list[KernelSpec]:
+    return list(_load_all().values())
+
+
+def get_spec(name: str) -> KernelSpec:
+    specs = _load_all()
+    if name not in specs:
+        raise AstraError(f"unknown kernel {name!r}; known: {', '.join(sorted(specs))}")
+    return specs[name]
+
+
+def model_shapes(spec: KernelSpec) -> list[tuple[int, ...]]:
+    """Every model config crossed with every token count, deduplicated, in a stable order."""
+    shapes: list[tuple[int, ...]] = []
+    for model in models():
+        for tokens in spec.shapes.tokens:
+            dims = {"tokens": tokens, **{d: getattr(model, f) for d, f in spec.shapes.model_dims.items()}}
+            shape = tuple(dims[d] for d in spec.dims)
+            if shape not in shapes and spec.supports(shape):
+                shapes.append(shape)
+    return shapes
+
+
+def parse_shape_list(spec: KernelSpec, text: str) -> list[tuple[int, ...]]:
+    """"16x4096,32x8192" -> [(16, 4096), (32, 8192)]."""
+    shapes = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        try:
+            shape = tuple(int(x) for x in item.lower().split("x"))
+        except ValueError:
+            raise AstraError(f"bad shape {item!r}: write dims joined by 'x', e.g. 16x4096") from None
+        if len(shape) != len(spec.dims):
+            raise AstraError(f"shape {item!r} needs {len(spec.dims)} dims ({'x'.join(spec.dims)})")
+        shapes.append(shape)
+    return shapes
+
+
+def resolve_shapes(spec: KernelSpec, selector: str) -> list[tuple[int, ...]]:
+    """A named set (quick, paper, models, edge, held_out, all; joined with '+') or an explicit list."""
+    parts = selector.split("+")
+    if not all(p in SHAPE_SETS for p in parts):
+        return parse_shape_list(spec, selector)
+    out: list[tuple[int, ...]] = []
+    for part in parts:
+        if part == "models":
+            chosen = model_shapes(spec)
+        elif part == "all":
+            chosen = [tuple(s) for s in spec.shapes.paper + spec.shapes.edge + spec.shapes.held_out]
+            chosen += model_shapes(spec)
+        else:
+            chosen = [tuple(s) for s in getattr(spec.shapes, part)]
+        out += [s for s in chosen if s not in out]
+    return out
