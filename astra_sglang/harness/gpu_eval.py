@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import zlib
 
 import torch
@@ -14,13 +15,28 @@ from astra_sglang.harness.timing import Ceilings, eager_us, interleaved, ratio_m
 from astra_sglang.specs.records import KernelSpec
 
 
+def python_op(spec: KernelSpec, path: str):
+    """A Python callable behind the Launcher interface: fn(*spec-ordered args); ABI code 0."""
+    module, _, name = path.removeprefix("py:").rpartition(":")
+    fn = getattr(importlib.import_module(module), name)
+    kinds = [a.kind for a in spec.arguments]
+
+    def launch(tensors, scalars) -> int:
+        ts, ss = iter(tensors), iter(scalars)
+        fn(*[next(ts) if k == "tensor" else next(ss) for k in kinds])
+        return 0
+
+    return launch
+
+
 class GpuSession:
     def __init__(self, spec: KernelSpec, candidate_lib: str, baseline_lib: str, probes_lib: str, req: EvalRequest):
         self.spec, self.req = spec, req
         self.device = torch.device("cuda", torch.cuda.current_device())
         nt, ns = len(spec.tensor_args), len(spec.scalar_args)
         self.candidate = Launcher(KernelLibrary(candidate_lib), nt, ns)
-        self.baseline = Launcher(KernelLibrary(baseline_lib), nt, ns)
+        self.baseline = python_op(spec, baseline_lib) if baseline_lib.startswith("py:") else Launcher(
+            KernelLibrary(baseline_lib), nt, ns)
         # A non-blocking side stream: work a kernel puts on the legacy default stream is not ordered with it.
         self.stream = torch.cuda.Stream(device=self.device)
         with torch.cuda.stream(self.stream):

@@ -10,14 +10,22 @@ Stage = Literal["build", "load", "check", "time", "done", "crash", "timeout"]
 
 
 class KernelSource(BaseModel):
-    """A kernel source file exposing the C ABI, plus compile-time knobs (-D) the tuner may set."""
+    """A kernel source file exposing the C ABI, plus compile-time knobs (-D) the tuner may set.
+
+    A path "py:MODULE:FUNCTION" names a Python callable instead (SGLang's own op, a peer such as Liger),
+    called with the spec's arguments in order: usable as a baseline, never built.
+    """
 
     path: str
     label: str = ""
     defines: dict[str, str] = Field(default_factory=dict)
 
     def name(self) -> str:
-        return self.label or self.path.rsplit("/", 1)[-1]
+        return self.label or (self.path if self.is_python else self.path.rsplit("/", 1)[-1])
+
+    @property
+    def is_python(self) -> bool:
+        return self.path.startswith("py:")
 
 
 class EvalRequest(BaseModel):

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from astra_sglang.harness.build import build_library
-from astra_sglang.harness.records import EvalRequest, EvalResult, ShapeResult
+from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource, ShapeResult
 from astra_sglang.paths import kernels_dir, templates_dir
 from astra_sglang.specs.registry import get_spec
 
@@ -33,7 +33,7 @@ class Progress:
 def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> EvalResult:
     start = time.perf_counter()
     spec = get_spec(req.kernel)
-    baseline = req.baseline.path if req.baseline else default_baseline(req.kernel)
+    baseline = req.baseline or KernelSource(path=default_baseline(req.kernel))
     result = EvalResult(kernel=req.kernel, candidate=req.candidate.name(),
                         baseline=req.baseline.name() if req.baseline else "ours:" + req.kernel)
     progress(stage="build", what="candidate")
@@ -41,9 +41,9 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
     if not result.build.ok:
         result.reason = "build failed: " + _first_error(result.build.log)
         return _done(result, start)
-    if req.check or req.time:
+    if (req.check or req.time) and not baseline.is_python:
         progress(stage="build", what="baseline")
-        result.baseline_build = build_library(baseline, req.baseline.defines if req.baseline else {}, req.arch)
+        result.baseline_build = build_library(baseline.path, baseline.defines, req.arch)
         if not result.baseline_build.ok:
             result.reason = "baseline build failed: " + _first_error(result.baseline_build.log)
             return _done(result, start)
@@ -60,7 +60,8 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
         return _done(result, start)
     result.stage = "load"
     probes = build_library(templates_dir() / "probes.cu", {}, req.arch)
-    session = GpuSession(spec, result.build.library, result.baseline_build.library, probes.library, req)
+    base = baseline.path if baseline.is_python else result.baseline_build.library
+    session = GpuSession(spec, result.build.library, base, probes.library, req)
     result.gpu, result.roofline_gbps, result.empty_kernel_us = session.gpu, session.roofline, session.empty_us
     all_ok = True
     for dtype in req.dtypes:

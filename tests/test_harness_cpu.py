@@ -1,0 +1,126 @@
+"""Harness pieces that need no GPU: comparisons, builds (nvcc), isolation, the CLI without a GPU."""
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from astra_sglang.cli import main
+from astra_sglang.harness.build import build_library, parse_ptxas
+from astra_sglang.harness.check import compare, error_ratio
+from astra_sglang.harness.inputs import allocate, fill
+from astra_sglang.harness.isolate import evaluate
+from astra_sglang.harness.records import EvalRequest, KernelSource
+from astra_sglang.paths import kernels_dir
+from astra_sglang.specs.registry import get_spec
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _silu_case(shape=(4, 8)):
+    spec = get_spec("silu_and_mul")
+    args = fill(spec, allocate(spec, shape, "bfloat16", "cpu"), torch.Generator().manual_seed(1))
+    ref = args.upcast()
+    spec.reference_fn()(*ref.call_args(spec))
+    return spec, args, ref
+
+
+def test_error_ratio_treats_equal_infinities_as_exact_and_nan_as_failure():
+    out = torch.tensor([float("inf"), float("nan"), 1.0])
+    ref = torch.tensor([float("inf"), 1.0, 1.0])
+    ratio = error_ratio(out, ref, 1e-3, 1e-3)
+    assert ratio[0] == 0 and torch.isinf(ratio[1]) and ratio[2] == 0
+
+
+@pytest.mark.parametrize("fraction, reason", [(1.0, "never written"), (0.5, "left NaN (unwritten)")])
+def test_unwritten_output_is_named(fraction, reason):
+    spec, args, ref = _silu_case()
+    args.tensors[1].copy_(ref.tensors[1])
+    rows = int(args.tensors[1].shape[0] * fraction)
+    args.tensors[1][:rows] = float("nan")
+    verdict = compare(spec, "bfloat16", args, ref)
+    assert not verdict.ok and reason in verdict.reason
+
+
+def test_correct_output_passes_and_rounding_is_within_tolerance():
+    spec, args, ref = _silu_case((64, 512))
+    args.tensors[1].copy_(ref.tensors[1])  # one bf16 rounding
+    verdict = compare(spec, "bfloat16", args, ref)
+    assert verdict.ok and 0 < verdict.err_ratio < 1
+
+
+def test_low_precision_and_wrong_values_are_told_apart():
+    spec, args, ref = _silu_case((64, 512))
+    x = ref.tensors[1]
+    args.tensors[1].copy_(x.to(torch.float8_e4m3fn).double())  # 3 mantissa bits
+    verdict = compare(spec, "bfloat16", args, ref)
+    assert not verdict.ok and "too imprecise" in verdict.reason
+    args.tensors[1].copy_(-x)
+    verdict = compare(spec, "bfloat16", args, ref)
+    assert not verdict.ok and "wrong values" in verdict.reason
+
+
+def test_ptxas_report_is_parsed():
+    log = ("ptxas info    : Used 40 registers, used 1 barriers\n"
+           "ptxas info    : Function properties for k\n    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+           "ptxas info    : Used 18 registers\n")
+    assert parse_ptxas(log) == (40, 8)
+
+
+@pytest.mark.nvcc
+def test_build_is_cached_and_a_failing_build_reports_the_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path))
+    first = build_library(kernels_dir() / "silu_and_mul.cu", arch="sm_90")
+    assert first.ok and not first.cached and first.registers
+    again = build_library(kernels_dir() / "silu_and_mul.cu", arch="sm_90")
+    assert again.ok and again.cached and again.library == first.library
+    knob = build_library(kernels_dir() / "silu_and_mul.cu", {"ASTRA_UNUSED_KNOB": "1"}, arch="sm_90")
+    assert knob.library != first.library
+    broken = build_library(FIXTURES / "faults" / "broken.cu", arch="sm_90")
+    assert not broken.ok and "this_name_does_not_exist" in broken.log
+
+
+@pytest.mark.nvcc
+def test_isolated_compile_only_evaluation(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path))
+    ok = evaluate(EvalRequest(kernel="silu_and_mul", candidate=KernelSource(path=str(kernels_dir() / "silu_and_mul.cu")),
+                              shapes=[(1, 8)], dtypes=["bfloat16"], compile_only=True, arch="sm_90"))
+    assert ok.ok and ok.build.ok and ok.baseline_build.ok
+    bad = evaluate(EvalRequest(kernel="silu_and_mul", candidate=KernelSource(path=str(FIXTURES / "faults" / "broken.cu")),
+                               shapes=[(1, 8)], dtypes=["bfloat16"], compile_only=True, arch="sm_90"))
+    assert not bad.ok and bad.reason.startswith("build failed:") and "this_name_does_not_exist" in bad.reason
+
+
+def test_isolation_timeout_is_reported_not_raised():
+    req = EvalRequest(kernel="silu_and_mul", candidate=KernelSource(path=str(kernels_dir() / "silu_and_mul.cu")),
+                      shapes=[(1, 8)], dtypes=["bfloat16"], compile_only=True, timeout_s=0.05)
+    result = evaluate(req)
+    assert not result.ok and result.stage == "timeout" and "timed out after" in result.reason
+
+
+def test_cli_kernels_lists_every_spec():
+    out = CliRunner().invoke(main, ["kernels"])
+    assert out.exit_code == 0
+    for op in ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse"):
+        assert op in out.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bench", "nope"], "unknown kernel 'nope'"),
+    (["bench", "silu_and_mul", "--dtypes", "int8"], "unknown dtype"),
+    (["bench", "silu_and_mul", "--shapes", "16x"], "bad shape"),
+])
+def test_cli_bad_input_is_one_line_and_nonzero(args, message):
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 1 and message in out.output and len(out.output.strip().splitlines()) == 1
+
+
+@pytest.mark.nvcc
+def test_cli_bench_without_gpu_builds_then_says_so(tmp_path, monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path))
+    out = CliRunner().invoke(main, ["bench", "silu_and_mul", "--shapes", "1x8"])
+    assert out.exit_code == 1
+    assert "no CUDA GPU here: candidate and baseline built" in out.output
+    assert len(out.output.strip().splitlines()) == 1
