@@ -30,7 +30,10 @@ def main() -> None:
 
     \b
     astra-sglang kernels                      # the ops it knows
+    astra-sglang extract fused_add_rmsnorm    # SGLang's kernel as a standalone harness
     astra-sglang bench silu_and_mul           # check + time a kernel on a GPU
+    astra-sglang optimize silu_and_mul        # agents (with --llm) or the built-in tuner
+    astra-sglang launch -- --model-path M     # SGLang with the patches in every process
     """
 
 
@@ -119,6 +122,20 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, t
     click.echo(f"results: {path}")
     if not result.ok:
         sys.exit(1)
+
+
+def _register_commands() -> None:
+    """The pipeline's other stages live with their packages: extract, optimize, patch/launch/report."""
+    from astra_sglang.agents.cli import optimize
+    from astra_sglang.extraction.cli import extract
+    from astra_sglang.patching.cli import register
+
+    main.add_command(extract)
+    main.add_command(optimize)
+    register(main)
+
+
+_register_commands()
 
 
 def _has_gpu() -> bool:

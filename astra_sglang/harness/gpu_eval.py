@@ -8,7 +8,7 @@ import zlib
 import torch
 
 from astra_sglang.harness.abi import KernelLibrary, Launcher
-from astra_sglang.harness.check import Checker
+from astra_sglang.harness.check import NOT_COVERED, Checker
 from astra_sglang.harness.inputs import OpArgs, allocate, fill
 from astra_sglang.harness.records import EvalRequest, ShapeResult
 from astra_sglang.harness.timing import Ceilings, eager_us, interleaved, ratio_median, rotation_sets, summarize
@@ -50,7 +50,7 @@ class GpuSession:
             with torch.cuda.stream(self.stream):
                 if self.req.check:
                     self._check(row, shape, dtype)
-                if self.req.time and row.correct is not False:
+                if self.req.time and row.correct is not False and row.covered:
                     progress(stage="time", shape=shape, dtype=dtype)
                     self._time(row, shape, dtype)
         finally:
@@ -65,7 +65,11 @@ class GpuSession:
         seed = self.req.seed * 7919 + zlib.crc32(repr((shape, dtype)).encode()) % 100_000
         cand, base = self._runner(self.candidate), self._runner(self.baseline)
         verdict = Checker(self.spec, shape, dtype, self.device, seed).run(cand, self.req.edge_cases)
-        row.correct, row.reason, row.max_err_ratio = verdict.ok, verdict.reason, verdict.err_ratio
+        row.correct = verdict.ok if verdict.covered else None
+        row.reason, row.max_err_ratio = verdict.reason, verdict.err_ratio if verdict.covered else None
+        if not verdict.covered:
+            row.covered = False
+            return
         base_verdict = Checker(self.spec, shape, dtype, self.device, seed).run(base, self.req.edge_cases)
         if not base_verdict.ok:
             row.baseline_defect = base_verdict.reason
@@ -84,11 +88,17 @@ class GpuSession:
         def fn(launcher: Launcher):
             return lambda i: launcher(sets[i].tensors, sets[i].scalars)
 
-        samples = interleaved({"candidate": fn(self.candidate), "baseline": fn(self.baseline)}, len(sets))
-        row.candidate, row.baseline = summarize(samples["candidate"]), summarize(samples["baseline"])
-        row.speedup = ratio_median(samples["baseline"], samples["candidate"])
+        fns = {"candidate": fn(self.candidate)}
+        if not row.baseline_defect.startswith(NOT_COVERED):  # nothing to compare with where it declines
+            fns["baseline"] = fn(self.baseline)
+        samples = interleaved(fns, len(sets))
+        row.candidate = summarize(samples["candidate"])
+        if "baseline" in samples:
+            row.baseline = summarize(samples["baseline"])
+            row.speedup = ratio_median(samples["baseline"], samples["candidate"])
         row.gbps = row.min_bytes / row.candidate.median_us / 1e3
         row.pct_roofline = 100.0 * row.gbps / self.roofline
         row.floor_us = max(row.min_bytes / self.roofline / 1e3, self.empty_us)
         row.eager_candidate_us = eager_us(fn(self.candidate), len(sets))
-        row.eager_baseline_us = eager_us(fn(self.baseline), len(sets))
+        if row.baseline:
+            row.eager_baseline_us = eager_us(fn(self.baseline), len(sets))

@@ -39,13 +39,14 @@ def _where(last: dict) -> str:
 def evaluate(req: EvalRequest, workdir: str | Path | None = None) -> EvalResult:
     """Build, check and time `req` in a fresh Python process; never raises for a bad candidate."""
     start = time.perf_counter()
+    req = _absolute(req)  # the child runs in a scratch directory
     with tempfile.TemporaryDirectory(prefix="astra-eval-", dir=workdir) as tmp:
         request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
         request.write_text(req.model_dump_json())
         # A new session: a timeout kills the whole group (nvcc, ptxas) and the candidate cannot signal us.
         proc = subprocess.Popen([sys.executable, "-m", "astra_sglang.harness.worker", str(request), str(result)],
                                 cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                start_new_session=True, env={**os.environ, **CHILD_ENV})
         try:
             output, _ = proc.communicate(timeout=req.timeout_s)
             timed_out = False
@@ -64,6 +65,20 @@ def evaluate(req: EvalRequest, workdir: str | Path | None = None) -> EvalResult:
             failed.stage = "crash"
             failed.reason = f"{_exit_text(proc.returncode)} {_where(last)}: {_tail(output)}"
         return failed
+
+
+# Eager module loading: a lazily loaded kernel's first launch can synchronize the device, which would
+# hide a candidate that launches on a stream of its own (seen on an H200, 2026-11-21).
+CHILD_ENV = {"PYTHONUNBUFFERED": "1", "CUDA_MODULE_LOADING": "EAGER"}
+
+
+def _absolute(req: EvalRequest) -> EvalRequest:
+    def fix(source):
+        if source is None or source.is_python:
+            return source
+        return source.model_copy(update={"path": str(Path(source.path).resolve())})
+
+    return req.model_copy(update={"candidate": fix(req.candidate), "baseline": fix(req.baseline)})
 
 
 def _exit_text(code: int) -> str:

@@ -72,6 +72,9 @@ class ShapeResult(BaseModel):
     shape: tuple[int, ...]
     dtype: str
     correct: bool | None = None
+    """None: not checked, or not covered (see `covered`)."""
+    covered: bool = True
+    """False: the kernel declined this shape (ASTRA_UNSUPPORTED); the original op serves it in SGLang."""
     reason: str = ""
     max_err_ratio: float | None = None
     """Worst |out - ref| / (atol + rtol |ref|) over all outputs and trials: <= 1 passes."""

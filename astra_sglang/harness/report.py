@@ -23,13 +23,13 @@ def table(result: EvalResult) -> Table:
                 "floor us", "eager cand/base us"):
         t.add_column(col, justify="left" if col in ("shape", "dtype", "check") else "right")
     for s in result.shapes:
-        check = {True: "pass", False: "FAIL", None: "-"}[s.correct]
+        check = {True: "pass", False: "FAIL", None: "-"}[s.correct] if s.covered else "not covered"
         if s.baseline_defect:
             check += " (baseline defect)"
         cand = "-" if s.candidate is None else (
             f"{s.candidate.median_us:.2f} ({s.candidate.p10_us:.2f}-{s.candidate.p90_us:.2f})")
         base = "-" if s.baseline is None else f"{s.baseline.median_us:.2f}"
-        eager = "-" if s.eager_candidate_us is None else f"{s.eager_candidate_us:.1f}/{s.eager_baseline_us:.1f}"
+        eager = "-" if s.eager_candidate_us is None else f"{s.eager_candidate_us:.1f}/{_f(s.eager_baseline_us, '{:.1f}')}"
         t.add_row("x".join(map(str, s.shape)), s.dtype, check, cand, base, _f(s.speedup, "{:.3f}x"),
                   _f(s.gbps, "{:.0f}"), _f(s.pct_roofline, "{:.0f}%"), _f(s.floor_us), eager)
     return t

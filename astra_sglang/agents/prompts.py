@@ -1,0 +1,72 @@
+"""Prompt rendering (jinja2 templates in harness_templates/prompts/) and the ask-parse-retry exchange.
+
+Every template has a `system` and a `user` block. `converse` sends them, parses the answer with the
+role's parser and, when the parser raises ParseError or UnsafeCode, feeds the message back to the model
+(feedback.j2) for `retries` more tries; the whole exchange lands in the step's Transcript.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable, TypeVar
+
+import jinja2
+
+from astra_sglang.agents.parse import ParseError
+from astra_sglang.agents.protocols import Model
+from astra_sglang.agents.records import Message, Transcript
+from astra_sglang.agents.safety import UnsafeCode
+from astra_sglang.paths import templates_dir
+
+T = TypeVar("T")
+
+
+@functools.cache
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "prompts")),
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                              keep_trailing_newline=False, autoescape=False)
+
+
+def render(template: str, **context) -> list[Message]:
+    """The template's system and user blocks as chat messages (an empty system block is left out)."""
+    tmpl = _env().get_template(template)
+    ctx = tmpl.new_context(context)
+    system = "".join(tmpl.blocks["system"](ctx)).strip()
+    user = "".join(tmpl.blocks["user"](ctx)).strip()
+    return ([Message(role="system", content=system)] if system else []) + [Message(role="user", content=user)]
+
+
+@functools.cache
+def abi_header() -> str:
+    return (templates_dir() / "astra_abi.h").read_text()
+
+
+class StepFailed(Exception):
+    """The model never produced a usable answer in this step (after the feedback retries)."""
+
+    def __init__(self, error: str, transcript: Transcript):
+        super().__init__(error)
+        self.transcript = transcript
+
+
+def converse(model: Model, messages: list[Message], parse: Callable[[str], T], retries: int,
+             transcript: Transcript, code: bool = False) -> T:
+    """Ask, parse, and on a typed parse/safety error feed the reason back; raise StepFailed at the end."""
+    messages = list(messages)
+    transcript.messages.extend(messages)
+    for attempt in range(retries + 1):
+        reply = model.complete(messages)
+        transcript.usage = transcript.usage + reply.usage
+        answer = Message(role="assistant", content=reply.content)
+        messages.append(answer)
+        transcript.messages.append(answer)
+        try:
+            return parse(reply.content)
+        except (ParseError, UnsafeCode) as exc:
+            transcript.errors.append(str(exc))
+            if attempt == retries:
+                raise StepFailed(str(exc), transcript) from exc
+            feedback = render("feedback.j2", error=str(exc), code=code)
+            messages += feedback
+            transcript.messages.extend(feedback)
+    raise AssertionError("unreachable")

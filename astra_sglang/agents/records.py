@@ -1,0 +1,248 @@
+"""Typed records passed between the agent stages, the run log (rounds.jsonl) and the CLI.
+
+Configs are pydantic models with one docstring per field: `optimize --help` and the run's config.json
+say the same thing.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from astra_sglang.harness.records import EvalResult
+
+Shape = tuple[int, ...]
+
+
+class LLMConfig(BaseModel):
+    """How to reach an OpenAI-compatible chat endpoint, and how much the run may spend on it."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    model: str = "o4-mini"
+    """Model name sent to the endpoint (the paper used o4-mini)."""
+    base_url: str | None = None
+    """Endpoint URL, e.g. http://localhost:8000/v1; None = OPENAI_BASE_URL or the OpenAI API."""
+    api_key: str | None = Field(default=None, exclude=True)
+    """API key; None = OPENAI_API_KEY. Never written to the run directory."""
+    timeout_s: float = 300.0
+    """Per-request timeout; a timed-out request is retried."""
+    max_retries: int = 5
+    """Retries after a rate limit (429), a timeout, a connection error or a 5xx answer."""
+    backoff_s: float = 2.0
+    """First retry delay; doubles on every retry (a server's Retry-After wins when longer)."""
+    max_backoff_s: float = 60.0
+    """Upper bound of one retry delay."""
+    temperature: float | None = None
+    """Sampling temperature; None = the endpoint's default (reasoning models accept no other)."""
+    max_completion_tokens: int | None = None
+    """Per-request cap on generated tokens; None = the endpoint's default."""
+    budget_usd: float | None = None
+    """Stop the run cleanly once this much has been spent (estimated from the price table)."""
+    max_tokens: int | None = None
+    """Stop the run cleanly once this many prompt + completion tokens have been used."""
+    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    """Extra or overriding prices: model -> (USD per 1M prompt tokens, USD per 1M completion tokens)."""
+
+
+class RunConfig(BaseModel):
+    """What one `optimize` run does; saved as RUN_DIR/config.json so `--resume` continues the same run."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    kernel: str
+    """Kernel spec name (extract/<kernel>.toml)."""
+    start_source: str = ""
+    """The kernel the run starts from (S0); copied to RUN_DIR/candidates/r00.cu."""
+    rounds: int = 5
+    """Optimization rounds R (the paper used 5)."""
+    shapes: str = "paper"
+    """Shape set the agents optimize on (a named set such as quick or paper, '+'-joined, or 16x4096,...)."""
+    final_shapes: str = "held_out+edge"
+    """Extra shapes of the final evaluation, never shown to the agents; the winner must pass them all."""
+    dtypes: list[str] | None = None
+    """Dtypes to check and time; None = every dtype of the spec."""
+    single_agent: bool = False
+    """One LLM plays every role in one prompt per round (the paper's Table 3 ablation)."""
+    compile_only: bool = False
+    """Build candidates only (no GPU): no correctness or timing, so no winner."""
+    parse_retries: int = 1
+    """How often a malformed or unsafe answer is fed back to the model before the step gives up."""
+    max_test_shapes: int = 8
+    """Most extra shapes the TestingAgent may add."""
+    max_test_bytes: int = 2 << 30
+    """Largest tensor footprint (bytes) of an agent-proposed shape."""
+    trials: int = 3
+    """Correctness trials per shape; the TestingAgent may raise it, never lower it."""
+    llm_profile_summary: bool = True
+    """Let the ProfilingAgent's LLM condense the rule-based profile facts (multi-agent mode)."""
+    finalists: int = 3
+    """How many of the best correct candidates get the final (held-out) evaluation."""
+    min_speedup: float = 1.0
+    """A winner's final geomean speedup must exceed this."""
+    timeout_s: float = 600.0
+    """Per-evaluation timeout handed to the harness."""
+    arch: str | None = None
+    """GPU architecture for builds (e.g. sm_90); None = the current GPU's."""
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    """The model endpoint and the run's spending limits."""
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+                     completion_tokens=self.completion_tokens + other.completion_tokens,
+                     cost_usd=self.cost_usd + other.cost_usd)
+
+
+class Message(BaseModel):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Reply(BaseModel):
+    """One model answer and what it cost."""
+
+    content: str
+    usage: Usage = Field(default_factory=Usage)
+    model: str = ""
+    finish_reason: str = ""
+
+
+class Transcript(BaseModel):
+    """Everything one agent step said and heard (RUN_DIR/transcripts/rNN-<role>.json)."""
+
+    round: int
+    role: str
+    messages: list[Message] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    errors: list[str] = Field(default_factory=list)
+    """Parse / safety errors fed back to the model."""
+
+
+class TestPlan(BaseModel):
+    """The TestingAgent's additions to the test suite T: only ever more shapes and trials."""
+
+    __test__ = False  # not a pytest class
+
+    shapes: list[Shape] = Field(default_factory=list)
+    trials: int = 3
+    rationale: str = ""
+    rejected: list[str] = Field(default_factory=list)
+    """Proposals dropped by validation, with the reason."""
+
+
+class ProfileFacts(BaseModel):
+    """Hardware facts about one evaluated kernel, beyond what EvalResult carries."""
+
+    ncu: dict[str, float] = Field(default_factory=dict)
+    """Nsight Compute metrics (name -> value), when a profiler is available."""
+    registers: int | None = None
+    spill_bytes: int | None = None
+
+
+class ProfileSummary(BaseModel):
+    facts: list[str] = Field(default_factory=list)
+    """Rule-based findings (always present)."""
+    text: str = ""
+    """The summary the planner reads (the LLM's, or the facts joined)."""
+
+
+class Plan(BaseModel):
+    text: str
+
+
+class CodeResult(BaseModel):
+    """The CodingAgent's output: a candidate file, or why there is none this round."""
+
+    candidate: str | None = None
+    """Path of the candidate source (RUN_DIR/candidates/rNN.cu)."""
+    error: str = ""
+    plan: str = ""
+    """Single-agent mode: the plan the same answer gave."""
+    shapes: list[Shape] = Field(default_factory=list)
+    """Single-agent mode: shapes the answer added to the test suite."""
+
+
+class HistoryRow(BaseModel):
+    """One evaluated candidate as the planner sees it."""
+
+    round: int
+    status: str
+    """ok | build | crash | wrong | timeout | unsafe | parse | compiled (compile-only)."""
+    speedup: float | None = None
+    detail: str = ""
+
+
+class RoundContext(BaseModel):
+    """What the planning / coding / single agent reads at the start of a round."""
+
+    round: int
+    rounds: int
+    source: str
+    """The best correct kernel so far (the baseline S0 until a candidate beats it)."""
+    best_round: int = 0
+    best_speedup: float | None = None
+    history: list[HistoryRow] = Field(default_factory=list)
+    last: HistoryRow | None = None
+    """The previous round's attempt, when it is not the best kernel."""
+    last_source: str = ""
+    last_log: str = ""
+    """Build log / failure details of the previous attempt (tail)."""
+    profile: str = ""
+    """The ProfilingAgent's summary of the best kernel."""
+    shapes: list[Shape] = Field(default_factory=list)
+    dtypes: list[str] = Field(default_factory=list)
+
+
+class LogRecord(BaseModel):
+    """One line of rounds.jsonl: a finished step of a round (resume replays these)."""
+
+    model_config = ConfigDict(extra="ignore")
+    round: int
+    role: str
+    """testing | eval | profile | plan | code | single | round | final | stop."""
+    key: str = ""
+    """Distinguishes several records of one role in one round (final evaluations: the candidate)."""
+    usage: Usage = Field(default_factory=Usage)
+    candidate: str | None = None
+    summary: str = ""
+    """One line for humans: build / correctness / timing, or the stop reason."""
+    payload: dict[str, Any] = Field(default_factory=dict)
+    """The step's typed output (TestPlan, Plan, CodeResult, EvalResult, ProfileSummary) as JSON."""
+    time: str = ""
+
+
+class Winner(BaseModel):
+    """The run's result: correct on every test incl. held-out shapes, best geomean speedup."""
+
+    kernel: str
+    source: str
+    """Path of the winning kernel source."""
+    round: int
+    speedup: float
+    """Geomean speedup over the final evaluation's shapes."""
+    final: EvalResult
+    method: Literal["llm", "tuner", "llm+tuner"] = "llm"
+    model: str = ""
+    rounds: int = 0
+    run_id: str = ""
+    started_from: str = ""
+    defines: dict[str, str] = Field(default_factory=dict)
+
+
+class RunOutcome(BaseModel):
+    run_dir: str
+    winner: Winner | None = None
+    rounds_done: int = 0
+    stop_reason: str = ""
+    usage: Usage = Field(default_factory=Usage)
+    report: str = ""

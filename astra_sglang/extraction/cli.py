@@ -1,0 +1,42 @@
+"""The `astra-sglang extract` command (the lead adds `extract` to the CLI group)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from astra_sglang.errors import AstraError
+
+
+@click.command("extract")
+@click.argument("kernel")
+@click.option("--from", "source", metavar="SOURCE", default=None,
+              help="sglang | flashinfer (installed package) | sgl-kernel, or a path: an unpacked sglang / flashinfer "
+                   "package (or a folder holding them) or an SGLang git checkout. Default: the first of the spec's "
+                   "[sources] found installed.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output folder (default work/extract/<kernel>-<source>/; third-party code: keep it git-ignored).")
+def extract(kernel: str, source: str | None, out_dir: Path | None) -> None:
+    """Extract KERNEL's original CUDA into a standalone harness folder.
+
+    Takes the kernel's transitive closure with libclang (device functions, templates and their
+    specializations, macros, constants, types, namespaces), bakes in the configuration it was parsed
+    under, and appends a generated C-ABI launcher (`astra_launch`). Writes kernel.cu, spec.toml and
+    provenance.json. kernel.cu builds with plain nvcc and is accepted as a baseline by `bench`.
+
+    \b
+    Examples:
+      astra-sglang extract silu_and_mul                      # installed sglang's JIT kernel
+      astra-sglang extract rmsnorm --from flashinfer
+      astra-sglang extract merge_state --from ./site-packages/flashinfer
+      astra-sglang extract merge_attn_states_lse --from ~/src/sglang --out work/extract/mas
+      astra-sglang bench rmsnorm --baseline work/extract/rmsnorm-flashinfer/kernel.cu
+    """
+    from astra_sglang.extraction.pipeline import extract as run  # libclang loads only when used
+
+    try:
+        result = run(kernel, source, out_dir)
+    except AstraError as exc:
+        raise click.ClickException(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
+    click.echo(f"extracted {kernel} from {result.source_kind} {result.version}".rstrip()
+               + f": {result.units} units, {result.lines} lines in {result.seconds:.1f}s -> {result.kernel_cu}")

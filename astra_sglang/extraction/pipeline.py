@@ -1,0 +1,77 @@
+"""One extraction end to end: spec -> source -> libclang parse -> closure -> kernel.cu + spec.toml + provenance."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from astra_sglang.errors import AstraError
+from astra_sglang.extraction import clang_env, closure, emit, sources, units
+from astra_sglang.extraction.records import ClangEnv, Closure, SourceRoot
+from astra_sglang.paths import specs_dir
+from astra_sglang.specs.registry import get_spec
+
+
+@dataclass(frozen=True)
+class Extraction:
+    kernel_cu: Path
+    out_dir: Path
+    source_kind: str
+    version: str
+    units: int
+    lines: int
+    seconds: float
+
+
+def default_out_dir(kernel: str, kind: str) -> Path:
+    return Path("work") / "extract" / f"{kernel}-{kind}"
+
+
+def extract(kernel: str, source: str | None = None, out_dir: Path | None = None) -> Extraction:
+    start = time.perf_counter()
+    spec = get_spec(kernel)
+    if not spec.sources:
+        raise AstraError(f"spec {kernel!r} names no sources to extract from")
+    root = sources.locate(list(spec.sources), source)
+    loc = spec.sources[root.kind]
+    main = (root.root / loc.path).resolve()
+    if not main.is_file():
+        raise AstraError(f"source not found: {loc.path} is not in {root.root} ({root.kind} {root.version})".rstrip())
+    launcher = emit.render_launcher(spec, root.kind, loc)
+    env = clang_env.make_env(root)
+    extra = [name for _, name in units.identifiers(launcher)]
+    parsed, result = take_closure(main, root, env, loc.kernel, loc.host_entry, extra, loc.path)
+    texts = {p: ft.text for p, ft in parsed.texts.items()}
+    text = emit.kernel_source(spec, root, loc, result, texts, launcher)
+    out = Path(out_dir) if out_dir else default_out_dir(kernel, root.kind)
+    spec_text = (specs_dir() / f"{kernel}.toml").read_text() if (specs_dir() / f"{kernel}.toml").is_file() else ""
+    seconds = time.perf_counter() - start
+    path = emit.write_outputs(out, spec, spec_text, root, loc, env, result, text, seconds)
+    return Extraction(path, out, root.kind, root.version or root.commit, len(result.units), text.count("\n"), seconds)
+
+
+def take_closure(main: Path, root: SourceRoot, env: ClangEnv, kernel: str, host_entry: str = "",
+                 extra_tokens: list[str] | None = None, label: str = "") -> tuple[units.Parsed, Closure]:
+    """Parse `main` and take the closure of `kernel` (+ `host_entry` and names the launcher uses)."""
+    tu = units.parse(main, env)
+    project = [p.resolve() for p in (root.root, *root.include_dirs)]
+    parsed = units.cut_units(tu, project, main)
+    roots = [u for u in closure.global_functions(parsed, main) if u.name == kernel]
+    if not roots:
+        roots = [u for u in closure.global_functions(parsed) if u.name == kernel]
+    if not roots:
+        _kernel_missing(parsed, main, kernel)
+    if host_entry:
+        entry = closure.find_units(parsed, host_entry)
+        if not entry:
+            raise AstraError(f"host entry {host_entry!r} not found in {label or main.name}")
+        roots += entry
+    return parsed, closure.compute(parsed, roots, extra_tokens or [], env.stub_dir)
+
+
+def _kernel_missing(parsed: units.Parsed, main: Path, name: str) -> None:
+    here = sorted({u.name for u in closure.global_functions(parsed, main)})
+    errors = [closure._fmt(d) for d in parsed.tu.diagnostics if d.severity >= 3][:3]
+    hint = f"; parse errors: {'; '.join(errors)}" if errors and not here else ""
+    raise AstraError(f"kernel {name!r} not found in {main.name}; __global__ functions there: "
+                     f"{', '.join(here) or 'none'}{hint}")

@@ -1,0 +1,401 @@
+"""A patched op: SGLang's calling convention in front, the kernel library (C ABI) behind, the original as
+fallback and as the sampled shadow reference.
+
+Two paths share one core:
+- eager (the normal case, and CUDA-graph capture): a plain Python function calls the launcher directly,
+  with no torch dispatcher in between, because SGLang's own ops cost only 5-10 us per call;
+- under torch.compile the same function routes to the custom op `torch.ops.astra.<op>`, whose schema
+  declares every out / in-place argument as mutated and whose fake implementation does nothing, so
+  dynamo never traces into ctypes and functionalization knows what the kernel writes.
+Anything the kernel does not cover (dtype, shape, device, spec constraint, ASTRA_UNSUPPORTED) is served
+by the original callable.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import logging
+import operator
+import random
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from astra_sglang.patching.stats import OpStats
+from astra_sglang.specs.records import KernelSpec
+
+log = logging.getLogger("astra_sglang.patching")
+
+ASTRA_OK, ASTRA_UNSUPPORTED = 0, -1
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+IGNORED_KWARGS = frozenset({"enable_pdl"})
+"""Launch hints of sgl_kernel entry points: our kernels decide such things themselves."""
+MAX_VERDICTS = 4096
+
+LauncherLike = Callable[[Sequence[torch.Tensor], Sequence[float]], int]
+"""`harness.abi.Launcher` (ctypes) or a stand-in: (tensors, scalars) -> ABI code."""
+
+_is_compiling = torch.compiler.is_compiling
+_LIB: torch.library.Library | None = None
+_ACTIVE: dict[str, "PatchedOp"] = {}
+"""op name -> the PatchedOp the custom op dispatches to (the schema is defined once per process)."""
+
+
+def schema(spec: KernelSpec) -> str:
+    """e.g. `fused_add_rmsnorm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()`."""
+    parts, alias = [], iter("abcdefghijklmnopqrstuvwxyz")
+    for arg in spec.arguments:
+        if arg.kind == "scalar":
+            parts.append(f"float {arg.name}")
+        elif arg.role == "in":
+            parts.append(f"Tensor {arg.name}")
+        else:
+            parts.append(f"Tensor({next(alias)}!) {arg.name}")
+    return f"{spec.name}({', '.join(parts)}) -> ()"
+
+
+def _register_custom_op(spec: KernelSpec) -> None:
+    global _LIB
+    if _LIB is None:
+        _LIB = torch.library.Library("astra", "FRAGMENT")
+    if hasattr(torch.ops.astra, spec.name):
+        return
+    _LIB.define(schema(spec))
+    name = spec.name
+
+    def impl(*values):
+        _ACTIVE[name].run_values(list(values))
+
+    def fake(*values):
+        return None
+
+    _LIB.impl(name, impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"astra::{name}", fake, lib=_LIB)
+
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+
+
+def _shape_fn(expr: str | int) -> Callable[[dict], int]:
+    """A spec shape expression ("2*d") as nested closures: evaluated per call without ast.parse, and
+    traceable by dynamo (sizes may be symbolic there)."""
+    if isinstance(expr, int):
+        return lambda dims: expr
+
+    def build(node: ast.AST) -> Callable[[dict], int]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            value = node.value
+            return lambda dims: value
+        if isinstance(node, ast.Name):
+            name = node.id
+            return lambda dims: dims[name]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            fn, left, right = _BINOPS[type(node.op)], build(node.left), build(node.right)
+            return lambda dims: fn(left(dims), right(dims))
+        raise ValueError(f"unsupported shape expression {expr!r}")
+
+    return build(ast.parse(expr, mode="eval").body)
+
+
+def _names_of(expr: str | int) -> list[str]:
+    if isinstance(expr, int):
+        return []
+    return sorted({n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)})
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _takes_all_positionally(fn: Callable, count: int) -> bool:
+    """flashinfer's merge_state(v_a, s_a, v_b, s_b) returns its outputs instead of writing them."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # builtins and torch ops: assume the spec's convention
+        return True
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= count
+
+
+class PatchedOp:
+    def __init__(self, spec: KernelSpec, launcher: LauncherLike, original: Callable, stats: OpStats, *,
+                 dtypes: Sequence[str] | None = None, verify_rate: float = 0.0, device_type: str = "cuda",
+                 seed: int | None = None):
+        self.spec, self.launcher, self.original, self.stats = spec, launcher, original, stats
+        self.verify_rate = float(verify_rate)
+        self.active = True
+        self._cuda = device_type == "cuda"
+        self._dtypes = {TORCH_DTYPES[d] for d in (dtypes or spec.dtypes)}
+        self._random = random.Random(seed).random
+        args = spec.arguments
+        self._n = len(args)
+        self._index = {a.name: i for i, a in enumerate(args)}
+        self._tidx = [i for i, a in enumerate(args) if a.kind == "tensor"]
+        self._sidx = [i for i, a in enumerate(args) if a.kind == "scalar"]
+        self._defaults = [(i, a.default) for i, a in enumerate(args) if a.kind == "scalar"]
+        self._outs = [i for i, a in enumerate(args) if a.role == "out"]
+        self._mutated = [i for i, a in enumerate(args) if a.kind == "tensor" and a.role != "in"]
+        self._ins = [i for i, a in enumerate(args) if a.role != "out"]
+        self._shapes = [[_shape_fn(e) for e in a.shape] for a in args]
+        self._names_in = [[e if isinstance(e, str) and e in spec.dims else None for e in a.shape] for a in args]
+        self._uses = [[_names_of(e) for e in a.shape] for a in args]
+        # An output shaped and typed like an input (v_merged like v_a) is allocated without solving dims.
+        self._like = {i: next((j for j in self._tidx if args[j].role != "out" and args[j].shape == args[i].shape
+                               and args[j].dtype == args[i].dtype), None) for i in self._outs}
+        self._orig_takes_all = _takes_all_positionally(original, self._n)
+        self._verdicts: dict[tuple, bool] = {}
+        self._events = None
+        _register_custom_op(spec)
+        _ACTIVE[spec.name] = self
+        self.fn = self._make_fn()
+
+    # ---- the patched function -------------------------------------------------------------------------
+    def _make_fn(self) -> Callable:
+        op, stats, original = self, self.stats, self.original
+
+        def patched(*args, **kwargs):
+            if _is_compiling():
+                return op._compiled(args, kwargs)
+            stats.calls += 1
+            if not op.active:
+                stats.fallbacks += 1
+                return original(*args, **kwargs)
+            values = op._bind(args, kwargs)
+            if values is None:
+                stats.fallbacks += 1
+                return original(*args, **kwargs)
+            return op._core(values, args, kwargs)
+
+        for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+            try:
+                setattr(patched, attr, getattr(original, attr))
+            except (AttributeError, TypeError):
+                pass
+        patched.__wrapped__ = original
+        patched.__astra_op__ = self
+        return patched
+
+    def around(self, original: Callable, *args, **kwargs):
+        """SGLang HookRegistry AROUND hook: handed the original, which this op already holds."""
+        return self.fn(*args, **kwargs)
+
+    def disable(self, reason: str) -> None:
+        self.active = False
+        self.stats.disabled_reason = reason
+        log.error("astra-sglang: patch %s disabled in this process: %s", self.spec.name, reason)
+
+    # ---- binding --------------------------------------------------------------------------------------
+    def _bind(self, args: tuple, kwargs: dict) -> list | None:
+        """The caller's arguments in spec order, defaults filled and missing outputs allocated; None when the
+        call uses something the spec does not describe (extra arguments or unknown keywords)."""
+        n = self._n
+        if not kwargs and len(args) == n:
+            values = list(args)
+        else:
+            if len(args) > n:
+                return None
+            values = list(args) + [None] * (n - len(args))
+            for key, value in kwargs.items():
+                i = self._index.get(key)
+                if i is None:
+                    if key in IGNORED_KWARGS:
+                        continue
+                    return None
+                values[i] = value
+        for i, default in self._defaults:
+            if values[i] is None:
+                values[i] = default
+        for i in self._outs:
+            if values[i] is None:
+                j = self._like[i]
+                if j is not None and isinstance(values[j], torch.Tensor):
+                    src = values[j]
+                    values[i] = torch.empty(src.shape, dtype=src.dtype, device=src.device)
+                else:
+                    values[i] = self._allocate(values, i)
+                    if values[i] is None:
+                        return None
+        for i in self._tidx:
+            if not isinstance(values[i], torch.Tensor):
+                return None
+        return values
+
+    def _dims(self, values: list) -> dict | None:
+        """Solve the spec's dims from the given tensors (shape expressions are linear: "tokens", "2*d")."""
+        dims: dict = {}
+        pending = []
+        for i in self._tidx:
+            t = values[i]
+            if not isinstance(t, torch.Tensor):
+                continue
+            names = self._names_in[i]
+            if t.dim() != len(names):
+                return None
+            for j, (name, size) in enumerate(zip(names, t.shape)):
+                if name is not None:
+                    if dims.setdefault(name, size) != size:
+                        return None
+                else:
+                    pending.append((i, j, size))
+        for i, j, size in pending:
+            unknown = [d for d in self._uses[i][j] if d not in dims]
+            if len(unknown) == 1:
+                x, fn = unknown[0], self._shapes[i][j]
+                b = fn({**dims, x: 0})
+                a = fn({**dims, x: 1}) - b
+                if a == 0 or (size - b) % a != 0:
+                    return None
+                dims[x] = (size - b) // a
+        for d in self.spec.dims:
+            if d not in dims:
+                return None
+        return dims
+
+    def _allocate(self, values: list, i: int) -> torch.Tensor | None:
+        dims = self._dims(values)
+        if dims is None:
+            return None
+        arg = self.spec.arguments[i]
+        like = values[self._tidx[0]]
+        dtype = torch.float32 if arg.dtype == "float32" else next(
+            values[j].dtype for j in self._tidx if self.spec.arguments[j].dtype == "T" and values[j] is not None)
+        return torch.empty([fn(dims) for fn in self._shapes[i]], dtype=dtype, device=like.device)
+
+    def _verdict(self, tensors: list) -> bool:
+        """Is this dtype/shape combination covered (spec dims consistent, dtype patched, constraints hold)?"""
+        values: list = [None] * self._n
+        for i, t in zip(self._tidx, tensors):
+            values[i] = t
+        dims = self._dims(values)
+        if dims is None or not self.spec.supports(tuple(dims[d] for d in self.spec.dims)):
+            return False
+        t_dtypes = set()
+        for i, t in zip(self._tidx, tensors):
+            arg = self.spec.arguments[i]
+            if tuple(t.shape) != tuple(fn(dims) for fn in self._shapes[i]):
+                return False
+            if arg.dtype == "float32":
+                if t.dtype != torch.float32:
+                    return False
+            else:
+                t_dtypes.add(t.dtype)
+        return len(t_dtypes) == 1 and t_dtypes <= self._dtypes
+
+    # ---- core -----------------------------------------------------------------------------------------
+    def _core(self, values: list, args: tuple | None, kwargs: dict | None):
+        """`values` bound; `args`/`kwargs` the caller's call for the eager fallback, or None inside the custom
+        op (then the original writes into `values`)."""
+        tensors = [values[i] for i in self._tidx]
+        if tensors[0].is_cuda is not self._cuda:
+            return self._fallback(values, args, kwargs)
+        key = tuple([(t.shape, t.dtype) for t in tensors])
+        ok = self._verdicts.get(key)
+        if ok is None:
+            if len(self._verdicts) >= MAX_VERDICTS:
+                self._verdicts.clear()
+            ok = self._verdicts[key] = self._verdict(tensors)
+        if not ok:
+            return self._fallback(values, args, kwargs)
+        scalars = [values[i] for i in self._sidx]
+        if self.verify_rate and self._random() < self.verify_rate and not _capturing():
+            return self._shadow(values, tensors, scalars, args, kwargs)
+        code = self.launcher(tensors, scalars)
+        if code == ASTRA_OK:
+            self.stats.kernel_calls += 1
+            return self._result(values)
+        if code != ASTRA_UNSUPPORTED:
+            self.disable(f"kernel launch returned cudaError {code}")
+        return self._fallback(values, args, kwargs)
+
+    def run_values(self, values: list) -> None:
+        """The custom op's implementation (compiled graphs): same core, results written into `values`."""
+        self.stats.calls += 1
+        if not self.active:
+            self.stats.fallbacks += 1
+            self.call_original_into(values)
+            return
+        self._core(values, None, None)
+
+    def _compiled(self, args: tuple, kwargs: dict):
+        values = self._bind(args, kwargs)
+        if values is None:
+            return self.original(*args, **kwargs)
+        getattr(torch.ops.astra, self.spec.name)(*values)
+        return self._result(values)
+
+    def _result(self, values: list):
+        """SGLang's convention: outputs returned (one tensor or a tuple); in-place-only ops return None."""
+        if not self._outs:
+            return None
+        if len(self._outs) == 1:
+            return values[self._outs[0]]
+        return tuple(values[i] for i in self._outs)
+
+    def _fallback(self, values: list, args: tuple | None, kwargs: dict | None):
+        self.stats.fallbacks += 1
+        if args is not None:
+            return self.original(*args, **(kwargs or {}))
+        self.call_original_into(values)
+        return None
+
+    def call_original_into(self, values: list) -> None:
+        """Run the original so that its results land in `values` (spec convention)."""
+        if self._orig_takes_all:
+            self.original(*values)
+            return
+        result = self.original(*[values[i] for i in self._ins])
+        for i, r in zip(self._outs, result if isinstance(result, (tuple, list)) else (result,)):
+            values[i].copy_(r)
+
+    # ---- sampled shadow validation and timing -----------------------------------------------------------
+    def _shadow(self, values, tensors, scalars, args, kwargs):
+        clones = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+        on_gpu = tensors[0].is_cuda
+        if on_gpu:
+            if self._events is None:
+                self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+            e0, e1, e2 = self._events
+            e0.record()
+        t0 = time.perf_counter()
+        code = self.launcher(tensors, scalars)
+        t1 = time.perf_counter()
+        if on_gpu:
+            e1.record()
+        if code != ASTRA_OK:
+            if code != ASTRA_UNSUPPORTED:
+                self.disable(f"kernel launch returned cudaError {code}")
+            return self._fallback(values, args, kwargs)
+        self.stats.kernel_calls += 1
+        self.stats.shadow_checks += 1
+        self.call_original_into(clones)
+        t2 = time.perf_counter()
+        if on_gpu:
+            e2.record()
+            e2.synchronize()
+            self.stats.add_timing(e0.elapsed_time(e1) * 1e3, e1.elapsed_time(e2) * 1e3)
+        else:
+            self.stats.add_timing((t1 - t0) * 1e6, (t2 - t1) * 1e6)
+        bad = [self._mismatch(values[i], clones[i], self.spec.arguments[i].name) for i in self._mutated]
+        bad = [b for b in bad if b]
+        if bad:
+            self.stats.shadow_mismatches += 1
+            for i in self._mutated:  # this call returns the original's result
+                values[i].copy_(clones[i])
+            shape = "x".join(map(str, tensors[0].shape))
+            self.disable(f"shadow mismatch vs the original at {shape} {tensors[0].dtype}: {'; '.join(bad)}")
+        return self._result(values)
+
+    def _mismatch(self, ours: torch.Tensor, theirs: torch.Tensor, name: str) -> str:
+        """'' when every element is within the spec's tolerance for that tensor's dtype. Where the original
+        is NaN (e.g. sgl-kernel's 0/0 when both LSEs are -inf) the element is not judged: a baseline defect."""
+        tol = self.spec.tolerance.get(str(ours.dtype).removeprefix("torch."))
+        if tol is None:
+            return f"{name}: dtype {ours.dtype} has no tolerance"
+        a, b = ours.double(), theirs.double()
+        ok = ((a - b).abs() <= tol.atol + tol.rtol * b.abs()) | (a == b) | torch.isnan(b)
+        if bool(ok.all()):
+            return ""
+        worst = ((a - b).abs() / (tol.atol + tol.rtol * b.abs())).nan_to_num(float("inf")).max().item()
+        return f"{name}: {int((~ok).sum())} of {ok.numel()} elements off (worst {worst:.3g}x tolerance)"

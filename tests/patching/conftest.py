@@ -1,0 +1,101 @@
+"""Fixtures of the patch-back tests: a patch folder whose targets live in small fake modules (SGLang binds
+its kernel names only on CUDA builds), a CPU stand-in launcher, and a torchvision shim for SGLang's import
+chain where the installed torchvision cannot load against CPU torch."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))  # spawn_children is imported by name in spawned children
+
+FAKE_KERNELS = '''
+import torch
+
+def silu_and_mul(input, out=None):
+    if out is None:
+        out = input.new_empty(*input.shape[:-1], input.shape[-1] // 2)
+    d = out.shape[-1]
+    out.copy_(torch.nn.functional.silu(input[..., :d].double()) * input[..., d:].double())
+    return out
+'''
+FAKE_LAYERS = '''
+from astra_fake_kernels import silu_and_mul  # a `from x import f` copy, as SGLang's layers do
+
+def forward(x):
+    return silu_and_mul(x)
+'''
+
+
+def _torchvision_loads() -> bool:
+    if importlib.util.find_spec("torchvision") is None:
+        return False
+    try:
+        import torchvision.io  # noqa: F401
+        return True
+    except Exception:  # noqa: BLE001 - a CUDA build against CPU torch
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def torchvision_shim(tmp_path_factory):
+    """sglang.srt.utils.common does `from torchvision.io import decode_jpeg` at import; registry torchvision
+    wheels are CUDA builds that fail to load next to CPU torch. The shim provides just that name."""
+    if _torchvision_loads():
+        yield None
+        return
+    root = tmp_path_factory.mktemp("shim")
+    (root / "torchvision").mkdir()
+    (root / "torchvision" / "__init__.py").write_text("__version__ = '0.0.0+astra-test-shim'\n")
+    (root / "torchvision" / "io.py").write_text("def decode_jpeg(*a, **k):\n    raise NotImplementedError\n")
+    sys.path.insert(0, str(root))
+    yield root
+
+
+@pytest.fixture
+def fake_modules(tmp_path, monkeypatch):
+    folder = tmp_path / "fakepkgs"
+    folder.mkdir()
+    (folder / "astra_fake_kernels.py").write_text(textwrap.dedent(FAKE_KERNELS))
+    (folder / "astra_fake_layers.py").write_text(textwrap.dedent(FAKE_LAYERS))
+    monkeypatch.syspath_prepend(str(folder))
+    yield folder
+    for name in ("astra_fake_kernels", "astra_fake_layers"):
+        sys.modules.pop(name, None)
+
+
+def write_patch(root: Path, op: str = "silu_and_mul", targets=("astra_fake_layers:silu_and_mul",),
+                enabled: bool = True) -> Path:
+    folder = root / op
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kernel.cu").write_text("// stand-in: the tests never build it\n")
+    manifest = {"op": op, "dtypes": ["float32", "bfloat16"], "targets": list(targets), "enabled": enabled,
+                "provenance": {"method": "hand", "notes": "test"},
+                "measured": [{"shape": [16, 4096], "dtype": "bfloat16", "candidate_us": 2.0, "baseline_us": 3.0,
+                              "speedup": 1.5}]}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+@pytest.fixture
+def patch_dir(tmp_path):
+    root = tmp_path / "patches"
+    write_patch(root)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def fresh_runtime():
+    from astra_sglang.patching import runtime
+
+    runtime.reset()
+    yield
+    runtime.reset()
+    runtime.set_launcher_factory(None)

@@ -1,0 +1,116 @@
+"""CLI: patch list/enable/disable/verify, report, launch --dry-run, and their error paths."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import write_patch
+
+from astra_sglang.patching import cli
+from astra_sglang.patching.stats import OpStats, StatsWriter
+
+
+@pytest.fixture
+def run():
+    runner = CliRunner()
+    return lambda command, *args: runner.invoke(command, [str(a) for a in args])
+
+
+def test_list(run, patch_dir):
+    write_patch(patch_dir, op="rmsnorm", targets=(), enabled=False)
+    result = run(cli.patch_group, "list", "--patches", patch_dir)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split()[:3] == ["op", "enabled", "method"]
+    assert any(line.startswith("silu_and_mul") and "yes" in line and "1.50x" in line for line in lines)
+    assert any(line.startswith("rmsnorm") and " no " in line and "sglang.srt.layers.layernorm:rmsnorm" in line
+               for line in lines)
+
+
+def test_list_empty_and_missing(run, tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert "no patches" in run(cli.patch_group, "list", "--patches", tmp_path / "empty").output
+    result = run(cli.patch_group, "list", "--patches", tmp_path / "missing")
+    assert result.exit_code == 1 and "patch folder not found" in result.output
+
+
+def test_enable_disable(run, patch_dir):
+    result = run(cli.patch_group, "disable", "silu_and_mul", "--patches", patch_dir)
+    assert result.exit_code == 0 and "silu_and_mul: disabled" in result.output
+    assert json.loads((patch_dir / "silu_and_mul" / "manifest.json").read_text())["enabled"] is False
+    assert run(cli.patch_group, "enable", "silu_and_mul", "--patches", patch_dir).exit_code == 0
+    assert json.loads((patch_dir / "silu_and_mul" / "manifest.json").read_text())["enabled"] is True
+
+
+def test_enable_unknown(run, patch_dir):
+    result = run(cli.patch_group, "enable", "nope", "--patches", patch_dir)
+    assert result.exit_code == 1 and "no patch 'nope'" in result.output and "silu_and_mul" in result.output
+
+
+def test_verify_without_gpu(run, patch_dir):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    result = run(cli.patch_group, "verify", "silu_and_mul", "--patches", patch_dir)
+    assert result.exit_code == 1 and "needs a CUDA GPU" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_launch_dry_run_import_hook(run, tmp_path, monkeypatch):
+    root = tmp_path / "p"
+    write_patch(root, targets=("sglang.srt.layers.layernorm:rmsnorm",))  # resolved statically in the pinned SGLang
+    result = run(cli.launch_cmd, "--patches", root, "--mechanism", "import-hook", "--no-build", "--verify-rate",
+                 "0.01", "--stats-dir", tmp_path / "st", "--dry-run", "--", "--model-path", "m", "--port", "1")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "via import-hook" in out and "ASTRA_SGLANG_TARGET_MODULES=sglang.srt.layers.layernorm" in out
+    assert "ASTRA_SGLANG_VERIFY_RATE=0.01" in out and "PYTHONPATH=" in out
+    assert out.strip().splitlines()[-1].endswith("-m sglang.launch_server --model-path m --port 1")
+
+
+def test_launch_auto_picks_import_hook_without_entry_point(run, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli.hook, "plugin_available", lambda: False)
+    root = tmp_path / "p"
+    write_patch(root, targets=("sglang.srt.layers.activation:silu_and_mul",))
+    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run", "--", "--model-path", "m")
+    assert result.exit_code == 0 and "via import-hook" in result.output
+    result = run(cli.launch_cmd, "--patches", root, "--mechanism", "plugin", "--no-build", "--dry-run")
+    assert result.exit_code == 1 and "plugin mechanism needs" in result.output
+
+
+def test_launch_plugin_extends_allow_list(run, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli.hook, "plugin_available", lambda: True)
+    monkeypatch.setenv("SGLANG_PLUGINS", "other")
+    root = tmp_path / "p"
+    write_patch(root, targets=("sglang.srt.layers.activation:silu_and_mul",))
+    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run")
+    assert result.exit_code == 0 and "via plugin" in result.output
+    assert "SGLANG_PLUGINS=other,astra_sglang" in result.output
+
+
+def test_launch_errors(run, tmp_path):
+    root = tmp_path / "p"
+    write_patch(root, targets=("sglang.srt.layers.layernorm:not_a_kernel",))
+    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run")
+    assert result.exit_code == 1 and "not_a_kernel" in result.output
+    write_patch(root, targets=("sglang.srt.layers.layernorm:rmsnorm",), enabled=False)
+    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run")
+    assert result.exit_code == 1 and "no enabled patches" in result.output
+    result = run(cli.launch_cmd, "--patches", root, "--verify-rate", "2", "--dry-run")
+    assert result.exit_code == 2
+
+
+def test_report(run, tmp_path):
+    writer = StatsWriter(tmp_path / "run1", "plugin", interval_s=0)
+    stats: OpStats = writer.op("silu_and_mul")
+    stats.calls, stats.kernel_calls, stats.shadow_checks = 10, 9, 2
+    stats.add_timing(2.0, 3.0)
+    writer.write()
+    result = run(cli.report_cmd, "--stats-dir", tmp_path)  # the newest run folder inside
+    assert result.exit_code == 0, result.output
+    row = [line for line in result.output.splitlines() if "silu_and_mul" in line][0].split()
+    assert row[1:7] == ["plugin", "silu_and_mul", "10", "9", "0", "0/2"] and row[7] == "2.0/3.0"
+    result = run(cli.report_cmd, "--stats-dir", tmp_path / "nothing")
+    assert result.exit_code == 1 and "no astra-sglang stats" in result.output
