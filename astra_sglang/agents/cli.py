@@ -45,12 +45,13 @@ def llm_configured(llm: str | None, base_url: str | None, api_key: str | None) -
     return bool(llm or base_url or api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
 
 
-def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, evaluator) -> Winner | None:
-    try:
-        from astra_sglang.tuner import run_tuner
-    except ImportError:
-        raise AstraError("tuner not available: pass --llm MODEL (and an endpoint) to optimize with an LLM") from None
-    return run_tuner(spec, start, rounds, run_dir, evaluator)
+def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, evaluator,
+                   baseline: str | None = None) -> Winner | None:
+    from astra_sglang.harness.records import KernelSource
+    from astra_sglang.tuner import run_tuner
+
+    return run_tuner(spec, start, rounds, run_dir, evaluator, echo=click.echo,
+                     baseline=KernelSource(path=baseline) if baseline else None)
 
 
 @click.command("optimize")
@@ -72,11 +73,14 @@ def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, ev
 @click.option("--max-tokens", type=int, help="Stop cleanly once this many tokens are used.")
 @click.option("--shapes", default="paper", show_default=True, help="Shapes the agents optimize on: a set "
               "(quick, paper, models, edge; '+'-joined) or a list like 16x4096,32x8192.")
+@click.option("--baseline", metavar="FILE|py:MODULE:FUNC", help="Measure speedups against this (e.g. "
+              "py:sgl_kernel:fused_add_rmsnorm, SGLang's own op); default: the start kernel (LLM loop) or our "
+              "first kernel (tuner).")
 @click.option("--compile-only", is_flag=True, help="Build candidates only (machines without a GPU).")
 @click.option("--patches-dir", type=click.Path(file_okay=False), help="Also write the winner there "
               "(e.g. patches/); it is always written to RUN_DIR/patch/.")
 def optimize(kernel, start, rounds, llm, base_url, api_key, out, resume_dir, single_agent, budget_usd, max_tokens,
-             shapes, compile_only, patches_dir):
+             shapes, baseline, compile_only, patches_dir):
     """Optimize KERNEL with Astra's agents (testing, profiling, planning, coding) for R rounds.
 
     Every candidate is safety-checked, then built, checked and timed in an isolated process; the winner
@@ -113,13 +117,16 @@ def optimize(kernel, start, rounds, llm, base_url, api_key, out, resume_dir, sin
     run_dir = Path(out or Path("runs") / f"{spec.name}-{dt.datetime.now():%Y%m%d-%H%M%S}")
     if not llm_configured(llm, base_url, api_key):
         click.echo("no LLM configured (--llm / OPENAI_API_KEY / OPENAI_BASE_URL): running the built-in tuner")
-        winner = run_tuner_path(spec, start_path, rounds or 5, run_dir, evaluator)
+        if baseline and not baseline.startswith("py:"):
+            baseline = str(Path(baseline).resolve())
+        winner = run_tuner_path(spec, start_path, rounds or 5, run_dir, evaluator, baseline)
         _summary(RunOutcome(run_dir=str(run_dir), winner=winner, rounds_done=rounds or 5), spec, patches_dir,
                  write_patch, tuner=True)
         return
     llm_config = LLMConfig(model=llm or "o4-mini", base_url=base_url, api_key=api_key, budget_usd=budget_usd,
                            max_tokens=max_tokens)
-    config = RunConfig(kernel=spec.name, start_source=str(start_path), rounds=rounds or 5, shapes=shapes,
+    config = RunConfig(kernel=spec.name, start_source=str(start_path), baseline=baseline or "", rounds=rounds or 5,
+                       shapes=shapes,
                        single_agent=single_agent, compile_only=compile_only, llm=llm_config)
     click.echo(f"optimizing {spec.name} from {start_path} with {llm_config.model}; run dir {run_dir}")
     outcome = run(config, run_dir, evaluator, OpenAIModel(llm_config), echo=click.echo)

@@ -66,7 +66,8 @@ class Optimizer:
 
     def evaluate(self, path: str | Path, label: str, shapes: list[Shape], trials: int) -> EvalResult:
         req = EvalRequest(kernel=self.spec.name, candidate=KernelSource(path=str(path), label=label),
-                          baseline=KernelSource(path=str(self.baseline), label="baseline"), shapes=shapes,
+                          baseline=KernelSource(path=self.config.baseline or str(self.baseline), label="baseline"),
+                          shapes=shapes,
                           dtypes=self.dtypes, compile_only=self.config.compile_only, trials=trials,
                           arch=self.config.arch, timeout_s=self.config.timeout_s)
         result = self.evaluator(req)

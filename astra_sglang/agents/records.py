@@ -54,6 +54,9 @@ class RunConfig(BaseModel):
     """Kernel spec name (extract/<kernel>.toml)."""
     start_source: str = ""
     """The kernel the run starts from (S0); copied to RUN_DIR/candidates/r00.cu."""
+    baseline: str = ""
+    """What speedups are measured against: a .cu file or py:MODULE:FUNCTION (e.g. SGLang's own op);
+    empty = the start kernel S0, as in the paper."""
     rounds: int = 5
     """Optimization rounds R (the paper used 5)."""
     shapes: str = "paper"

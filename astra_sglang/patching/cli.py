@@ -178,26 +178,10 @@ def report_cmd(stats_dir):
                              "us ours/orig", "status"]))
 
 
-@click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@PATCHES_OPTION
-@click.option("--verify-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
-              help="Probability per call of a shadow run of the original on cloned inputs (and timing of both).")
-@click.option("--stats-dir", type=click.Path(path_type=Path), default=None,
-              help="Per-process stats files (default: ./astra-stats/<timestamp>).")
-@click.option("--mechanism", type=click.Choice(["auto", *hook.MECHANISMS]), default="auto", show_default=True,
-              help="How patches reach SGLang's spawned processes.")
-@click.option("--no-build", is_flag=True, help="Skip pre-building the kernels (workers build on first use).")
-@click.option("--dry-run", is_flag=True, help="Print the environment and command instead of running them.")
-@click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
-@_errors
-def launch_cmd(patches, verify_rate, stats_dir, mechanism, no_build, dry_run, server_args):
-    """Start `python -m sglang.launch_server` with the enabled patches in every SGLang process.
-
-    \b
-    Examples:
-      astra-sglang launch -- --model-path ./llama-8b --load-format dummy
-      astra-sglang launch --verify-rate 0.01 --mechanism import-hook -- --model-path M
-    """
+def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Path | None = None,
+                   mechanism: str = "auto", no_build: bool = False, server_args=(), warn=lambda msg: None):
+    """(env, argv, summary line) of `python -m sglang.launch_server SERVER_ARGS` with the enabled patches in
+    every SGLang process: what `launch` execs, and what `ab` starts as its patched arm. Raises AstraError."""
     from astra_sglang.patching.runtime import ENV_MECHANISM, ENV_TARGET_MODULES, RuntimeConfig
 
     store = PatchStore(patches)
@@ -209,7 +193,7 @@ def launch_cmd(patches, verify_rate, stats_dir, mechanism, no_build, dry_run, se
         for target in entry.targets:
             check = static_check(target)
             if check.status == "not-installed":
-                click.echo(f"warning: {entry.op}: {check.detail}; {target} skipped", err=True)
+                warn(f"{entry.op}: {check.detail}; {target} skipped")
             elif check.status != "ok":
                 raise AstraError(f"patch {entry.op}: target {target} not found: {check.detail}")
             else:
@@ -234,8 +218,34 @@ def launch_cmd(patches, verify_rate, stats_dir, mechanism, no_build, dry_run, se
         folder = hook.write_sitecustomize()
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH", "")]))
     command = [sys.executable, "-m", "sglang.launch_server", *server_args]
-    click.echo(f"astra-sglang: {len(entries)} patch(es) [{', '.join(e.op for e in entries)}] via {mechanism}; "
+    summary = (f"astra-sglang: {len(entries)} patch(es) [{', '.join(e.op for e in entries)}] via {mechanism}; "
                f"stats in {config.stats_dir}")
+    return env, command, summary
+
+
+@click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@PATCHES_OPTION
+@click.option("--verify-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Probability per call of a shadow run of the original on cloned inputs (and timing of both).")
+@click.option("--stats-dir", type=click.Path(path_type=Path), default=None,
+              help="Per-process stats files (default: ./astra-stats/<timestamp>).")
+@click.option("--mechanism", type=click.Choice(["auto", *hook.MECHANISMS]), default="auto", show_default=True,
+              help="How patches reach SGLang's spawned processes.")
+@click.option("--no-build", is_flag=True, help="Skip pre-building the kernels (workers build on first use).")
+@click.option("--dry-run", is_flag=True, help="Print the environment and command instead of running them.")
+@click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
+@_errors
+def launch_cmd(patches, verify_rate, stats_dir, mechanism, no_build, dry_run, server_args):
+    """Start `python -m sglang.launch_server` with the enabled patches in every SGLang process.
+
+    \b
+    Examples:
+      astra-sglang launch -- --model-path ./llama-8b --load-format dummy
+      astra-sglang launch --verify-rate 0.01 --mechanism import-hook -- --model-path M
+    """
+    env, command, summary = patched_server(patches, verify_rate, stats_dir, mechanism, no_build, server_args,
+                                           warn=lambda msg: click.echo(f"warning: {msg}", err=True))
+    click.echo(summary)
     if dry_run:
         for key in sorted(k for k in env if k.startswith(("ASTRA_SGLANG_", "SGLANG_PLUGINS", "PYTHONPATH"))):
             click.echo(f"{key}={env[key]}")
