@@ -62,8 +62,8 @@ def kernels() -> None:
 @click.argument("kernel")
 @click.option("--candidate", type=click.Path(exists=True, dir_okay=False), help="Kernel .cu to evaluate "
               "(default: our own first kernel for KERNEL).")
-@click.option("--baseline", type=click.Path(exists=True, dir_okay=False), help="Kernel .cu to compare against "
-              "(default: our own first kernel), e.g. an extracted DIR/kernel.cu.")
+@click.option("--baseline", help="Kernel .cu to compare against (default: our own first kernel), e.g. an "
+              "extracted DIR/kernel.cu, or py:MODULE:FUNCTION for a Python op such as py:sgl_kernel:rmsnorm.")
 @click.option("--shapes", default="quick", show_default=True,
               help="Shape set (quick, paper, models, edge, held_out, all; join with '+') or a list like 16x4096,32x8192.")
 @click.option("--dtypes", default="bfloat16,float16", show_default=True, help="Comma-separated dtypes.")
@@ -101,6 +101,8 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, t
     unsupported = [d for d in dtype_list if d not in spec.dtypes]
     if unsupported:
         raise AstraError(f"{kernel} does not support {unsupported}; it supports {spec.dtypes}")
+    if baseline and not baseline.startswith("py:") and not Path(baseline).is_file():
+        raise AstraError(f"baseline not found: {baseline}")
     knobs = dict(d.split("=", 1) if "=" in d else (d, "1") for d in defines)
     req = EvalRequest(kernel=kernel, candidate=KernelSource(path=str(Path(candidate or default_baseline(kernel))),
                                                              defines=knobs,

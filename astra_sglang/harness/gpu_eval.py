@@ -23,7 +23,14 @@ def python_op(spec: KernelSpec, path: str):
 
     def launch(tensors, scalars) -> int:
         ts, ss = iter(tensors), iter(scalars)
-        fn(*[next(ts) if k == "tensor" else next(ss) for k in kinds])
+        try:
+            fn(*[next(ts) if k == "tensor" else next(ss) for k in kinds])
+        except (ValueError, TypeError, NotImplementedError, AssertionError):
+            return -1  # the original op refuses this shape/dtype (e.g. alignment): it does not cover it
+        except RuntimeError as exc:
+            if "CUDA" in str(exc):  # a device fault: the context is gone, let the worker report it
+                raise
+            return -1  # a dispatch refusal such as "failed to dispatch data type Float"
         return 0
 
     return launch

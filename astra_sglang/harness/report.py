@@ -51,7 +51,8 @@ def print_result(result: EvalResult, console: Console | None = None) -> None:
 
 def write_jsonl(result: EvalResult, path: str | Path) -> None:
     """One line per shape (flat, for pandas/jq) plus a summary line; appends."""
-    meta = {"kernel": result.kernel, "candidate": result.candidate, "baseline": result.baseline, "gpu": result.gpu,
+    meta = {"kernel": result.kernel, "candidate_label": result.candidate, "baseline_label": result.baseline,
+            "gpu": result.gpu,
             "roofline_gbps": result.roofline_gbps, "empty_kernel_us": result.empty_kernel_us}
     with Path(path).open("a") as f:
         for s in result.shapes:

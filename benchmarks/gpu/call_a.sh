@@ -4,7 +4,7 @@
 # Usage (repo root, GPU machine; carry .stage and work/ with extracted kernels): bash benchmarks/gpu/call_a.sh OUTDIR
 set -u
 OUTDIR=${1:?OUTDIR}; mkdir -p "$OUTDIR"
-source benchmarks/gpu/setup.sh | tee "$OUTDIR/env.txt"
+source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt"; cat "$OUTDIR/env.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$OUTDIR/env.txt"
 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -30 > "$OUTDIR/pytest-gpu.txt"; tail -5 "$OUTDIR/pytest-gpu.txt"
 export ASTRA_SGLANG_CACHE=/tmp/astra-cost-cache; rm -rf $ASTRA_SGLANG_CACHE
