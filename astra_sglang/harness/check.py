@@ -106,8 +106,10 @@ class Checker:
         shape = (1, *self.shape[1:])
         if not self.spec.supports(shape):
             shape = self.shape
-        args = fill(self.spec, allocate(self.spec, shape, self.dtype, self.device), self.gen)
-        runner(args)
+        # Kept alive for the whole check: a freed warm-up buffer would hand its address to the next
+        # allocation and make a kernel that caches on pointers fail for the wrong reason.
+        self._warm = fill(self.spec, allocate(self.spec, shape, self.dtype, self.device), self.gen)
+        runner(self._warm)
         torch.cuda.synchronize()
 
     def run(self, runner: Runner, edge_cases: bool = True) -> Verdict:

@@ -36,6 +36,14 @@ def python_op(spec: KernelSpec, path: str):
     return launch
 
 
+def _blame(who: str, step):
+    """Run a check step; a CUDA fault surfaces at the sync right after the faulting call, so name its side."""
+    try:
+        return step()
+    except RuntimeError as exc:
+        raise RuntimeError(f"in the {who}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from exc
+
+
 class GpuSession:
     def __init__(self, spec: KernelSpec, candidate_lib: str, baseline_lib: str, probes_lib: str, req: EvalRequest):
         self.spec, self.req = spec, req
@@ -71,13 +79,15 @@ class GpuSession:
     def _check(self, row: ShapeResult, shape, dtype) -> None:
         seed = self.req.seed * 7919 + zlib.crc32(repr((shape, dtype)).encode()) % 100_000
         cand, base = self._runner(self.candidate), self._runner(self.baseline)
-        verdict = Checker(self.spec, shape, dtype, self.device, seed).run(cand, self.req.edge_cases)
+        verdict = _blame("candidate", lambda: Checker(self.spec, shape, dtype, self.device, seed).run(
+            cand, self.req.edge_cases))
         row.correct = verdict.ok if verdict.covered else None
         row.reason, row.max_err_ratio = verdict.reason, verdict.err_ratio if verdict.covered else None
         if not verdict.covered:
             row.covered = False
             return
-        base_verdict = Checker(self.spec, shape, dtype, self.device, seed).run(base, self.req.edge_cases)
+        base_verdict = _blame("baseline", lambda: Checker(self.spec, shape, dtype, self.device, seed).run(
+            base, self.req.edge_cases))
         if not base_verdict.ok:
             row.baseline_defect = base_verdict.reason
         elif verdict.ok:

@@ -1,0 +1,320 @@
+// fused_add_rmsnorm (astra-sglang shipped kernel, hand-written), in place:
+//   s = input + residual; residual <- s (rounded to T); input <- s * rsqrt(mean(s^2) + eps) * weight.
+// Tensors (spec order): input [T, d] (inplace), residual [T, d] (inplace), weight [d]; scalars: eps.
+//
+// Design (4 * T * d elements moved, a few flops each: memory/latency bound):
+//  - Register path: one row per group of THREADS threads (ROWS groups per block), the whole row held in
+//    registers, so input and residual are read ONCE, reduced, and both written: the fewest bytes. All
+//    of a thread's input, residual and weight loads (VPT 16-byte vectors each) are issued before the first
+//    use. The residual is rounded to T as it is stored and the output is computed from that rounded s
+//    (the spec allows either; it keeps one packed copy of the row in registers instead of fp32).
+//  - Loop path, for rows wider than the register path holds (d > THREADS * VPT * vector width): pass 1
+//    reads input and residual and reduces; pass 2 re-reads them (L2) and writes both. Each element is
+//    read and written by the same thread, so in-place is safe without a copy of the row.
+//  - 16-byte vectors when pointers, d and strides allow; else one element per access (any d, d = 1).
+//  - Warp-shuffle reduction; one shared-memory exchange across the warps of a row.
+//  - Optional PDL: griddepcontrol.wait before any memory access keeps stream order exact.
+//
+// Tuner knobs (template parameters of astra_launch_cfg, in this order):
+// astra:knob THREADS 32 64 128 256 512 1024
+// astra:knob VPT 1 2 4 8
+// astra:knob ROWS 1 2 4
+// astra:knob PDL 0 1
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include "astra_abi.h"
+
+namespace {
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// N elements of T moved as ONE access of N * sizeof(T) bytes (16 on the vector path). Explicit PTX
+// vector instructions: built from memcpy'd structs, nvcc split some 16-byte stores into 4-byte ones
+// (fp32 and merge paths, seen in the SASS). load_ro: read-only data (non-coherent path); load/store:
+// volatile with a memory clobber, so in-place reads stay ordered before the writes that follow them.
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T e[N]; };
+
+template <typename T, int N> __device__ __forceinline__ Vec<T, N> load_ro(const T* p) {
+  Vec<T, N> v;
+  if constexpr (sizeof(T) * N == 16) {
+    uint32_t w[4];
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
+    __builtin_memcpy(&v, w, 16);
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e) v.e[e] = p[e];
+  }
+  return v;
+}
+template <typename T, int N> __device__ __forceinline__ Vec<T, N> load(const T* p) {
+  Vec<T, N> v;
+  if constexpr (sizeof(T) * N == 16) {
+    uint32_t w[4];
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p) : "memory");
+    __builtin_memcpy(&v, w, 16);
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e) v.e[e] = p[e];
+  }
+  return v;
+}
+template <typename T, int N> __device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
+  if constexpr (sizeof(T) * N == 16) {
+    uint32_t w[4];
+    __builtin_memcpy(w, &v, 16);
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e) p[e] = v.e[e];
+  }
+}
+
+template <bool PDL> __device__ __forceinline__ void pdl_wait() {
+  if constexpr (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+template <bool PDL> __device__ __forceinline__ void pdl_trigger() {
+  if constexpr (PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the THREADS threads of row group threadIdx.y; every thread gets the total. red[ROWS][WARPS].
+// The caller must __syncthreads() before red is written again.
+template <int THREADS, int ROWS>
+__device__ __forceinline__ float row_sum(float v, float (*red)[(THREADS + 31) / 32]) {
+  v = warp_sum(v);
+  if constexpr (THREADS > 32) {
+    constexpr int WARPS = THREADS / 32;
+    if (threadIdx.x % 32 == 0) red[threadIdx.y][threadIdx.x / 32] = v;
+    __syncthreads();
+    v = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) v += red[threadIdx.y][w];  // broadcast reads, fixed order
+  }
+  return v;
+}
+
+// Register path: rows of up to THREADS * VPT vectors. blockDim = (THREADS, ROWS).
+// With one vector per thread, ask ptxas for a full SM (2048 threads, so <= 32 registers): unbounded, the
+// bf16 build took 42-45 registers at 1024 threads, one block per SM, and ran 2048x8192 in 45.2 us against
+// 35.6 us for the 32-register fp16 build (H200, 2026-11-21).
+template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL>
+__global__ void __launch_bounds__(THREADS * ROWS, VPT == 1 ? 2048 / (THREADS * ROWS) : 1)
+far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, int64_t rows, int nvec, int d,
+               int64_t x_stride, int64_t r_stride, float eps) {
+  __shared__ float red[ROWS][(THREADS + 31) / 32];
+  pdl_wait<PDL>();
+  pdl_trigger<PDL>();
+  const int tid = threadIdx.x;
+  for (int64_t base = (int64_t)blockIdx.x * ROWS; base < rows; base += (int64_t)gridDim.x * ROWS) {
+    const int64_t r = base + threadIdx.y;
+    const bool active = r < rows;  // inactive groups still join the barriers
+    T* xr = x + r * x_stride;
+    T* rr = res + r * r_stride;
+    Vec<T, N> xv[VPT], sv[VPT], wv[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int c = k * THREADS + tid;
+      if (active && c < nvec) {
+        xv[k] = load<T, N>(xr + (int64_t)c * N);
+        sv[k] = load<T, N>(rr + (int64_t)c * N);
+        wv[k] = load_ro<T, N>(w + (int64_t)c * N);
+      }
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int c = k * THREADS + tid;
+      if (active && c < nvec) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const float s = to_f(xv[k].e[e]) + to_f(sv[k].e[e]);
+          sv[k].e[e] = from_f<T>(s);
+          ss += s * s;  // fp32 sum (the spec allows rounded or fp32 s for the norm)
+        }
+        store<T, N>(rr + (int64_t)c * N, sv[k]);  // before the reduction: deferring it was 0-9% slower
+      }
+    }
+    const float rstd = rsqrtf(row_sum<THREADS, ROWS>(ss, red) / (float)d + eps);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int c = k * THREADS + tid;
+      if (active && c < nvec) {
+        Vec<T, N> ov;
+#pragma unroll
+        for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(to_f(sv[k].e[e]) * rstd * to_f(wv[k].e[e]));
+        store<T, N>(xr + (int64_t)c * N, ov);
+      }
+    }
+    if (base + (int64_t)gridDim.x * ROWS < rows) __syncthreads();  // red is rewritten next row
+  }
+}
+
+// Loop path: any row width, one row per block of THREADS threads.
+template <typename T, int N, int THREADS, bool PDL>
+__global__ void __launch_bounds__(THREADS, 1)  // ", 1": ptxas otherwise capped 1024 threads at 32 regs and spilled
+far_loop_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, int64_t rows, int nvec, int d,
+                int64_t x_stride, int64_t r_stride, float eps) {
+  __shared__ float red[1][(THREADS + 31) / 32];
+  pdl_wait<PDL>();
+  pdl_trigger<PDL>();
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    T* xr = x + r * x_stride;
+    T* rr = res + r * r_stride;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < nvec; c += THREADS) {
+      const Vec<T, N> a = load<T, N>(xr + (int64_t)c * N), b = load<T, N>(rr + (int64_t)c * N);
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float s = to_f(a.e[e]) + to_f(b.e[e]);
+        ss += s * s;
+      }
+    }
+    // row_sum's barrier also orders every thread's pass-1 reads before any pass-2 write.
+    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) / (float)d + eps);
+    for (int c = threadIdx.x; c < nvec; c += THREADS) {
+      const Vec<T, N> a = load<T, N>(xr + (int64_t)c * N), b = load<T, N>(rr + (int64_t)c * N);
+      const Vec<T, N> wv = load_ro<T, N>(w + (int64_t)c * N);
+      Vec<T, N> sv, ov;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float s = to_f(a.e[e]) + to_f(b.e[e]);
+        sv.e[e] = from_f<T>(s);
+        ov.e[e] = from_f<T>(to_f(sv.e[e]) * rstd * to_f(wv.e[e]));
+      }
+      store<T, N>(rr + (int64_t)c * N, sv);
+      store<T, N>(xr + (int64_t)c * N, ov);
+    }
+    __syncthreads();  // red is rewritten for the next row
+  }
+}
+
+template <typename K, typename... Args>
+static int launch(K kernel, bool pdl, dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = pdl ? attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args...);
+  return err == cudaSuccess ? (int)cudaGetLastError() : (int)err;
+}
+
+constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride beyond this many blocks
+
+// Knob combinations that cannot launch or would spill are clamped here, so every combination is valid:
+// at most 1024 threads per block; at 1024 threads (64 registers a thread) at most 2 vectors per thread
+// (ptxas: 3 x VPT 16-byte vectors live at the loads).
+template <int THREADS, int VPT, int ROWS, int PDL, typename T, int N>
+static int run(const AstraTensor& in, const AstraTensor& res, const AstraTensor& w, float eps, cudaStream_t stream) {
+  constexpr int R = THREADS * ROWS > 1024 ? 1024 / THREADS : ROWS;
+  constexpr int V = THREADS * R >= 1024 && VPT > 2 ? 2 : (THREADS * R >= 512 && VPT > 4 ? 4 : VPT);
+  const int64_t rows = in.shape[0];
+  const int d = (int)in.shape[1], nvec = d / N;
+  T* x = static_cast<T*>(in.data);
+  T* r = static_cast<T*>(res.data);
+  const T* wp = static_cast<const T*>(w.data);
+  if (nvec <= THREADS * V) {
+    const int64_t blocks = (rows + R - 1) / R;
+    return launch(far_reg_kernel<T, N, THREADS, V, R, PDL != 0>, PDL != 0,
+                  dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(THREADS, R), stream, x, r, wp, rows,
+                  nvec, d, in.stride[0], res.stride[0], eps);
+  }
+  constexpr int LT = THREADS < 256 ? 256 : THREADS;  // wide rows: at least 8 warps on the loop path
+  return launch(far_loop_kernel<T, N, LT, PDL != 0>, PDL != 0, dim3((unsigned)(rows < kMaxGrid ? rows : kMaxGrid)),
+                dim3(LT), stream, x, r, wp, rows, nvec, d, in.stride[0], res.stride[0], eps);
+}
+
+static bool vec_ok(const AstraTensor& in, const AstraTensor& res, const AstraTensor& w, int64_t elems) {
+  return ((uintptr_t)in.data % 16 == 0) && ((uintptr_t)res.data % 16 == 0) && ((uintptr_t)w.data % 16 == 0) &&
+         in.shape[1] % elems == 0 &&
+         (in.shape[0] == 1 || (in.stride[0] % elems == 0 && res.stride[0] % elems == 0));
+}
+
+static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars) {
+  if (num_tensors != 3 || num_scalars != 1) return ASTRA_UNSUPPORTED;
+  const AstraTensor& in = tensors[0];
+  const AstraTensor& res = tensors[1];
+  const AstraTensor& w = tensors[2];
+  if (in.ndim != 2 || res.ndim != 2 || w.ndim != 1) return ASTRA_UNSUPPORTED;
+  if (in.dtype != res.dtype || in.dtype != w.dtype) return ASTRA_UNSUPPORTED;
+  if (res.shape[0] != in.shape[0] || res.shape[1] != in.shape[1] || w.shape[0] != in.shape[1]) return ASTRA_UNSUPPORTED;
+  if (in.shape[1] > 1 && (in.stride[1] != 1 || res.stride[1] != 1 || w.stride[0] != 1)) return ASTRA_UNSUPPORTED;
+  if (in.shape[1] >= (int64_t)1 << 31) return ASTRA_UNSUPPORTED;  // column index is 32-bit
+  return ASTRA_OK;
+}
+
+}  // namespace
+
+template <int THREADS, int VPT, int ROWS, int PDL>
+static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const double* scalars, int num_scalars,
+                            cudaStream_t stream) {
+  const int bad = validate(tensors, num_tensors, num_scalars);
+  if (bad != ASTRA_OK) return bad;
+  const AstraTensor& in = tensors[0];
+  const AstraTensor& res = tensors[1];
+  const AstraTensor& w = tensors[2];
+  if (in.shape[0] == 0 || in.shape[1] == 0) return ASTRA_OK;  // empty output: launch nothing
+  const float eps = (float)scalars[0];
+  switch (in.dtype) {
+    case ASTRA_FLOAT32:
+      return vec_ok(in, res, w, 4) ? run<THREADS, VPT, ROWS, PDL, float, 4>(in, res, w, eps, stream)
+                                   : run<THREADS, VPT, ROWS, PDL, float, 1>(in, res, w, eps, stream);
+    case ASTRA_FLOAT16:
+      return vec_ok(in, res, w, 8) ? run<THREADS, VPT, ROWS, PDL, __half, 8>(in, res, w, eps, stream)
+                                   : run<THREADS, VPT, ROWS, PDL, __half, 1>(in, res, w, eps, stream);
+    case ASTRA_BFLOAT16:
+      return vec_ok(in, res, w, 8) ? run<THREADS, VPT, ROWS, PDL, __nv_bfloat16, 8>(in, res, w, eps, stream)
+                                   : run<THREADS, VPT, ROWS, PDL, __nv_bfloat16, 1>(in, res, w, eps, stream);
+    default:
+      return ASTRA_UNSUPPORTED;
+  }
+}
+
+#ifndef ASTRA_NO_DEFAULT_ENTRY
+#ifndef ASTRA_DEFAULT_PDL
+#define ASTRA_DEFAULT_PDL 1
+#endif
+// Hand-chosen dispatch on the row width in 16-byte vectors (nv). Up to 1024 vectors (d <= 8192 at 2
+// bytes): the whole row in registers, ONE vector of each operand per thread, as many threads as that
+// takes; narrow rows pack several rows per block. Wider rows: the loop path with 512 threads. Measured
+// (H200, bf16, 2026-11-21): at d = 4096, 512 threads x 1 vector ran 1.94 us at 16 rows and 2.68 us at 128
+// against 3.35 / 4.04 us for 128 threads x 4 vectors, and 67.3 vs 79.9 us at 8192 rows; at 512 x 14336 the
+// 512-thread loop path ran 18.55 us against 19.51 for 1024 threads x 2 vectors and 20.57 for 512 x 4.
+// PDL off cost 0.6 us more at small shapes.
+ASTRA_ENTRY {
+  const int bad = validate(tensors, num_tensors, num_scalars);
+  if (bad != ASTRA_OK) return bad;
+  const AstraTensor& in = tensors[0];
+  const int64_t vec = in.dtype == ASTRA_FLOAT32 ? 4 : 8;
+  const int64_t nv = (in.shape[1] + vec - 1) / vec;
+  constexpr int P = ASTRA_DEFAULT_PDL;
+#define ASTRA_GO(TH, V, R) return astra_launch_cfg<TH, V, R, P>(tensors, num_tensors, scalars, num_scalars, stream)
+  if (nv <= 32) ASTRA_GO(32, 1, 4);
+  if (nv <= 64) ASTRA_GO(64, 1, 2);
+  if (nv <= 128) ASTRA_GO(128, 1, 1);
+  if (nv <= 256) ASTRA_GO(256, 1, 1);
+  if (nv <= 512) ASTRA_GO(512, 1, 1);
+  if (nv <= 1024) ASTRA_GO(1024, 1, 1);
+  ASTRA_GO(512, 1, 1);  // capacity 512 vectors < nv: the loop path, 512 threads
+#undef ASTRA_GO
+}
+#endif
