@@ -9,7 +9,7 @@ import click
 
 from astra_sglang.agents.records import LLMConfig, RunConfig, RunOutcome, Winner
 from astra_sglang.errors import AstraError
-from astra_sglang.paths import kernels_dir
+from astra_sglang.paths import kernels_dir, patches_dir
 from astra_sglang.specs.records import KernelSpec
 
 
@@ -85,7 +85,8 @@ def optimize(kernel, start, rounds, llm, base_url, api_key, out, resume_dir, sin
 
     Every candidate is safety-checked, then built, checked and timed in an isolated process; the winner
     must be correct on held-out shapes the agents never saw. Without --llm and without OPENAI_* in the
-    environment, the built-in tuner runs instead.
+    environment, the built-in tuner runs instead: it searches the `// astra:knob` parameters of the start
+    kernel (default: the shipped patches/<op>/kernel.cu) per shape and ships a per-shape dispatch.
 
     \b
     Examples:
@@ -116,6 +117,10 @@ def optimize(kernel, start, rounds, llm, base_url, api_key, out, resume_dir, sin
     start_path = start_source(spec, start)
     run_dir = Path(out or Path("runs") / f"{spec.name}-{dt.datetime.now():%Y%m%d-%H%M%S}")
     if not llm_configured(llm, base_url, api_key):
+        if start is None:  # the tuner needs knobs: our first kernels have none, the shipped patches do
+            shipped = patches_dir() / spec.name / "kernel.cu"
+            if shipped.is_file() and "astra:knob" in shipped.read_text():
+                start_path = shipped
         click.echo("no LLM configured (--llm / OPENAI_API_KEY / OPENAI_BASE_URL): running the built-in tuner")
         if baseline and not baseline.startswith("py:"):
             baseline = str(Path(baseline).resolve())
