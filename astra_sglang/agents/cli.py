@@ -9,7 +9,8 @@ import click
 
 from astra_sglang.agents.records import LLMConfig, RunConfig, RunOutcome, Winner
 from astra_sglang.errors import AstraError
-from astra_sglang.paths import kernels_dir, patches_dir
+from astra_sglang.paths import kernels_dir
+from astra_sglang.paths import patches_dir as shipped_patches_dir
 from astra_sglang.specs.records import KernelSpec
 
 
@@ -118,7 +119,7 @@ def optimize(kernel, start, rounds, llm, base_url, api_key, out, resume_dir, sin
     run_dir = Path(out or Path("runs") / f"{spec.name}-{dt.datetime.now():%Y%m%d-%H%M%S}")
     if not llm_configured(llm, base_url, api_key):
         if start is None:  # the tuner needs knobs: our first kernels have none, the shipped patches do
-            shipped = patches_dir() / spec.name / "kernel.cu"
+            shipped = shipped_patches_dir() / spec.name / "kernel.cu"
             if shipped.is_file() and "astra:knob" in shipped.read_text():
                 start_path = shipped
         click.echo("no LLM configured (--llm / OPENAI_API_KEY / OPENAI_BASE_URL): running the built-in tuner")

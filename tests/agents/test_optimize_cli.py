@@ -41,7 +41,10 @@ def test_llm_run_and_resume(fake, tmp_path, monkeypatch):
 
 
 def test_no_llm_falls_back_to_the_tuner(tmp_path, monkeypatch):
+    starts = []
+
     def run_tuner(spec, start, rounds, run_dir, evaluator, echo=None, baseline=None):
+        starts.append(start)
         final = evaluator(cli_request(spec, start))
         return Winner(kernel=spec.name, source=str(start), round=1, speedup=1.1, final=final, method="tuner",
                       rounds=rounds, run_id=run_dir.name)
@@ -49,6 +52,8 @@ def test_no_llm_falls_back_to_the_tuner(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "astra_sglang.tuner", types.SimpleNamespace(run_tuner=run_tuner))
     result = invoke(["silu_and_mul", "--out", str(tmp_path / "t"), "--rounds", "3"], StandIn(), monkeypatch)
     assert result.exit_code == 0, result.output
+    # no --from: the tuner starts from the shipped kernel, whose knobs it can search
+    assert starts[0].parts[-2:] == ("silu_and_mul", "kernel.cu") and "astra:knob" in starts[0].read_text()
     manifest = PatchManifest.load(tmp_path / "t" / "patch" / "silu_and_mul")
     assert manifest.provenance.method == "tuner" and manifest.provenance.rounds == 3
 
