@@ -12,23 +12,22 @@ by the original callable.
 """
 from __future__ import annotations
 
-import ast
 import inspect
 import logging
-import operator
 import random
 import time
 from typing import Callable, Sequence
 
 import torch
 
+from astra_sglang.harness.inputs import TORCH_DTYPES
+from astra_sglang.patching.custom_op import ACTIVE, register_custom_op
 from astra_sglang.patching.stats import OpStats
-from astra_sglang.specs.records import KernelSpec
+from astra_sglang.specs.records import KernelSpec, compile_dim, dim_names
 
 log = logging.getLogger("astra_sglang.patching")
 
 ASTRA_OK, ASTRA_UNSUPPORTED = 0, -1
-TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 IGNORED_KWARGS = frozenset({"enable_pdl"})
 """Launch hints of sgl_kernel entry points: our kernels decide such things themselves."""
 MAX_VERDICTS = 4096
@@ -37,71 +36,6 @@ LauncherLike = Callable[[Sequence[torch.Tensor], Sequence[float]], int]
 """`harness.abi.Launcher` (ctypes) or a stand-in: (tensors, scalars) -> ABI code."""
 
 _is_compiling = torch.compiler.is_compiling
-_LIB: torch.library.Library | None = None
-_ACTIVE: dict[str, "PatchedOp"] = {}
-"""op name -> the PatchedOp the custom op dispatches to (the schema is defined once per process)."""
-
-
-def schema(spec: KernelSpec) -> str:
-    """e.g. `fused_add_rmsnorm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps) -> ()`."""
-    parts, alias = [], iter("abcdefghijklmnopqrstuvwxyz")
-    for arg in spec.arguments:
-        if arg.kind == "scalar":
-            parts.append(f"float {arg.name}")
-        elif arg.role == "in":
-            parts.append(f"Tensor {arg.name}")
-        else:
-            parts.append(f"Tensor({next(alias)}!) {arg.name}")
-    return f"{spec.name}({', '.join(parts)}) -> ()"
-
-
-def _register_custom_op(spec: KernelSpec) -> None:
-    global _LIB
-    if _LIB is None:
-        _LIB = torch.library.Library("astra", "FRAGMENT")
-    if hasattr(torch.ops.astra, spec.name):
-        return
-    _LIB.define(schema(spec))
-    name = spec.name
-
-    def impl(*values):
-        _ACTIVE[name].run_values(list(values))
-
-    def fake(*values):
-        return None
-
-    _LIB.impl(name, impl, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"astra::{name}", fake, lib=_LIB)
-
-
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
-
-
-def _shape_fn(expr: str | int) -> Callable[[dict], int]:
-    """A spec shape expression ("2*d") as nested closures: evaluated per call without ast.parse, and
-    traceable by dynamo (sizes may be symbolic there)."""
-    if isinstance(expr, int):
-        return lambda dims: expr
-
-    def build(node: ast.AST) -> Callable[[dict], int]:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            value = node.value
-            return lambda dims: value
-        if isinstance(node, ast.Name):
-            name = node.id
-            return lambda dims: dims[name]
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            fn, left, right = _BINOPS[type(node.op)], build(node.left), build(node.right)
-            return lambda dims: fn(left(dims), right(dims))
-        raise ValueError(f"unsupported shape expression {expr!r}")
-
-    return build(ast.parse(expr, mode="eval").body)
-
-
-def _names_of(expr: str | int) -> list[str]:
-    if isinstance(expr, int):
-        return []
-    return sorted({n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)})
 
 
 def _capturing() -> bool:
@@ -138,17 +72,17 @@ class PatchedOp:
         self._outs = [i for i, a in enumerate(args) if a.role == "out"]
         self._mutated = [i for i, a in enumerate(args) if a.kind == "tensor" and a.role != "in"]
         self._ins = [i for i, a in enumerate(args) if a.role != "out"]
-        self._shapes = [[_shape_fn(e) for e in a.shape] for a in args]
+        self._shapes = [[compile_dim(e) for e in a.shape] for a in args]
         self._names_in = [[e if isinstance(e, str) and e in spec.dims else None for e in a.shape] for a in args]
-        self._uses = [[_names_of(e) for e in a.shape] for a in args]
+        self._uses = [[dim_names(e) for e in a.shape] for a in args]
         # An output shaped and typed like an input (v_merged like v_a) is allocated without solving dims.
         self._like = {i: next((j for j in self._tidx if args[j].role != "out" and args[j].shape == args[i].shape
                                and args[j].dtype == args[i].dtype), None) for i in self._outs}
         self._orig_takes_all = _takes_all_positionally(original, self._n)
         self._verdicts: dict[tuple, bool] = {}
         self._events = None
-        _register_custom_op(spec)
-        _ACTIVE[spec.name] = self
+        register_custom_op(spec)
+        ACTIVE[spec.name] = self
         self.fn = self._make_fn()
 
     # ---- the patched function -------------------------------------------------------------------------

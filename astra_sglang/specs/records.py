@@ -20,21 +20,37 @@ ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 
 
-def eval_dim(expr: str | int, dims: dict[str, int]) -> int:
-    """Evaluate a shape expression such as "2*d" or "tokens" over named dims (integers, + - * // only)."""
+def compile_dim(expr: str | int) -> Callable[[dict], int]:
+    """A shape expression ("2*d", "tokens") as nested closures over named dims (integers, + - * // only):
+    parsed once, then evaluated per call without ast (the live patch's hot path), and traceable by dynamo."""
     if isinstance(expr, int):
-        return expr
+        return lambda dims: expr
 
-    def walk(node: ast.AST) -> int:
+    def build(node: ast.AST) -> Callable[[dict], int]:
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
+            value = node.value
+            return lambda dims: value
         if isinstance(node, ast.Name):
-            return dims[node.id]
+            name = node.id
+            return lambda dims: dims[name]
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](walk(node.left), walk(node.right))
+            fn, left, right = _OPS[type(node.op)], build(node.left), build(node.right)
+            return lambda dims: fn(left(dims), right(dims))
         raise ValueError(f"unsupported shape expression {expr!r}")
 
-    return walk(ast.parse(expr, mode="eval").body)
+    return build(ast.parse(expr, mode="eval").body)
+
+
+def dim_names(expr: str | int) -> list[str]:
+    """The dims a shape expression uses."""
+    if isinstance(expr, int):
+        return []
+    return sorted({n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)})
+
+
+def eval_dim(expr: str | int, dims: dict[str, int]) -> int:
+    """Evaluate a shape expression such as "2*d" or "tokens" over named dims."""
+    return compile_dim(expr)(dims)
 
 
 class _Record(BaseModel):
