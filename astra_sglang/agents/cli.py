@@ -112,7 +112,8 @@ def optimize(kernel, start, rounds, llm, base_url, api_key, out, resume_dir, sin
             model=llm, base_url=base_url, api_key=api_key, budget_usd=budget_usd, max_tokens=max_tokens).items()
             if v is not None})
         overrides = {"llm": llm_config, **({"rounds": rounds} if rounds else {})}
-        outcome = resume(resume_dir, evaluator, OpenAIModel(llm_config), echo=click.echo, **overrides)
+        outcome = resume(resume_dir, evaluator, OpenAIModel(llm_config), profiler=_profiler(spec, saved.compile_only),
+                         echo=click.echo, **overrides)
         _summary(outcome, spec, patches_dir, write_patch)
         return
     start_path = start_source(spec, start)
@@ -135,8 +136,16 @@ def optimize(kernel, start, rounds, llm, base_url, api_key, out, resume_dir, sin
                        shapes=shapes,
                        single_agent=single_agent, compile_only=compile_only, llm=llm_config)
     click.echo(f"optimizing {spec.name} from {start_path} with {llm_config.model}; run dir {run_dir}")
-    outcome = run(config, run_dir, evaluator, OpenAIModel(llm_config), echo=click.echo)
+    outcome = run(config, run_dir, evaluator, OpenAIModel(llm_config), profiler=_profiler(spec, compile_only),
+                  echo=click.echo)
     _summary(outcome, spec, patches_dir, write_patch)
+
+
+def _profiler(spec: KernelSpec, compile_only: bool):
+    """Nsight Compute facts for the ProfilingAgent where ncu is installed (GPU runs only)."""
+    from astra_sglang.harness.profile import NcuProfiler
+
+    return NcuProfiler(spec.name) if not compile_only and NcuProfiler.available() else None
 
 
 def _summary(outcome: RunOutcome, spec: KernelSpec, patches_dir: str | None, write_patch, tuner: bool = False) -> None:

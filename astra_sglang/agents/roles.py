@@ -108,9 +108,16 @@ def profile_facts(result: EvalResult, facts: ProfileFacts | None = None) -> list
         out.append(f"{regs} registers per thread" + (" (high: limits occupancy)" if regs > 128 else ""))
     if spills:
         out.append(f"spills {spills} bytes to local memory")
-    for name, value in sorted((facts.ncu if facts else {}).items())[:12]:
-        out.append(f"ncu {name} = {value:g}")
+    ncu = facts.ncu if facts else {}
+    # The metrics a plan turns on first (bandwidth, occupancy, stalls), then the rest, 16 at most.
+    key = [next((i for i, w in enumerate(NCU_FIRST) if w in name), len(NCU_FIRST)) for name in ncu]
+    for _, name in sorted(zip(key, ncu))[:16]:
+        out.append(f"ncu {name} = {ncu[name]:g}")
     return out or ["no measurements (compile-only run)"]
+
+
+NCU_FIRST = ("profiled shape", "DRAM Throughput", "Memory Throughput", "Duration", "Achieved Occupancy",
+             "Theoretical Occupancy", "Registers Per Thread", "Warp Cycles Per Issued", "Stall", "L2 Hit Rate")
 
 
 class ProfilingAgent:
