@@ -124,3 +124,21 @@ def test_cli_bench_without_gpu_builds_then_says_so(tmp_path, monkeypatch):
     assert out.exit_code == 1
     assert "no CUDA GPU here: candidate and baseline built" in out.output
     assert len(out.output.strip().splitlines()) == 1
+
+
+@pytest.mark.nvcc
+def test_evaluate_many_builds_everything_first_then_evaluates_in_order(tmp_path, monkeypatch):
+    from astra_sglang.harness.isolate import evaluate_many
+
+    monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path))
+    sources = [kernels_dir() / "silu_and_mul.cu", FIXTURES / "honest" / "silu_and_mul_vec.cu"]
+    reqs = [EvalRequest(kernel="silu_and_mul", candidate=KernelSource(path=str(s)), shapes=[(1, 8)],
+                        dtypes=["bfloat16"], compile_only=True, arch="sm_90") for s in sources]
+    seen = []
+
+    def evaluator(req):  # by now every candidate must already be in the build cache
+        seen.append(build_library(req.candidate.path, arch="sm_90").cached)
+        return evaluate(req)
+
+    results = evaluate_many(reqs, evaluator)
+    assert seen == [True, True] and [r.candidate for r in results] == [s.name for s in sources]

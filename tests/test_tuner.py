@@ -49,3 +49,47 @@ def test_generated_dispatch_compiles(tmp_path, monkeypatch):
     path.write_text(source)
     info = build_library(path, arch="sm_90")
     assert info.ok, info.log
+
+
+def _standin_evaluator(calls):
+    """Times each shape by the configuration the generated dispatch gives it: THREADS=64 is fastest below
+    64 rows, THREADS=256 above; ROWS=4 costs 10%. The final evaluation (all dtypes) gets the same law."""
+    import math
+    import re
+
+    from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
+
+    def evaluate(req):
+        calls.append(req)
+        source = open(req.candidate.path).read()
+        table = {tuple(int(x) for x in s.split("x")): tuple(int(x) for x in c.split(", "))
+                 for s, c in re.findall(r"// (\d+(?:x\d+)+) -> ([\d, ]+)", source)}
+        rows = []
+        for dtype in req.dtypes:
+            for shape in req.shapes:
+                nearest = min(table, key=lambda t: sum((math.log2(a) - math.log2(b)) ** 2 for a, b in zip(t, shape)))
+                threads, rows_knob = table[nearest]
+                best = 64 if shape[0] < 64 else 256
+                us = (1.0 if threads == best else 2.0) * (1.1 if rows_knob == 4 else 1.0)
+                rows.append(ShapeResult(shape=shape, dtype=dtype, correct=True, candidate=Timing(
+                    median_us=us, p10_us=us, p90_us=us), baseline=Timing(median_us=2.0, p10_us=2.0, p90_us=2.0),
+                    speedup=2.0 / us, pct_roofline=50.0))
+        return EvalResult(kernel=req.kernel, candidate=req.candidate.name(), ok=True, stage="done", shapes=rows,
+                          gpu="stand-in")
+
+    return evaluate
+
+
+@pytest.mark.nvcc
+def test_tuner_latin_square_picks_each_shapes_best_configuration(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path / "cache"))
+    calls = []
+    winner = run_tuner(get_spec("silu_and_mul"), FIXTURE, 2, tmp_path / "run", _standin_evaluator(calls),
+                       echo=lambda _: None)
+    # 4 configurations: a 4-evaluation Latin square, 3 re-timing evaluations, 1 final evaluation
+    assert len(calls) == 4 + 3 + 1
+    final = (tmp_path / "run" / "candidates" / "final.cu").read_text()
+    assert "// 16x4096 -> 64, 1" in final and "// 8192x14336 -> 256, 1" in final
+    # held-out shapes take their nearest tuned shape's configuration, which can sit across the 64-row line
+    assert winner is not None and winner.method == "tuner" and winner.speedup > 1.7
+    assert (tmp_path / "run" / "tuner.md").read_text().count("| 64 | 1 |") >= 5

@@ -36,6 +36,25 @@ def _where(last: dict) -> str:
     return f"during {last['stage']} ({last.get('what', '')})"
 
 
+def evaluate_many(reqs: list[EvalRequest], evaluator=None, on_result=None) -> list[EvalResult]:
+    """Several candidates: every build in parallel on the CPU cores first (nvcc into the shared build
+    cache), then the GPU evaluations one at a time, each in its own isolated process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from astra_sglang.harness.build import build_library
+
+    sources = {(r.candidate.path, tuple(sorted(r.candidate.defines.items())), r.arch) for r in reqs
+               if not r.candidate.is_python}
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        list(pool.map(lambda s: build_library(s[0], dict(s[1]), s[2]), sources))
+    results = []
+    for req in reqs:
+        results.append((evaluator or evaluate)(req))
+        if on_result:
+            on_result(req, results[-1])
+    return results
+
+
 def evaluate(req: EvalRequest, workdir: str | Path | None = None) -> EvalResult:
     """Build, check and time `req` in a fresh Python process; never raises for a bad candidate."""
     start = time.perf_counter()

@@ -4,7 +4,8 @@ kernel whose generated entry dispatches each shape to its best configuration.
 Round 1 is a Latin square: evaluation j gives tuned shape i the configuration (i + j) mod K, so K
 evaluations (each one isolated process timing every shape) measure every (shape, configuration) pair.
 Rounds 2..R re-time each shape's three best configurations side by side, to pick through the noise.
-All builds run in parallel on the CPU cores first; GPU evaluations run one at a time.
+All builds run in parallel on the CPU cores first (harness.isolate.evaluate_many); GPU evaluations run
+one at a time.
 """
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ import os
 import statistics
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
-from astra_sglang.harness.build import build_library
+from astra_sglang.harness.isolate import evaluate_many
 from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource
 from astra_sglang.specs.records import KernelSpec
 from astra_sglang.specs.registry import resolve_shapes
@@ -52,12 +52,9 @@ class Tuning:
 
     def evaluate_tables(self, tag: str, tables: list[dict]) -> None:
         paths = [self._write(f"{tag}-{j:02d}", t, f"{tag} assignment {j}") for j, t in enumerate(tables)]
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:  # warm the build cache in parallel
-            list(pool.map(build_library, paths))
-        for j, (path, table) in enumerate(zip(paths, tables)):
-            req = EvalRequest(kernel=self.spec.name, candidate=KernelSource(path=str(path)), shapes=self.shapes,
-                              dtypes=[TUNE_DTYPE], edge_cases=False, timeout_s=600)
-            result = self.evaluator(req)
+        reqs = [EvalRequest(kernel=self.spec.name, candidate=KernelSource(path=str(p)), shapes=self.shapes,
+                            dtypes=[TUNE_DTYPE], edge_cases=False, timeout_s=600) for p in paths]
+        for j, (table, result) in enumerate(zip(tables, evaluate_many(reqs, self.evaluator))):
             for row in result.shapes:
                 config = table[tuple(row.shape)]
                 if row.correct and row.candidate:
@@ -65,7 +62,7 @@ class Tuning:
                 elif row.correct is False:
                     self.failed.add((tuple(row.shape), config))
             with self.log.open("a") as f:
-                f.write(json.dumps({"tag": tag, "j": j, "candidate": path.name, "ok": result.ok,
+                f.write(json.dumps({"tag": tag, "j": j, "candidate": paths[j].name, "ok": result.ok,
                                     "reason": result.reason, "table": {"x".join(map(str, s)): c for s, c in table.items()},
                                     "times": {"x".join(map(str, r.shape)): r.candidate and r.candidate.median_us
                                               for r in result.shapes}}) + "\n")
