@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import click
+from packaging.specifiers import SpecifierSet
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching import hook
@@ -178,6 +179,16 @@ def report_cmd(stats_dir):
                              "us ours/orig", "status"]))
 
 
+def installed_sglang_version() -> str | None:
+    """SGLang's version from its distribution metadata (no import: that is slow and needs CUDA)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Path | None = None,
                    mechanism: str = "auto", no_build: bool = False, server_args=(), warn=lambda msg: None):
     """(env, argv, summary line) of `python -m sglang.launch_server SERVER_ARGS` with the enabled patches in
@@ -189,7 +200,11 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
     if not entries:
         raise AstraError(f"no enabled patches in {store.root}: nothing to launch with")
     modules = set()
+    installed = installed_sglang_version()
     for entry in entries:
+        if installed and not SpecifierSet(entry.manifest.sglang_versions).contains(installed, prereleases=True):
+            raise AstraError(f"patch {entry.op} targets sglang{entry.manifest.sglang_versions}, installed is "
+                             f"{installed}: disable it (`astra-sglang patch disable {entry.op}`) or re-verify it")
         for target in entry.targets:
             check = static_check(target)
             if check.status == "not-installed":

@@ -114,3 +114,15 @@ def test_report(run, tmp_path):
     assert row[1:7] == ["plugin", "silu_and_mul", "10", "9", "0", "0/2"] and row[7] == "2.0/3.0"
     result = run(cli.report_cmd, "--stats-dir", tmp_path / "nothing")
     assert result.exit_code == 1 and "no astra-sglang stats" in result.output
+
+
+def test_launch_refuses_a_patch_for_other_sglang_versions(run, tmp_path):
+    import json
+
+    root = tmp_path / "p"
+    folder = write_patch(root, targets=("sglang.srt.layers.layernorm:rmsnorm",))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["sglang_versions"] = ">=9.0"  # the pinned test SGLang is 0.5.17
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run")
+    assert result.exit_code == 1 and "targets sglang>=9.0, installed is 0.5.17" in result.output
