@@ -201,6 +201,9 @@ class Optimizer:
         shapes, trials = self.suite()
         shapes += [s for s in resolve_shapes(self.spec, self.config.final_shapes) if s not in shapes]
         finals: dict[int, EvalResult] = {}
+        prebuild = getattr(self.evaluator, "prebuild", None)  # the harness's: every finalist built in parallel
+        if prebuild is not None:
+            prebuild([(str(self.log.candidate_path(h.round)), {}, self.config.arch) for h in finalists])
         for h in finalists:
             path = self.log.candidate_path(h.round)
             label = f"r{h.round:02d}"

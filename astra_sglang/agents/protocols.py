@@ -26,7 +26,10 @@ class Model(Protocol):
 
 
 class Evaluator(Protocol):
-    """Build + check + time one candidate (astra_sglang.harness.isolate.evaluate has this shape)."""
+    """Build + check + time one candidate (astra_sglang.harness.isolate.evaluate has this shape).
+
+    It may also carry `prebuild([(path, defines, arch), ...])`, which the loop calls to build several
+    candidates in parallel before evaluating them one at a time."""
 
     def __call__(self, req: EvalRequest) -> EvalResult: ...
 

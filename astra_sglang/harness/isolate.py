@@ -36,17 +36,22 @@ def _where(last: dict) -> str:
     return f"during {last['stage']} ({last.get('what', '')})"
 
 
-def evaluate_many(reqs: list[EvalRequest], evaluator=None, on_result=None) -> list[EvalResult]:
-    """Several candidates: every build in parallel on the CPU cores first (nvcc into the shared build
-    cache), then the GPU evaluations one at a time, each in its own isolated process."""
+def prebuild(sources: list[tuple[str, dict[str, str], str | None]]) -> None:
+    """(path, defines, arch) builds in parallel on the CPU cores, into the shared build cache; a failing
+    build is left for the evaluation to report."""
     from concurrent.futures import ThreadPoolExecutor
 
     from astra_sglang.harness.build import build_library
 
-    sources = {(r.candidate.path, tuple(sorted(r.candidate.defines.items())), r.arch) for r in reqs
-               if not r.candidate.is_python}
+    unique = {(path, tuple(sorted(defines.items())), arch) for path, defines, arch in sources}
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        list(pool.map(lambda s: build_library(s[0], dict(s[1]), s[2]), sources))
+        list(pool.map(lambda s: build_library(s[0], dict(s[1]), s[2]), unique))
+
+
+def evaluate_many(reqs: list[EvalRequest], evaluator=None, on_result=None) -> list[EvalResult]:
+    """Several candidates: every build in parallel first, then the GPU evaluations one at a time (timing
+    is serialized per device), each in its own isolated, time-limited process."""
+    prebuild([(r.candidate.path, r.candidate.defines, r.arch) for r in reqs if not r.candidate.is_python])
     results = []
     for req in reqs:
         results.append((evaluator or evaluate)(req))
@@ -98,6 +103,9 @@ def _absolute(req: EvalRequest) -> EvalRequest:
         return source.model_copy(update={"path": str(Path(source.path).resolve())})
 
     return req.model_copy(update={"candidate": fix(req.candidate), "baseline": fix(req.baseline)})
+
+
+evaluate.prebuild = prebuild  # callers holding only the evaluator (the agent loop) can build ahead
 
 
 def _exit_text(code: int) -> str:
