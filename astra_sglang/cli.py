@@ -63,7 +63,8 @@ def kernels() -> None:
 @click.option("--candidate", type=click.Path(exists=True, dir_okay=False), help="Kernel .cu to evaluate "
               "(default: our own first kernel for KERNEL).")
 @click.option("--baseline", help="Kernel .cu to compare against (default: our own first kernel), e.g. an "
-              "extracted DIR/kernel.cu, or py:MODULE:FUNCTION for a Python op such as py:sgl_kernel:rmsnorm.")
+              "extracted DIR/kernel.cu; py:MODULE:FUNCTION for a Python op such as py:sgl_kernel:rmsnorm; or "
+              "'sglang' for what the installed SGLang calls.")
 @click.option("--shapes", default="quick", show_default=True,
               help="Shape set (quick, paper, models, edge, held_out, all; join with '+') or a list like 16x4096,32x8192.")
 @click.option("--dtypes", default="bfloat16,float16", show_default=True, help="Comma-separated dtypes.")
@@ -84,6 +85,7 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, t
     Examples:
       astra-sglang bench silu_and_mul
       astra-sglang bench fused_add_rmsnorm --shapes paper --dtypes bf16
+      astra-sglang bench rmsnorm --candidate patches/rmsnorm/kernel.cu --baseline sglang
       astra-sglang bench silu_and_mul --baseline work/extract/silu_and_mul-sglang/kernel.cu --shapes 16x4096
     """
     from astra_sglang.harness.inputs import canonical_dtype
@@ -101,6 +103,10 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, t
     unsupported = [d for d in dtype_list if d not in spec.dtypes]
     if unsupported:
         raise AstraError(f"{kernel} does not support {unsupported}; it supports {spec.dtypes}")
+    if baseline == "sglang":
+        from astra_sglang.ops.adapters import sglang_baseline
+
+        baseline = sglang_baseline(spec)
     if baseline and not baseline.startswith("py:") and not Path(baseline).is_file():
         raise AstraError(f"baseline not found: {baseline}")
     knobs = dict(d.split("=", 1) if "=" in d else (d, "1") for d in defines)

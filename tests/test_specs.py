@@ -92,3 +92,11 @@ def test_merge_reference_defines_both_neg_inf_and_base():
     _, args2, ref2 = _run_reference("merge_state", (4, 2, 8))
     a, b = args2.tensors[1].double(), args2.tensors[3].double()
     assert torch.allclose(ref2.tensors[5], torch.logaddexp(a * math.log(2), b * math.log(2)) / math.log(2))
+
+
+def test_sglang_baselines_name_what_sglang_calls():
+    from astra_sglang.ops.adapters import sglang_baseline
+
+    assert sglang_baseline(get_spec("rmsnorm")) == "py:sglang.srt.layers.layernorm:rmsnorm"
+    assert sglang_baseline(get_spec("silu_and_mul")) == "py:sglang.srt.layers.activation:silu_and_mul"
+    assert sglang_baseline(get_spec("merge_state")).endswith("adapters:flashinfer_merge_state")

@@ -5,6 +5,18 @@ timed exactly as SGLang calls them. Only ops whose signature differs from the sp
 """
 from __future__ import annotations
 
+# Ops whose original does not take the spec's arguments: the harness calls an adapter instead.
+ADAPTERS = {"merge_state": "py:astra_sglang.ops.adapters:flashinfer_merge_state"}
+
+
+def sglang_baseline(spec) -> str | None:
+    """What SGLang itself calls for this op, as a harness baseline: the first call site's module global
+    (e.g. py:sglang.srt.layers.layernorm:rmsnorm), or an adapter where the signatures differ."""
+    if spec.name in ADAPTERS:
+        return ADAPTERS[spec.name]
+    first = spec.sglang_targets[0] if spec.sglang_targets else None
+    return f"py:{first.module}:{first.attr}" if first else None
+
 
 def flashinfer_merge_state(v_a, s_a, v_b, s_b, v_merged, s_merged) -> None:
     """flashinfer.cascade.merge_state returns new tensors; the spec writes into v_merged / s_merged."""

@@ -15,6 +15,7 @@ import click
 from packaging.specifiers import SpecifierSet
 
 from astra_sglang.errors import AstraError
+from astra_sglang.ops.adapters import sglang_baseline
 from astra_sglang.patching import hook
 from astra_sglang.patching.stats import ENV_STATS_DIR, load_stats
 from astra_sglang.patching.store import PatchStore
@@ -22,8 +23,6 @@ from astra_sglang.patching.targets import static_check
 
 PATCHES_OPTION = click.option("--patches", "patches", type=click.Path(file_okay=False, path_type=Path),
                               default=None, help="Patch folder (default: $ASTRA_SGLANG_PATCHES, else the shipped patches/).")
-# Ops whose original does not take the spec's arguments: the harness calls an adapter instead.
-BASELINE_ADAPTERS = {"merge_state": "py:astra_sglang.ops.adapters:flashinfer_merge_state"}
 
 
 def _errors(fn):
@@ -123,8 +122,7 @@ def verify_cmd(op, patches, shapes, no_time):
     from astra_sglang.harness.isolate import evaluate
     from astra_sglang.harness.records import EvalRequest, KernelSource
 
-    first = entry.targets[0] if entry.targets else None
-    baseline = BASELINE_ADAPTERS.get(op) or (f"py:{first}" if first else None)
+    baseline = sglang_baseline(entry.spec)
     req = EvalRequest(kernel=entry.spec.name,
                       candidate=KernelSource(path=str(entry.kernel_path), label=f"patch:{op}",
                                              defines=dict(entry.manifest.defines)),
