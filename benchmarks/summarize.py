@@ -1,5 +1,6 @@
 """Summarize harness JSONL rows as a markdown table: geomean speedup over the paper shapes and over all
-timed shapes, the worst shape, and large-shape % of roofline, per (op, candidate, baseline, dtype).
+timed shapes, the range of per-shape speedups, the worst shape, and the largest shape's % of roofline,
+per (op, candidate, baseline, dtype). Rows written before the JSONL kept labels show "?" for them.
 
 Usage: python3 benchmarks/summarize.py RESULTS.jsonl [...]
 """
@@ -23,13 +24,14 @@ def geo(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-print("| op | kernel | baseline | dtype | paper geomean | all-shapes geomean (n) | worst shape | "
+print("| op | kernel | baseline | dtype | paper geomean | all-shapes geomean (n) | range | worst shape | "
       "largest shape % roofline |")
-print("|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|")
 for (op, cand, base, dtype), rows in sorted(groups.items()):
     paper = {tuple(s) for s in get_spec(op).shapes.paper}
     worst = min(rows, key=lambda r: r["speedup"])
     largest = max(rows, key=lambda r: r["min_bytes"])
     print(f"| {op} | {cand} | {base} | {dtype} | {geo([r['speedup'] for r in rows if tuple(r['shape']) in paper]):.3f}x"
-          f" | {geo([r['speedup'] for r in rows]):.3f}x ({len(rows)}) | {'x'.join(map(str, worst['shape']))} "
+          f" | {geo([r['speedup'] for r in rows]):.3f}x ({len(rows)}) | {worst['speedup']:.3f}-"
+          f"{max(r['speedup'] for r in rows):.3f} | {'x'.join(map(str, worst['shape']))} "
           f"{worst['speedup']:.3f}x | {'x'.join(map(str, largest['shape']))} {largest['pct_roofline']:.0f}% |")

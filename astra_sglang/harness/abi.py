@@ -45,7 +45,7 @@ class Launcher:
 
     Per-call cost matters (SGLang's own ops cost 5-10 us a call): descriptors are rebuilt only when a
     tensor's (shape, strides, dtype) changes; otherwise only data pointers are written. Filling every
-    field each call cost ~9 us on a 2-core CI-class CPU; this path ~3.5 us (tests/test_abi.py prints it).
+    field each call cost ~9 us on a 2-core CI-class CPU; this path ~3-3.5 us (benchmarks/launcher_overhead.py).
     """
 
     def __init__(self, library: KernelLibrary, num_tensors: int, num_scalars: int):

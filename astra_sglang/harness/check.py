@@ -84,11 +84,16 @@ class Checker:
         self.reference(*ref.call_args(self.spec))
         return ref
 
+    @staticmethod
+    def _launch_failure(code: int) -> Verdict:
+        # -1 after the first call accepted the shape: the kernel is inconsistent about what it covers
+        return Verdict(False, "launcher returned ASTRA_UNSUPPORTED for a shape it accepted before" if code == -1
+                       else f"launch failed: cudaError {code}", float("inf"))
+
     def _run(self, runner: Runner, args: OpArgs) -> Verdict | None:
         code = runner(args)
         if code != 0:
-            return Verdict(False, "launcher returned ASTRA_UNSUPPORTED for a supported shape" if code == -1
-                           else f"launch failed: cudaError {code}", float("inf"))
+            return self._launch_failure(code)
         torch.cuda.current_stream().synchronize()
         return None
 
@@ -162,9 +167,9 @@ class Checker:
         if code == -1:
             return Verdict(False, NOT_COVERED, covered=False)
         if code != 0:
-            return Verdict(False, "fresh inputs: " + ("launcher returned ASTRA_UNSUPPORTED for a supported shape"
-                                                      if code == -1 else f"launch failed: cudaError {code}"),
-                           float("inf"))
+            failed = self._launch_failure(code)
+            failed.reason = "fresh inputs: " + failed.reason
+            return failed
         verdict = compare(self.spec, self.dtype, args, ref)
         torch.cuda.synchronize()
         if not verdict.ok:

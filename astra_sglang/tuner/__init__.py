@@ -45,13 +45,13 @@ class Tuning:
         (run_dir / "candidates").mkdir(parents=True, exist_ok=True)
         self.log = run_dir / "tuner.jsonl"
 
-    def _write(self, name: str, table: dict, note: str) -> Path:
+    def write(self, name: str, table: dict, note: str) -> Path:
         path = self.run_dir / "candidates" / f"{name}.cu"
         path.write_text(dispatch_source(self.spec, self.source, self.knobs, table, note))
         return path
 
     def evaluate_tables(self, tag: str, tables: list[dict]) -> None:
-        paths = [self._write(f"{tag}-{j:02d}", t, f"{tag} assignment {j}") for j, t in enumerate(tables)]
+        paths = [self.write(f"{tag}-{j:02d}", t, f"{tag} assignment {j}") for j, t in enumerate(tables)]
         reqs = [EvalRequest(kernel=self.spec.name, candidate=KernelSource(path=str(p)), shapes=self.shapes,
                             dtypes=[TUNE_DTYPE], edge_cases=False, timeout_s=600) for p in paths]
         for j, (table, result) in enumerate(zip(tables, evaluate_many(reqs, self.evaluator))):
@@ -101,7 +101,7 @@ def run_tuner(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, evaluat
         tables = [{s: c[j % len(c)] for s, c in tops.items() if c} for j in range(TOP_K)]
         tuning.evaluate_tables(f"r{r:02d}", [t for t in tables if t])
     table = tuning.best_table()
-    final_path = tuning._write("final", table, f"{spec.name}, {rounds} rounds, {len(space)} configurations")
+    final_path = tuning.write("final", table, f"{spec.name}, {rounds} rounds, {len(space)} configurations")
     echo("tuner: final evaluation (all dtypes, held-out and edge shapes, full checks)")
     final = evaluator(EvalRequest(kernel=spec.name, candidate=KernelSource(path=str(final_path), label="tuned"),
                                   baseline=baseline, shapes=resolve_shapes(spec, FINAL_SHAPES), dtypes=spec.dtypes,
