@@ -1,4 +1,4 @@
-"""Write each shipped patch's manifest (patches/<op>/manifest.json) with the numbers of a kernels.sh run.
+"""Record the numbers of a kernels.sh run in each shipped patch's manifest (patches/<op>/manifest.json).
 
 Usage: python3 benchmarks/record_patch_measurements.py KERNELS_JSONL GPU_NAME DATE
 Only rows of `patches/<op>` candidates timed against SGLang's own op (py: baselines) are recorded.
@@ -7,8 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from astra_sglang.patching.manifest import MeasuredShape, PatchManifest, Provenance
-from astra_sglang.specs.registry import get_spec
+from astra_sglang.patching.manifest import MeasuredShape, PatchManifest
 
 rows_path, gpu, date = sys.argv[1], sys.argv[2], sys.argv[3]
 measured: dict[str, list[MeasuredShape]] = {}
@@ -24,13 +23,11 @@ for line in Path(rows_path).read_text().splitlines():
         shape=tuple(row["shape"]), dtype=row["dtype"], candidate_us=row["candidate"]["median_us"],
         baseline_us=row["baseline"]["median_us"], speedup=row["speedup"], pct_roofline=row.get("pct_roofline")))
 for op, shapes in measured.items():
-    spec = get_spec(op)
-    manifest = PatchManifest(
-        op=op, dtypes=spec.dtypes, sglang_versions=">=0.5.17",
-        targets=[f"{t.module}:{t.attr}" for t in spec.sglang_targets],
-        provenance=Provenance(method="hand", date=date, gpu=gpu, started_from="astra_sglang/kernels/" + op + ".cu",
-                              notes="written by hand with tuner knobs; versions and measurements in "
-                                    "benchmarks/notes/kernels.md"),
-        baseline="SGLang 0.5.17 " + baselines[op], measured=shapes)
-    manifest.save(Path("patches") / op)
+    folder = Path("patches") / op
+    # Keep what the patch says about itself (kernel file, defines, targets, who wrote it): only the
+    # measurements, what they are relative to, and where they were taken change.
+    manifest = PatchManifest.load(folder)
+    manifest.measured, manifest.baseline = shapes, baselines[op]
+    manifest.provenance.date, manifest.provenance.gpu = date, gpu
+    manifest.save(folder)
     print(op, len(shapes), "shapes recorded")

@@ -142,3 +142,45 @@ def test_evaluate_many_builds_everything_first_then_evaluates_in_order(tmp_path,
 
     results = evaluate_many(reqs, evaluator)
     assert seen == [True, True] and [r.candidate for r in results] == [s.name for s in sources]
+
+
+def test_a_baseline_crash_reruns_the_rest_with_the_done_rows_kept(monkeypatch):
+    from astra_sglang.harness import isolate
+    from astra_sglang.harness.records import BaselineFault, EvalResult, ShapeResult
+
+    shapes = [(4, 64), (5, 4100), (3, 128)]
+    seen = []
+
+    def child(req, workdir):  # stands in for one isolated worker process
+        seen.append(req)
+        rows = list(req.done)
+        for shape in shapes[len(rows):]:
+            if shape == (5, 4100) and not req.baseline_faults:
+                return EvalResult(kernel=req.kernel, candidate="c", stage="baseline_crash", shapes=rows,
+                                  reason="in the baseline: CUDA error: misaligned address",
+                                  baseline_fault=BaselineFault(shape=shape, dtype="bfloat16",
+                                                               reason="in the baseline: misaligned address"))
+            rows.append(ShapeResult(shape=shape, dtype="bfloat16", correct=True))
+        return EvalResult(kernel=req.kernel, candidate="c", ok=True, stage="done", shapes=rows)
+
+    monkeypatch.setattr(isolate, "_evaluate_once", child)
+    result = evaluate(EvalRequest(kernel="silu_and_mul", candidate=KernelSource(path="x.cu"), shapes=shapes,
+                                  dtypes=["bfloat16"]))
+    assert result.ok and [tuple(s.shape) for s in result.shapes] == shapes
+    assert len(seen) == 2
+    assert [tuple(f.shape) for f in seen[1].baseline_faults] == [(5, 4100)]
+    assert [tuple(r.shape) for r in seen[1].done] == [(4, 64)]
+
+
+def test_a_baseline_that_keeps_crashing_ends_the_evaluation(monkeypatch):
+    from astra_sglang.harness import isolate
+    from astra_sglang.harness.records import BaselineFault, EvalResult
+
+    def child(req, workdir):
+        return EvalResult(kernel=req.kernel, candidate="c", stage="baseline_crash", reason="in the baseline: boom",
+                          baseline_fault=BaselineFault(shape=(1, 8), dtype="bfloat16", reason="boom"))
+
+    monkeypatch.setattr(isolate, "_evaluate_once", child)
+    result = evaluate(EvalRequest(kernel="silu_and_mul", candidate=KernelSource(path="x.cu"), shapes=[(1, 8)],
+                                  dtypes=["bfloat16"]))
+    assert not result.ok and result.stage == "crash" and "crashed more than" in result.reason

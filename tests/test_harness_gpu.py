@@ -7,11 +7,12 @@ from click.testing import CliRunner
 from astra_sglang.cli import main
 from astra_sglang.harness.isolate import evaluate
 from astra_sglang.harness.records import EvalRequest, KernelSource
-from astra_sglang.paths import kernels_dir
+from astra_sglang.paths import kernels_dir, patches_dir
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 pytestmark = pytest.mark.gpu
 FIXTURES = Path(__file__).parent / "fixtures"
+PATCHES = patches_dir()
 OPS = ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse", "merge_state"]
 
 
@@ -84,3 +85,18 @@ def test_bench_cli_prints_the_table(tmp_path):
     for column in ("speedup", "GB/s", "% roof", "eager"):
         assert column in out.output
     assert (tmp_path / "r.jsonl").read_text().count('"type": "shape"') == 2
+
+
+def test_a_baseline_fault_is_not_the_candidates():
+    # SGLang's sgl_kernel.silu_and_mul does the same unchecked 16-byte loads (seen at 5x4100 bf16 on an H200).
+    shapes = [(4, 64), (5, 4100), (3, 128)]
+    result = evaluate(EvalRequest(kernel="silu_and_mul",
+                                  candidate=KernelSource(path=str(PATCHES / "silu_and_mul" / "kernel.cu")),
+                                  baseline=KernelSource(path=str(FIXTURES / "faults" / "misaligned_baseline.cu")),
+                                  shapes=shapes, dtypes=["bfloat16"], time=True, timeout_s=300))
+    assert result.ok, result.reason
+    assert [tuple(s.shape) for s in result.shapes] == shapes
+    crashed = result.shapes[1]
+    assert crashed.correct and crashed.baseline_defect.startswith("the original op crashed here")
+    assert "misaligned" in crashed.baseline_defect and crashed.speedup is None and crashed.candidate
+    assert all(s.correct and s.speedup for s in (result.shapes[0], result.shapes[2]))

@@ -36,6 +36,9 @@ def python_op(spec: KernelSpec, path: str):
     return launch
 
 
+BASELINE_CRASHED = "the original op crashed here"
+
+
 def _blame(who: str, step):
     """Run a check step; a CUDA fault surfaces at the sync right after the faulting call, so name its side."""
     try:
@@ -47,6 +50,7 @@ def _blame(who: str, step):
 class GpuSession:
     def __init__(self, spec: KernelSpec, candidate_lib: str, baseline_lib: str, probes_lib: str, req: EvalRequest):
         self.spec, self.req = spec, req
+        self.faults = {(tuple(f.shape), f.dtype): f.reason for f in req.baseline_faults}
         self.device = torch.device("cuda", torch.cuda.current_device())
         nt, ns = len(spec.tensor_args), len(spec.scalar_args)
         self.candidate = Launcher(KernelLibrary(candidate_lib), nt, ns)
@@ -86,6 +90,10 @@ class GpuSession:
         if not verdict.covered:
             row.covered = False
             return
+        fault = self.faults.get((tuple(shape), dtype))
+        if fault:  # an earlier child's context died in the original here: the reference alone judges
+            row.baseline_defect = f"{BASELINE_CRASHED} ({fault})"
+            return
         base_verdict = _blame("baseline", lambda: Checker(self.spec, shape, dtype, self.device, seed).run(
             base, self.req.edge_cases))
         if not base_verdict.ok:
@@ -106,7 +114,7 @@ class GpuSession:
             return lambda i: launcher(sets[i].tensors, sets[i].scalars)
 
         fns = {"candidate": fn(self.candidate)}
-        if not row.baseline_defect.startswith(NOT_COVERED):  # nothing to compare with where it declines
+        if not row.baseline_defect.startswith((NOT_COVERED, BASELINE_CRASHED)):  # nothing to compare with
             fns["baseline"] = fn(self.baseline)
         samples = interleaved(fns, len(sets))
         row.candidate = summarize(samples["candidate"])

@@ -60,10 +60,34 @@ def evaluate_many(reqs: list[EvalRequest], evaluator=None, on_result=None) -> li
     return results
 
 
+MAX_BASELINE_FAULTS = 8
+"""Re-runs after the baseline crashed a child (each costs a process start and the roofline probe)."""
+
+
 def evaluate(req: EvalRequest, workdir: str | Path | None = None) -> EvalResult:
-    """Build, check and time `req` in a fresh Python process; never raises for a bad candidate."""
+    """Build, check and time `req` in a fresh Python process; never raises for a bad candidate.
+
+    A fault in the *baseline* (the original op crashing at a shape it was never meant for) is not the
+    candidate's: the evaluation goes on in a new child, which keeps the rows already done and checks that
+    shape against the reference alone.
+    """
     start = time.perf_counter()
     req = _absolute(req)  # the child runs in a scratch directory
+    for _ in range(MAX_BASELINE_FAULTS + 1):
+        result = _evaluate_once(req, workdir)
+        if result.stage != "baseline_crash" or result.baseline_fault is None:
+            break
+        req = req.model_copy(update={"baseline_faults": [*req.baseline_faults, result.baseline_fault],
+                                     "done": result.shapes})
+    else:
+        result.stage, result.ok = "crash", False
+        result.reason = f"the baseline crashed more than {MAX_BASELINE_FAULTS} times: {result.reason}"
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def _evaluate_once(req: EvalRequest, workdir: str | Path | None) -> EvalResult:
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="astra-eval-", dir=workdir) as tmp:
         request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
         request.write_text(req.model_dump_json())
@@ -81,7 +105,7 @@ def evaluate(req: EvalRequest, workdir: str | Path | None = None) -> EvalResult:
         if result.is_file() and not timed_out:
             return EvalResult.model_validate_json(result.read_text())
         rows, last = _progress(result.with_name(result.name + ".progress"))
-        failed = EvalResult(kernel=req.kernel, candidate=req.candidate.name(), shapes=rows,
+        failed = EvalResult(kernel=req.kernel, candidate=req.candidate.name(), shapes=[*req.done, *rows],
                             wall_s=time.perf_counter() - start)
         if timed_out:
             failed.stage, failed.reason = "timeout", f"timed out after {req.timeout_s:.0f}s {_where(last)}"

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-Stage = Literal["build", "load", "check", "time", "done", "crash", "timeout"]
+Stage = Literal["build", "load", "check", "time", "done", "crash", "baseline_crash", "timeout"]
 
 
 class KernelSource(BaseModel):
@@ -48,6 +48,18 @@ class EvalRequest(BaseModel):
     """e.g. "sm_90"; None = the current GPU's (sm_90 without a GPU)."""
     seed: int = 0
     timeout_s: float = 600.0
+    baseline_faults: list["BaselineFault"] = Field(default_factory=list)
+    """Shapes where the baseline crashed an earlier child's CUDA context: checked against the reference only."""
+    done: list["ShapeResult"] = Field(default_factory=list)
+    """Rows an earlier child already finished (kept as they are, not re-run)."""
+
+
+class BaselineFault(BaseModel):
+    """The original op faulted here (e.g. sgl_kernel's misaligned 16-byte loads at an odd width)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    reason: str
 
 
 class BuildInfo(BaseModel):
@@ -108,8 +120,13 @@ class EvalResult(BaseModel):
     roofline_gbps: float | None = None
     empty_kernel_us: float | None = None
     wall_s: float = 0.0
+    baseline_fault: BaselineFault | None = None
+    """Set with stage "baseline_crash": where the baseline killed the child's CUDA context."""
 
     @property
     def geomean_speedup(self) -> float | None:
         values = [s.speedup for s in self.shapes if s.speedup]
         return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+EvalRequest.model_rebuild()

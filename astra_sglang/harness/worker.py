@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from astra_sglang.harness.build import build_library
-from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource, ShapeResult
+from astra_sglang.harness.records import BaselineFault, EvalRequest, EvalResult, KernelSource, ShapeResult
 from astra_sglang.paths import kernels_dir, templates_dir
 from astra_sglang.specs.registry import get_spec
 
@@ -64,8 +64,13 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
     session = GpuSession(spec, result.build.library, base, probes.library, req)
     result.gpu, result.roofline_gbps, result.empty_kernel_us = session.gpu, session.roofline, session.empty_us
     all_ok = True
+    done = {(tuple(r.shape), r.dtype): r for r in req.done}
     for dtype in req.dtypes:
         for shape in req.shapes:
+            if (tuple(shape), dtype) in done:  # finished by an earlier child (see isolate.evaluate)
+                result.shapes.append(done[(tuple(shape), dtype)])
+                all_ok &= result.shapes[-1].correct is not False
+                continue
             if not spec.supports(shape):
                 result.shapes.append(ShapeResult(shape=shape, dtype=dtype, reason="outside the spec's constraints"))
                 continue
@@ -74,7 +79,12 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
             try:
                 row = session.evaluate_shape(shape, dtype, progress)
             except RuntimeError as exc:  # a CUDA fault poisons the context: report it and stop here
-                row = ShapeResult(shape=shape, dtype=dtype, correct=False, reason=_cuda_reason(exc))
+                reason = _cuda_reason(exc)
+                if reason.startswith(BASELINE_BLAME):  # not the candidate's fault: the parent re-runs without it
+                    result.stage, result.reason = "baseline_crash", reason
+                    result.baseline_fault = BaselineFault(shape=shape, dtype=dtype, reason=reason)
+                    return _done(result, start)
+                row = ShapeResult(shape=shape, dtype=dtype, correct=False, reason=reason)
                 result.shapes.append(row)
                 result.ok, result.stage, result.reason = False, "crash", f"at {shape} {dtype}: {row.reason}"
                 return _done(result, start)
@@ -87,6 +97,10 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
         bad = next(s for s in result.shapes if s.correct is False)
         result.reason = f"incorrect at {bad.shape} {bad.dtype}: {bad.reason}"
     return _done(result, start)
+
+
+BASELINE_BLAME = "in the baseline:"
+"""gpu_eval._blame's prefix for a fault seen right after the baseline's launches."""
 
 
 def _cuda_reason(exc: Exception) -> str:

@@ -19,12 +19,15 @@ def sglang_baseline(spec) -> str | None:
 
 
 def flashinfer_merge_state(v_a, s_a, v_b, s_b, v_merged, s_merged) -> None:
-    """flashinfer.cascade.merge_state returns new tensors; the spec writes into v_merged / s_merged."""
-    from flashinfer.cascade import merge_state
+    """flashinfer.cascade.merge_state's own kernel, writing into the spec's outputs.
 
-    v, s = merge_state(v_a, s_a, v_b, s_b)
-    v_merged.copy_(v)
-    s_merged.copy_(s)
+    The public function allocates v_merged / s_merged and returns them (allocation is free inside a CUDA
+    graph); copying its results into ours would add two copy kernels to the baseline's time, so the
+    kernel is called with our outputs instead.
+    """
+    from flashinfer.cascade import get_cascade_module
+
+    get_cascade_module().merge_state(v_a, s_a, v_b, s_b, v_merged, s_merged)
 
 
 def sglang_silu_and_mul(input, out) -> None:

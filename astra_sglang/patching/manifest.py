@@ -40,7 +40,8 @@ class PatchManifest(BaseModel):
     op: str
     """Kernel spec name (extract/<op>.toml)."""
     kernel: str = "kernel.cu"
-    """Kernel source file in the patch folder (exposes the C ABI)."""
+    """Kernel source (exposes the C ABI), relative to the patch folder: a sibling patch's file built with
+    other `defines` is allowed (patches/merge_state builds merge_attn_states_lse's with base-2 LSEs)."""
     defines: dict[str, str] = Field(default_factory=dict)
     dtypes: list[str]
     sglang_versions: str = ">=0.5.17"

@@ -17,27 +17,32 @@ from rich.console import Console
 from astra_sglang.harness.isolate import evaluate
 from astra_sglang.harness.records import EvalRequest, KernelSource
 from astra_sglang.harness.report import print_result, write_jsonl
+from astra_sglang.patching.manifest import PatchManifest
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 out, steps = sys.argv[1], sys.argv[2:]
+ONLY = os.environ.get("OPS", "").split()  # e.g. OPS="merge_state" bash kernels.sh OUT time-bf16
 console = Console(width=200)
 SGLANG = {  # SGLang's own entry points, called exactly as SGLang calls them
     "silu_and_mul": "py:astra_sglang.ops.adapters:sglang_silu_and_mul",
     "fused_add_rmsnorm": "py:sgl_kernel:fused_add_rmsnorm",
     "rmsnorm": "py:sgl_kernel:rmsnorm",
     "merge_attn_states_lse": "py:sgl_kernel:merge_state_v2",
+    "merge_state": "py:astra_sglang.ops.adapters:flashinfer_merge_state",  # its kernel, into our outputs
 }
 LARGE = {  # >= 256 MiB moved: the roofline target
     "silu_and_mul": [], "fused_add_rmsnorm": [], "rmsnorm": [(16384, 8192)],
-    "merge_attn_states_lse": [(16384, 32, 128)],
+    "merge_attn_states_lse": [(16384, 32, 128)], "merge_state": [(16384, 32, 128)],
 }
 SMALL = {  # decode sizes: latency against the empty kernel
     "silu_and_mul": [(16, 14336)], "fused_add_rmsnorm": [(16, 4096)], "rmsnorm": [(16, 4096)],
-    "merge_attn_states_lse": [(16, 32, 128)],
+    "merge_attn_states_lse": [(16, 32, 128)], "merge_state": [(16, 32, 128)],
 }
 
 def run(op, shapes, dtypes, baseline, check=True, timed=True, defines=None, label=None):
-    req = EvalRequest(kernel=op, candidate=KernelSource(path=os.path.abspath(f"patches/{op}/kernel.cu"), defines=defines or {},
+    manifest = PatchManifest.load(f"patches/{op}")  # merge_state builds merge_attn_states_lse's file, base 2
+    req = EvalRequest(kernel=op, candidate=KernelSource(path=os.path.abspath(f"patches/{op}/{manifest.kernel}"),
+                                                        defines={**manifest.defines, **(defines or {})},
                                                         label=label or f"patches/{op}"),
                       baseline=KernelSource(path=baseline if baseline.startswith("py:") else os.path.abspath(baseline))
                       if baseline else None, shapes=shapes, dtypes=dtypes,
@@ -97,6 +102,8 @@ for step in steps:
         sweep()
         continue
     for op, base in SGLANG.items():
+        if ONLY and op not in ONLY:
+            continue
         spec = get_spec(op)
         if step.startswith("time-"):
             dt = {"time-bf16": "bfloat16", "time-fp16": "float16"}[step]
@@ -105,7 +112,7 @@ for step in steps:
         elif step == "check":
             shapes = resolve_shapes(spec, "edge+held_out")
             run(op, list(dict.fromkeys(shapes)), ["bfloat16", "float16", "float32"], None, timed=False)
-        elif step == "pdl":
+        elif step == "pdl" and op != "merge_state":  # same file and launch as merge_attn_states_lse
             run(op, resolve_shapes(spec, "paper"), ["bfloat16"], f"patches/{op}/kernel.cu", check=False,
                 defines={"ASTRA_DEFAULT_PDL": "0"}, label=f"{op} PDL off (baseline: PDL on)")
 PY

@@ -83,6 +83,16 @@ template <bool PDL> __device__ __forceinline__ void pdl_trigger() {
   if constexpr (PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+// The LSE's base: natural log for SGLang's merge_state_v2; -DASTRA_LSE_BASE2=1 builds flashinfer's
+// cascade.merge_state, whose LSEs are base 2 (patches/merge_state uses this file with that define).
+#if defined(ASTRA_LSE_BASE2) && ASTRA_LSE_BASE2
+__device__ __forceinline__ float lse_exp(float x) { return exp2f(x); }
+__device__ __forceinline__ float lse_log(float x) { return log2f(x); }
+#else
+__device__ __forceinline__ float lse_exp(float x) { return expf(x); }
+__device__ __forceinline__ float lse_log(float x) { return logf(x); }
+#endif
+
 // Thread t serves pair t >> lg_g, lane t & (G - 1); vectors lane, lane + G, ... of the pair.
 template <typename T, int N, int THREADS, int VPT, bool PDL>
 __global__ void __launch_bounds__(THREADS)
@@ -103,7 +113,7 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
   const float b = isinf(b_raw) ? -INFINITY : b_raw;
   const float m = fmaxf(a, b);
   const bool empty = m == -INFINITY;  // both states empty: defined as v = 0, s = -inf (not 0/0)
-  const float wa = empty ? 0.0f : expf(a - m), wb = empty ? 0.0f : expf(b - m);
+  const float wa = empty ? 0.0f : lse_exp(a - m), wb = empty ? 0.0f : lse_exp(b - m);
   const float inv = empty ? 0.0f : 1.0f / (wa + wb);  // wa + wb >= 1: the max term is exp(0)
   const float ca = wa * inv, cb = wb * inv;
   const int64_t base = p * (int64_t)nvec * N;
@@ -129,7 +139,7 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
       }
     }
   }
-  if (lane == 0) so[p] = empty ? -INFINITY : m + logf(wa + wb);
+  if (lane == 0) so[p] = empty ? -INFINITY : m + lse_log(wa + wb);
 }
 
 template <typename K, typename... Args>

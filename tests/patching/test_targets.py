@@ -7,9 +7,13 @@ import pytest
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.targets import Target, rebind, resolve, static_check
+from astra_sglang.paths import patches_dir
+from astra_sglang.patching.store import PatchStore
 from astra_sglang.specs.registry import all_specs
 
 SGLANG_TARGETS = [(s.name, f"{t.module}:{t.attr}") for s in all_specs() for t in s.sglang_targets]
+# What `launch` patches: the shipped manifests name call-site globals (e.g. flashinfer_backend:merge_state).
+SHIPPED_TARGETS = sorted({(e.op, str(t)) for e in PatchStore(patches_dir()).entries() for t in e.targets})
 
 
 def test_pinned_sglang_installed():
@@ -18,7 +22,8 @@ def test_pinned_sglang_installed():
     assert version("sglang") == "0.5.17", "tests/patching/requirements.txt pins the GPU runtime kit's SGLang"
 
 
-@pytest.mark.parametrize("op,target", SGLANG_TARGETS, ids=[t for _, t in SGLANG_TARGETS])
+@pytest.mark.parametrize("op,target", SGLANG_TARGETS + SHIPPED_TARGETS,
+                         ids=[t for _, t in SGLANG_TARGETS + SHIPPED_TARGETS])
 def test_every_spec_target_is_bound_in_pinned_version(op, target):
     # Static: SGLang binds these names only under `if _is_cuda:`, so importing on CPU cannot show them.
     check = static_check(Target.parse(target))
