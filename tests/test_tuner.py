@@ -93,3 +93,18 @@ def test_tuner_latin_square_picks_each_shapes_best_configuration(tmp_path, monke
     # held-out shapes take their nearest tuned shape's configuration, which can sit across the 64-row line
     assert winner is not None and winner.method == "tuner" and winner.speedup > 1.7
     assert (tmp_path / "run" / "tuner.md").read_text().count("| 64 | 1 |") >= 5
+
+
+def test_a_tuned_kernel_can_be_tuned_again():
+    from astra_sglang.paths import patches_dir
+    from astra_sglang.specs.registry import get_spec
+    from astra_sglang.tuner.knobs import dispatch_source, parse_knobs, strip_dispatch
+
+    spec = get_spec("silu_and_mul")
+    source = (patches_dir() / "silu_and_mul" / "kernel.cu").read_text()
+    source = strip_dispatch(source)  # the shipped file may itself be a tuner winner
+    knobs = parse_knobs(source)
+    first = dispatch_source(spec, source, knobs, {(16, 4096): tuple(k.values[0] for k in knobs)}, "one")
+    assert strip_dispatch(first) == source
+    second = dispatch_source(spec, strip_dispatch(first), knobs, {(64, 8192): tuple(k.values[-1] for k in knobs)}, "two")
+    assert second.count("ASTRA_ENTRY {") == first.count("ASTRA_ENTRY {")

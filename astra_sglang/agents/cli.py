@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import os
 from pathlib import Path
 
@@ -51,6 +52,11 @@ def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, ev
     from astra_sglang.harness.records import KernelSource
     from astra_sglang.tuner import run_tuner
 
+    if baseline is None and importlib.util.find_spec("sgl_kernel") is not None:
+        from astra_sglang.ops.adapters import sglang_baseline
+
+        baseline = sglang_baseline(spec)  # a serving machine: the winner must beat what SGLang runs today
+        click.echo(f"baseline: {baseline} (SGLang's own op)")
     return run_tuner(spec, start, rounds, run_dir, evaluator, echo=click.echo,
                      baseline=KernelSource(path=baseline) if baseline else None)
 
@@ -75,8 +81,8 @@ def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, ev
 @click.option("--shapes", default="paper", show_default=True, help="Shapes the agents optimize on: a set "
               "(quick, paper, models, edge; '+'-joined) or a list like 16x4096,32x8192.")
 @click.option("--baseline", metavar="FILE|py:MODULE:FUNC", help="Measure speedups against this (e.g. "
-              "py:sgl_kernel:fused_add_rmsnorm, SGLang's own op); default: the start kernel (LLM loop) or our "
-              "first kernel (tuner).")
+              "py:sgl_kernel:fused_add_rmsnorm, SGLang's own op); default: the start kernel (LLM loop); for the "
+              "tuner, SGLang's own op where sgl_kernel is installed, else our first kernel.")
 @click.option("--compile-only", is_flag=True, help="Build candidates only (machines without a GPU).")
 @click.option("--patches-dir", type=click.Path(file_okay=False), help="Also write the winner there "
               "(e.g. patches/); it is always written to RUN_DIR/patch/.")

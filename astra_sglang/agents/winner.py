@@ -12,7 +12,7 @@ from pathlib import Path
 
 from astra_sglang.agents.records import HistoryRow, RunConfig, Winner
 from astra_sglang.harness.records import EvalResult
-from astra_sglang.patching.manifest import MeasuredShape, PatchManifest, Provenance
+from astra_sglang.patching.manifest import MANIFEST, MeasuredShape, PatchManifest, Provenance
 from astra_sglang.specs.records import KernelSpec
 
 FINAL_ROUND = -1
@@ -75,6 +75,7 @@ def write_patch(winner: Winner, patches_dir: str | Path, spec: KernelSpec | None
     """patches_dir/<kernel>/{kernel.cu, manifest.json}; returns the folder."""
     folder = Path(patches_dir) / winner.kernel
     folder.mkdir(parents=True, exist_ok=True)
+    previous = PatchManifest.load(folder) if (folder / MANIFEST).is_file() else None
     shutil.copyfile(winner.source, folder / "kernel.cu")
     measured = [MeasuredShape(shape=s.shape, dtype=s.dtype, candidate_us=s.candidate.median_us,
                               baseline_us=s.baseline.median_us, speedup=s.speedup, pct_roofline=s.pct_roofline)
@@ -82,7 +83,9 @@ def write_patch(winner: Winner, patches_dir: str | Path, spec: KernelSpec | None
     manifest = PatchManifest(
         op=winner.kernel, defines=winner.defines,
         dtypes=sorted({s.dtype for s in winner.final.shapes}),
-        targets=[f"{t.module}:{t.attr}" for t in spec.sglang_targets] if spec else [],
+        # A replaced patch keeps the call sites it was set up for (e.g. a calling module's global).
+        targets=previous.targets if previous and previous.targets else
+        [f"{t.module}:{t.attr}" for t in spec.sglang_targets] if spec else [],
         provenance=Provenance(method=winner.method, model=winner.model, rounds=winner.rounds, run_id=winner.run_id,
                               date=dt.date.today().isoformat(), gpu=winner.final.gpu,
                               started_from=winner.started_from,

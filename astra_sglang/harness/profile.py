@@ -28,6 +28,7 @@ TIMEOUT_S = 180
 class ProfileRequest(BaseModel):
     kernel: str
     library: str
+    """A built kernel library, or "py:MODULE:FUNC" (SGLang's own op, profiled the same way)."""
     shape: tuple[int, ...]
     dtype: str
 
@@ -76,6 +77,21 @@ class NcuProfiler:
                 "--clock-control", "none", "--target-processes", "all", *sections,
                 sys.executable, "-m", "astra_sglang.harness.profile", str(request_path)]
 
+    def profile(self, library: str, shape: tuple[int, ...], dtype: str) -> dict[str, float]:
+        """ncu section facts of one launch (L2 flushed first: ncu's default cache control); {} on failure."""
+        if not self.ncu:
+            return {}
+        with tempfile.TemporaryDirectory(prefix="astra-ncu-") as tmp:
+            request = Path(tmp) / "request.json"
+            request.write_text(ProfileRequest(kernel=self.kernel, library=library, shape=shape,
+                                              dtype=dtype).model_dump_json())
+            try:
+                proc = subprocess.run(self.command(request), capture_output=True, text=True, timeout=TIMEOUT_S,
+                                      cwd=tmp)
+            except subprocess.TimeoutExpired:
+                return {}
+        return parse_ncu_csv(proc.stdout)
+
     def __call__(self, source: str, result: EvalResult):
         from astra_sglang.agents.records import ProfileFacts
 
@@ -84,16 +100,7 @@ class NcuProfiler:
         shape = pick_shape(result)
         if not self.ncu or shape is None or not (result.build and result.build.library):
             return facts
-        with tempfile.TemporaryDirectory(prefix="astra-ncu-") as tmp:
-            request = Path(tmp) / "request.json"
-            request.write_text(ProfileRequest(kernel=self.kernel, library=result.build.library, shape=shape.shape,
-                                              dtype=shape.dtype).model_dump_json())
-            try:
-                proc = subprocess.run(self.command(request), capture_output=True, text=True, timeout=TIMEOUT_S,
-                                      cwd=tmp)
-            except subprocess.TimeoutExpired:
-                return facts
-        measured = parse_ncu_csv(proc.stdout)
+        measured = self.profile(result.build.library, shape.shape, shape.dtype)
         if measured:
             measured["profiled shape " + "x".join(map(str, shape.shape)) + " " + shape.dtype] = 1.0
         return facts.model_copy(update={"ncu": measured})
@@ -110,7 +117,12 @@ def _drive(request_path: str) -> None:
     req = ProfileRequest.model_validate_json(Path(request_path).read_text())
     spec = get_spec(req.kernel)
     args = fill(spec, allocate(spec, req.shape, req.dtype, "cuda"), torch.Generator("cuda").manual_seed(0))
-    launcher = Launcher(KernelLibrary(req.library), len(spec.tensor_args), len(spec.scalar_args))
+    if req.library.startswith("py:"):
+        from astra_sglang.harness.gpu_eval import python_op
+
+        launcher = python_op(spec, req.library)
+    else:
+        launcher = Launcher(KernelLibrary(req.library), len(spec.tensor_args), len(spec.scalar_args))
     launcher(args.tensors, args.scalars)  # module load outside the range
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_push(NVTX_RANGE)

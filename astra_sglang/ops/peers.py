@@ -125,13 +125,14 @@ def _fused_add_rmsnorm(input, residual, weight, eps):
 
 _EAGER: dict[str, Callable] = {"silu_and_mul": _silu_and_mul, "rmsnorm": _rmsnorm,
                                "fused_add_rmsnorm": _fused_add_rmsnorm}
-_COMPILED: dict[str, Callable] = {}
+_COMPILED: dict[tuple[str, str], Callable] = {}
 
 
-def compiled(op: str) -> Callable:
+def compiled(op: str, backend: str = "inductor") -> Callable:
     """The op's torch.compile'd function, built once per process. dynamic=False: one kernel per shape,
     specialized as a serving engine's per-batch-size graphs are (and eps becomes a constant)."""
-    if op not in _COMPILED:
+    key = (op, backend)
+    if key not in _COMPILED:
         import torch._dynamo
 
         cfg = torch._dynamo.config
@@ -141,8 +142,8 @@ def compiled(op: str) -> Callable:
         setattr(cfg, limit, max(getattr(cfg, limit), 256))
         if hasattr(cfg, "fail_on_recompile_limit_hit"):
             cfg.fail_on_recompile_limit_hit = True
-        _COMPILED[op] = torch.compile(_EAGER[op], dynamic=False, fullgraph=True)
-    return _COMPILED[op]
+        _COMPILED[key] = torch.compile(_EAGER[op], backend=backend, dynamic=False, fullgraph=True)
+    return _COMPILED[key]
 
 
 def compiled_silu_and_mul(input, out) -> None:

@@ -21,7 +21,7 @@ from astra_sglang.harness.isolate import evaluate_many
 from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource
 from astra_sglang.specs.records import KernelSpec
 from astra_sglang.specs.registry import resolve_shapes
-from astra_sglang.tuner.knobs import Config, configs, dispatch_source, parse_knobs
+from astra_sglang.tuner.knobs import Config, configs, dispatch_source, parse_knobs, strip_dispatch
 
 TUNE_SHAPES = "paper+quick"
 TUNE_DTYPE = "bfloat16"
@@ -34,6 +34,7 @@ class Tuning:
     """Timing samples per (shape, configuration) and the sources that produced them."""
 
     def __init__(self, spec: KernelSpec, source: str, run_dir: Path, evaluator, echo=print):
+        source = strip_dispatch(source)  # re-tuning a shipped (already tuned) kernel starts from what it wraps
         self.spec, self.source, self.run_dir, self.evaluator, self.echo = spec, source, run_dir, evaluator, echo
         self.knobs = parse_knobs(source)
         if not self.knobs:

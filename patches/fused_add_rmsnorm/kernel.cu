@@ -15,11 +15,13 @@
 //  - Warp-shuffle reduction; one shared-memory exchange across the warps of a row.
 //  - Optional PDL: griddepcontrol.wait before any memory access keeps stream order exact.
 //
-// Tuner knobs (template parameters of astra_launch_cfg, in this order):
-// astra:knob THREADS 32 64 128 256 512 1024
-// astra:knob VPT 1 2 4 8
-// astra:knob ROWS 1 2 4
-// astra:knob PDL 0 1
+// Tuner knobs (template parameters of astra_launch_cfg, in this order). The search space is pruned by
+// measurement (H200, benchmarks/notes/kernels.md run 2): PDL off cost ~0.6 us in every op; for the norms,
+// 32/64 threads and VPT 8 never won, and ROWS > 2 only matters below d = 1024 (no model shape).
+// astra:knob THREADS 128 256 512 1024
+// astra:knob VPT 1 2 4
+// astra:knob ROWS 1 2
+// astra:knob PDL 1
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
