@@ -108,3 +108,24 @@ def test_a_tuned_kernel_can_be_tuned_again():
     assert strip_dispatch(first) == source
     second = dispatch_source(spec, strip_dispatch(first), knobs, {(64, 8192): tuple(k.values[-1] for k in knobs)}, "two")
     assert second.count("ASTRA_ENTRY {") == first.count("ASTRA_ENTRY {")
+
+
+def test_a_winner_replaces_a_patch_only_when_faster(tmp_path):
+    from astra_sglang.agents.records import Winner
+    from astra_sglang.agents.winner import existing_is_better, write_patch
+    from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
+
+    def winner(speedups):
+        rows = [ShapeResult(shape=(n, 4096), dtype="bfloat16", correct=True, speedup=x,
+                            candidate=Timing(median_us=1 / x, p10_us=1, p90_us=1), baseline=Timing(median_us=1, p10_us=1, p90_us=1))
+                for n, x in zip((1, 16, 128), speedups)]
+        source = tmp_path / "k.cu"
+        source.write_text("// kernel\n")
+        return Winner(kernel="silu_and_mul", source=str(source), round=1, speedup=1.0, method="tuner",
+                      final=EvalResult(kernel="silu_and_mul", candidate="k.cu", ok=True, stage="done", shapes=rows))
+
+    assert existing_is_better(winner([1.1, 1.1, 1.1]), tmp_path / "patches") is None  # nothing there yet
+    write_patch(winner([1.2, 1.2, 1.0]), tmp_path / "patches")
+    kept = existing_is_better(winner([1.1, 1.1, 1.1]), tmp_path / "patches")
+    assert kept and "1.129x vs the winner's 1.100x" in kept and "3 cases" in kept
+    assert existing_is_better(winner([1.3, 1.2, 1.1]), tmp_path / "patches") is None

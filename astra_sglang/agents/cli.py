@@ -168,4 +168,7 @@ def _summary(outcome: RunOutcome, spec: KernelSpec, patches_dir: str | None, wri
     if tuner:
         write_patch(winner, Path(outcome.run_dir) / "patch", spec)
     if patches_dir:
-        click.echo(f"patch written to {write_patch(winner, patches_dir, spec)}")
+        from astra_sglang.agents.winner import existing_is_better
+
+        kept = existing_is_better(winner, patches_dir)
+        click.echo(kept or f"patch written to {write_patch(winner, patches_dir, spec)}")

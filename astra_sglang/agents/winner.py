@@ -7,6 +7,7 @@ one way a winner reaches a patches folder: kernel.cu + manifest.json with its pr
 from __future__ import annotations
 
 import datetime as dt
+import math
 import shutil
 from pathlib import Path
 
@@ -20,8 +21,8 @@ FINAL_ROUND = -1
 
 def passed(result: EvalResult) -> bool:
     """Built, ran and correct on every checked shape (a compile-only result never passes)."""
-    return (result.ok and result.stage == "done" and bool(result.shapes)
-            and all(s.correct is True for s in result.shapes))
+    return (result.ok and result.stage == "done" and any(s.correct for s in result.shapes)
+            and all(s.correct is True or not s.covered for s in result.shapes))  # not covered: the original runs
 
 
 def classify(round: int, result: EvalResult | None, error: str = "") -> HistoryRow:
@@ -69,6 +70,25 @@ def short_path(path: str) -> str:
     """A start source as a manifest names it: never a machine's absolute path."""
     p = Path(path)
     return "/".join(p.parts[-2:]) if p.is_absolute() else path
+
+
+def existing_is_better(winner: Winner, patches_dir: str | Path) -> str | None:
+    """Why the patch already in `patches_dir` should stay: its recorded speedups are at least the winner's
+    over the (shape, dtype) cases both measured. None when there is nothing to compare (or the winner wins).
+    Both sets are speedups over SGLang's own op (or both over the same baseline): a ratio of ratios."""
+    folder = Path(patches_dir) / winner.kernel
+    if not (folder / MANIFEST).is_file():
+        return None
+    old = {(tuple(m.shape), m.dtype): m.speedup for m in PatchManifest.load(folder).measured}
+    new = {(tuple(s.shape), s.dtype): s.speedup for s in winner.final.shapes if s.speedup}
+    common = sorted(set(old) & set(new))
+    if not common:
+        return None
+    old_g, new_g = (math.exp(sum(math.log(d[k]) for k in common) / len(common)) for d in (old, new))
+    if new_g > old_g:
+        return None
+    return (f"kept the existing {folder}: {old_g:.3f}x vs the winner's {new_g:.3f}x geomean over the "
+            f"{len(common)} cases both measured")
 
 
 def write_patch(winner: Winner, patches_dir: str | Path, spec: KernelSpec | None = None) -> Path:

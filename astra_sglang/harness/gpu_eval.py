@@ -65,16 +65,16 @@ class GpuSession:
 
     def evaluate_shape(self, shape: tuple[int, ...], dtype: str, progress) -> ShapeResult:
         row = ShapeResult(shape=shape, dtype=dtype, min_bytes=self.spec.min_bytes(shape, dtype))
-        try:
-            with torch.cuda.stream(self.stream):
-                if self.req.check:
-                    self._check(row, shape, dtype)
-                if self.req.time and row.correct is not False and row.covered:
-                    progress(stage="time", shape=shape, dtype=dtype)
-                    self._time(row, shape, dtype)
-        finally:
-            gc.collect()
-            torch.cuda.empty_cache()
+        # No cleanup in a `finally`: after a CUDA fault, empty_cache() raises again, and that second error
+        # would replace the first one, which names the side that faulted.
+        with torch.cuda.stream(self.stream):
+            if self.req.check:
+                self._check(row, shape, dtype)
+            if self.req.time and row.correct is not False and row.covered:
+                progress(stage="time", shape=shape, dtype=dtype)
+                _blame("timing", lambda: self._time(row, shape, dtype))
+        gc.collect()
+        torch.cuda.empty_cache()
         return row
 
     def _runner(self, launcher: Launcher):

@@ -23,7 +23,7 @@ import torch, sgl_kernel
 x = torch.randn(5, 2 * $d, dtype=torch.bfloat16, device='cuda'); o = torch.empty(5, $d, dtype=torch.bfloat16, device='cuda')
 sgl_kernel.silu_and_mul(x, o); torch.cuda.synchronize()
 ref = torch.nn.functional.silu(x[:, :$d].float()) * x[:, $d:].float()
-print('sgl_kernel.silu_and_mul d=$d bf16: ok, max err', (o.float() - ref).abs().max().item())" 2>&1 | tail -1
+print('sgl_kernel.silu_and_mul d=$d bf16: ok, max err', (o.float() - ref).abs().max().item())" 2>&1 | grep -E "ok, max err|Error|error" | tail -1 | sed "s/^/d=$d: /"
       done | tee "$OUTDIR/probe.txt" ;;
     tune-silu|tune-fused)
       op=$([ $step = tune-silu ] && echo silu_and_mul || echo fused_add_rmsnorm)
