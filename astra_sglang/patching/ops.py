@@ -63,6 +63,7 @@ class PatchedOp:
         self._cuda = device_type == "cuda"
         self._dtypes = {TORCH_DTYPES[d] for d in (dtypes or spec.dtypes)}
         self._random = random.Random(seed).random
+        self._shadowed: set = set()
         args = spec.arguments
         self._n = len(args)
         self._index = {a.name: i for i, a in enumerate(args)}
@@ -229,12 +230,23 @@ class PatchedOp:
         if ok is None:
             if len(self._verdicts) >= MAX_VERDICTS:
                 self._verdicts.clear()
+                self._shadowed.clear()
             ok = self._verdicts[key] = self._verdict(tensors)
         if not ok:
             return self._fallback(values, args, kwargs)
         scalars = [values[i] for i in self._sidx]
-        if self.verify_rate and self._random() < self.verify_rate and not _capturing():
-            return self._shadow(values, tensors, scalars, args, kwargs)
+        if self.verify_rate:
+            # A kernel captured into a CUDA graph keeps running after a later mismatch disables the patch,
+            # so with verification on, a shape goes into a graph only once it passed a shadow check; the
+            # first eager call of every shape is checked (SGLang's warm-up runs precede each capture).
+            if _capturing():
+                if key not in self._shadowed:
+                    return self._fallback(values, args, kwargs)
+            elif key not in self._shadowed or self._random() < self.verify_rate:
+                result = self._shadow(values, tensors, scalars, args, kwargs)
+                if self.active:
+                    self._shadowed.add(key)
+                return result
         code = self.launcher(tensors, scalars)
         if code == ASTRA_OK:
             self.stats.kernel_calls += 1

@@ -40,15 +40,30 @@ def server_command(model_path: str, port: int, load_format: str | None = None, e
             "--port", str(port), *extra]
 
 
+DATASETS = ("random-ids", "shared-prefix")
+"""random-ids: independent prompts (no download). shared-prefix: groups of prompts behind one shared system
+prompt, so prefills extend a cached prefix (SGLang's generated-shared-prefix dataset); the flashinfer
+attention backend merges the two partial states there (flashinfer.cascade.merge_state)."""
+
+
 def bench_command(model_path: str, port: int, output_file: str | Path, num_prompts: int = 512,
                   input_len: int = 1024, output_len: int = 256, concurrency: int = 64,
-                  python: str = sys.executable) -> list[str]:
-    """argv of SGLang's serving benchmark (random-ids: no dataset download), appending JSONL to output_file."""
-    return [python, "-m", "sglang.benchmark.serving", "--backend", "sglang", "--dataset-name", "random-ids",
-            "--host", HOST, "--port", str(port), "--model", model_path, "--tokenizer", model_path,
-            "--num-prompts", str(num_prompts), "--random-input-len", str(input_len),
-            "--random-output-len", str(output_len), "--random-range-ratio", "1.0",
-            "--max-concurrency", str(concurrency), "--disable-tqdm", "--output-file", str(output_file)]
+                  python: str = sys.executable, dataset: str = "random-ids", prefix_len: int = 2048,
+                  groups: int = 16) -> list[str]:
+    """argv of SGLang's serving benchmark on `dataset` (no download either way), appending JSONL to output_file.
+
+    shared-prefix: `groups` system prompts of `prefix_len` tokens, num_prompts / groups questions of
+    `input_len` tokens behind each."""
+    common = [python, "-m", "sglang.benchmark.serving", "--backend", "sglang", "--host", HOST, "--port", str(port),
+              "--model", model_path, "--tokenizer", model_path, "--num-prompts", str(num_prompts),
+              "--max-concurrency", str(concurrency), "--disable-tqdm", "--output-file", str(output_file)]
+    if dataset == "shared-prefix":
+        per_group = max(1, -(-num_prompts // groups))
+        return [*common, "--dataset-name", "generated-shared-prefix", "--gsp-num-groups", str(groups),
+                "--gsp-prompts-per-group", str(per_group), "--gsp-system-prompt-len", str(prefix_len),
+                "--gsp-question-len", str(input_len), "--gsp-output-len", str(output_len)]
+    return [*common, "--dataset-name", "random-ids", "--random-input-len", str(input_len),
+            "--random-output-len", str(output_len), "--random-range-ratio", "1.0"]
 
 
 def probe_payload(index: int, skip_tokenizer: bool = False) -> dict:
@@ -150,7 +165,8 @@ def run_arm(arm: str, run: int, argv: list[str], env: dict, opts: dict, out: Pat
         ready = wait_healthy(proc, opts["port"], log, opts["health_timeout"])
         click.echo(f"[{arm}{run}] healthy after {ready:.0f} s; benchmarking")
         bench = bench_command(opts["model_path"], opts["port"], bench_file, opts["num_prompts"], opts["input_len"],
-                              opts["output_len"], opts["concurrency"])
+                              opts["output_len"], opts["concurrency"], dataset=opts["dataset"],
+                              prefix_len=opts["prefix_len"], groups=opts["groups"])
         done = subprocess.run(bench, env=strip_patch_env(dict(os.environ)), capture_output=True, text=True,
                               timeout=opts["bench_timeout"])
         if done.returncode != 0:
@@ -187,14 +203,21 @@ def check_args(extra) -> None:
 @click.option("--input-len", type=click.IntRange(1), default=1024, show_default=True)
 @click.option("--output-len", type=click.IntRange(1), default=256, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--dataset", type=click.Choice(DATASETS), default="random-ids", show_default=True,
+              help="shared-prefix: prompts behind shared system prompts (cached-prefix prefills; with the "
+                   "flashinfer backend this reaches merge_state).")
+@click.option("--prefix-len", type=click.IntRange(1), default=2048, show_default=True,
+              help="shared-prefix: system prompt tokens (input-len is each question's length).")
+@click.option("--groups", type=click.IntRange(1), default=16, show_default=True,
+              help="shared-prefix: number of distinct system prompts.")
 @click.option("--health-timeout", type=click.IntRange(10), default=900, show_default=True, help="Seconds per start.")
 @click.option("--bench-timeout", type=click.IntRange(10), default=900, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder (default: ./astra-ab/<timestamp>).")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
-def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, output_len, concurrency,
-       health_timeout, bench_timeout, out, server_args):
+def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, output_len, concurrency, dataset,
+       prefix_len, groups, health_timeout, bench_timeout, out, server_args):
     """Serving A/B: unpatched (A) vs patched (B) SGLang servers, alternated A B A B.
 
     Each run starts a server on 127.0.0.1, waits for /health, runs `sglang.benchmark.serving` (random-ids),
@@ -205,6 +228,8 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
     Examples:
       astra-sglang ab --model-path ./llama-8b --load-format dummy --runs 3
       astra-sglang ab --model-path M --load-format dummy --out ab-run -- --attention-backend triton
+      astra-sglang ab --model-path M --load-format dummy --dataset shared-prefix --input-len 256 \\
+        -- --attention-backend flashinfer
     """
     from astra_sglang.serving.report import write_report
 
@@ -216,7 +241,8 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
                                    warn=lambda msg: click.echo(f"warning: {msg}", err=True))  # validate + build once
     click.echo(summary)
     opts = dict(model_path=model_path, port=port, num_prompts=num_prompts, input_len=input_len,
-                output_len=output_len, concurrency=concurrency, health_timeout=health_timeout,
+                output_len=output_len, concurrency=concurrency, dataset=dataset, prefix_len=prefix_len, groups=groups,
+                health_timeout=health_timeout,
                 bench_timeout=bench_timeout, extra=list(server_args))
     rows_file = out / "ab.jsonl"
     rows_file.unlink(missing_ok=True)

@@ -155,3 +155,18 @@ def test_eager_overhead_bound():
     per_call_us = min(timeit.repeat(lambda: op.fn(x, out), number=n, repeat=3)) / n * 1e6
     print(f"eager overhead: {per_call_us:.2f} us/call")
     assert per_call_us < 25, per_call_us  # ~2.5 us here; generous for slow CI machines
+
+
+def test_with_verification_each_new_shape_is_checked_first_and_graphs_get_only_checked_shapes(monkeypatch):
+    from astra_sglang.patching import ops as ops_mod
+
+    op, stats = make(standin_launcher(), verify_rate=1e-9)  # sampling alone would (almost) never check
+    op.fn(torch.randn(4, 32))
+    op.fn(torch.randn(4, 32))
+    assert stats.shadow_checks == 1 and stats.kernel_calls >= 1  # first call of the shape only
+    monkeypatch.setattr(ops_mod, "_capturing", lambda: True)
+    before = stats.fallbacks
+    op.fn(torch.randn(4, 32))  # checked shape: captured with our kernel
+    assert stats.fallbacks == before
+    op.fn(torch.randn(8, 32))  # never checked: the original goes into the graph
+    assert stats.fallbacks == before + 1 and stats.shadow_checks == 1 and op.active

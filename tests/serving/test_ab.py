@@ -171,3 +171,13 @@ def test_cli_errors(tmp_path, monkeypatch):
     res = run("--model-path", "m", "--patches", empty, "--out", tmp_path / "o")
     assert res.exit_code == 1 and "no enabled patches" in res.output
     assert "Examples" in CliRunner().invoke(ab_mod.ab, ["--help"]).output
+
+
+def test_bench_command_shared_prefix():
+    argv = ab_mod.bench_command("m", 31000, "b.jsonl", 512, 256, 128, 64, python="py", dataset="shared-prefix",
+                                prefix_len=2048, groups=16)
+    pairs = {f: argv[i + 1] for i, f in enumerate(argv[:-1]) if f.startswith("--") and f != "--disable-tqdm"}
+    assert pairs["--dataset-name"] == "generated-shared-prefix"
+    assert pairs["--gsp-num-groups"] == "16" and pairs["--gsp-prompts-per-group"] == "32"
+    assert pairs["--gsp-system-prompt-len"] == "2048" and pairs["--gsp-question-len"] == "256"
+    assert pairs["--gsp-output-len"] == "128" and "--random-input-len" not in argv

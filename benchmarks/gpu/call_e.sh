@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# GPU calls of the second session, serving (issue: patch-back). Steps, in the order given:
+#   ab    A/B, 3 runs per arm, flashinfer attention + shared-prefix prompts (cached prefixes: the backend
+#         merges partial states with flashinfer.cascade.merge_state, so every shipped op is reachable)
+#   live  one patched server with a WRONG silu_and_mul (tests/fixtures/cheats/low_precision.cu) and
+#         --verify-rate 0.05: the shadow check must disable it in every process that sees a mismatch while
+#         the server keeps serving; then the agent loop against this server's own OpenAI API (dummy
+#         weights: garbage text), which must end cleanly
+# Usage (repo root, GPU machine; carry .stage): bash benchmarks/gpu/call_e.sh OUTDIR STEP...
+set -u
+OUTDIR=${1:?OUTDIR}; shift; mkdir -p "$OUTDIR"
+source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt"; cat "$OUTDIR/env.txt"
+SERVER_ARGS="--sampling-backend pytorch --grammar-backend none --cuda-graph-max-bs-decode 64 --mem-fraction-static 0.8"
+t0=$(date +%s)
+for step in "$@"; do
+  echo "=== $step (t=$(( $(date +%s) - t0 ))s)"
+  case $step in
+    ab)
+      rm -rf /tmp/abp && cp -r patches /tmp/abp
+      # FA3 (merge_state_v2's call site) is stripped from the runtime kit: that target cannot import there.
+      astra-sglang patch disable merge_attn_states_lse --patches /tmp/abp
+      astra-sglang patch enable merge_state --patches /tmp/abp
+      timeout ${AB_TIMEOUT:-540} astra-sglang ab --model-path /tmp/model --load-format dummy --runs ${RUNS:-3} \
+        --patches /tmp/abp --dataset shared-prefix --num-prompts 512 --groups 16 --prefix-len 2048 \
+        --input-len 256 --output-len 256 --concurrency 64 --out /tmp/ab -- --attention-backend flashinfer \
+        $SERVER_ARGS 2>&1 | grep -v -i warn | tail -22
+      cp /tmp/ab/ab.md /tmp/ab/ab.jsonl /tmp/ab/ab.png "$OUTDIR/" 2>/dev/null
+      tar -czf "$OUTDIR/ab-stats.tgz" -C /tmp/ab stats server-B-1.log 2>/dev/null ;;
+    live)
+      rm -rf /tmp/bad /tmp/live-stats && cp -r patches /tmp/bad
+      cp tests/fixtures/cheats/low_precision.cu /tmp/bad/silu_and_mul/kernel.cu
+      astra-sglang patch disable merge_attn_states_lse --patches /tmp/bad
+      setsid astra-sglang launch --patches /tmp/bad --verify-rate 0.05 --stats-dir /tmp/live-stats -- \
+        --model-path /tmp/model --load-format dummy --attention-backend triton --host 127.0.0.1 --port 30000 \
+        $SERVER_ARGS > /tmp/live-server.log 2>&1 &
+      SPID=$!
+      for i in $(seq 1 150); do curl -sf http://127.0.0.1:30000/health > /dev/null && break; sleep 2; done
+      echo "healthy after ~$((i * 2)) s"
+      ok=0; for k in $(seq 1 16); do
+        curl -sf http://127.0.0.1:30000/generate -H 'Content-Type: application/json' \
+          -d "{\"text\": \"t$k t7 t9 t11\", \"sampling_params\": {\"max_new_tokens\": 32, \"temperature\": 0}}" \
+          > /dev/null && ok=$((ok + 1)); done
+      echo "served $ok/16 requests with the wrong patch installed"
+      timeout 240 astra-sglang optimize silu_and_mul --rounds 2 --llm /tmp/model --base-url http://127.0.0.1:30000/v1 \
+        --api-key none --max-tokens 60000 --out /tmp/llm-sglang 2>&1 | tail -12
+      curl -sf http://127.0.0.1:30000/health > /dev/null && echo "server still healthy after the agent loop"
+      sleep 11  # one stats interval
+      astra-sglang report --stats-dir /tmp/live-stats 2>&1 | tail -14
+      grep -i "disabled in this process" /tmp/live-server.log | head -3
+      kill -TERM -- -$SPID 2>/dev/null; sleep 5; kill -KILL -- -$SPID 2>/dev/null
+      tar -czf "$OUTDIR/live.tgz" -C /tmp live-stats live-server.log llm-sglang 2>/dev/null ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+echo "=== done (t=$(( $(date +%s) - t0 ))s)"
