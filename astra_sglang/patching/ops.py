@@ -340,8 +340,13 @@ class PatchedOp:
         if tol is None:
             return f"{name}: dtype {ours.dtype} has no tolerance"
         a, b = ours.double(), theirs.double()
-        ok = ((a - b).abs() <= tol.atol + tol.rtol * b.abs()) | (a == b) | torch.isnan(b)
+        # The spec's atol is set for unit-scale test data; live activations can be far smaller (dummy
+        # weights: ~1e-6), where a fixed atol would pass any output. Scale it to the tensor's magnitude.
+        finite = b[torch.isfinite(b)].abs()
+        atol = tol.atol * min(1.0, float(finite.max())) if finite.numel() else tol.atol
+        allowed = atol + tol.rtol * b.abs()
+        ok = ((a - b).abs() <= allowed) | (a == b) | torch.isnan(b)
         if bool(ok.all()):
             return ""
-        worst = ((a - b).abs() / (tol.atol + tol.rtol * b.abs())).nan_to_num(float("inf")).max().item()
+        worst = ((a - b).abs() / allowed).nan_to_num(float("inf")).max().item()
         return f"{name}: {int((~ok).sum())} of {ok.numel()} elements off (worst {worst:.3g}x tolerance)"

@@ -41,7 +41,7 @@ for step in "$@"; do
           -d "{\"text\": \"t$k t7 t9 t11\", \"sampling_params\": {\"max_new_tokens\": 32, \"temperature\": 0}}" \
           > /dev/null && ok=$((ok + 1)); done
       echo "served $ok/16 requests with the wrong patch installed"
-      timeout 240 astra-sglang optimize silu_and_mul --rounds 2 --llm /tmp/model --base-url http://127.0.0.1:30000/v1 \
+      timeout ${LLM_TIMEOUT:-240} astra-sglang optimize silu_and_mul --rounds ${LLM_ROUNDS:-2} --llm /tmp/model --base-url http://127.0.0.1:30000/v1 \
         --api-key none --max-tokens 60000 --out /tmp/llm-sglang 2>&1 | tail -12
       curl -sf http://127.0.0.1:30000/health > /dev/null && echo "server still healthy after the agent loop"
       sleep 11  # one stats interval

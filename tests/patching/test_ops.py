@@ -170,3 +170,18 @@ def test_with_verification_each_new_shape_is_checked_first_and_graphs_get_only_c
     assert stats.fallbacks == before
     op.fn(torch.randn(8, 32))  # never checked: the original goes into the graph
     assert stats.fallbacks == before + 1 and stats.shadow_checks == 1 and op.active
+
+
+def test_shadow_tolerance_scales_with_tiny_live_activations():
+    # Dummy-weight servers feed ~1e-3 activations: a 6% error must not hide under the unit-scale atol.
+    def coarse(tensors, scalars):
+        x, out = tensors
+        out.copy_(silu_original(x) * 1.06)
+        return 0
+
+    op, stats = make(coarse, verify_rate=1.0)
+    op.fn(torch.randn(4, 32) * 1e-3)
+    assert stats.shadow_mismatches == 1 and not op.active
+    honest, stats = make(standin_launcher(), verify_rate=1.0)
+    honest.fn(torch.randn(4, 32) * 1e-3)
+    assert stats.shadow_mismatches == 0 and honest.active
