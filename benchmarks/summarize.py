@@ -2,7 +2,8 @@
 timed shapes, the range of per-shape speedups, the worst shape, and the largest shape's % of roofline,
 per (op, candidate, baseline, dtype). Rows written before the JSONL kept labels show "?" for them.
 
-Usage: python3 benchmarks/summarize.py RESULTS.jsonl [...]
+Usage: python3 benchmarks/summarize.py RESULTS.jsonl|final.json [...]
+(final.json: one evaluation as the tuner / agent loop saves it, e.g. RUN_DIR/final.json)
 """
 import json
 import math
@@ -12,9 +13,18 @@ from collections import defaultdict
 from astra_sglang.specs.registry import get_spec
 
 groups = defaultdict(list)
+def rows_of(path):
+    if path.endswith(".json"):  # an EvalResult: its shape rows, labelled like write_jsonl's
+        result = json.load(open(path))
+        for shape in result["shapes"]:
+            yield {**shape, "type": "shape", "kernel": result["kernel"], "candidate_label": result["candidate"],
+                   "baseline_label": result["baseline"]}
+    else:
+        yield from (json.loads(line) for line in open(path))
+
+
 for path in sys.argv[1:]:
-    for line in open(path):
-        row = json.loads(line)
+    for row in rows_of(path):
         if row.get("type") == "shape" and row.get("speedup"):
             key = (row["kernel"], row.get("candidate_label", "?"), row.get("baseline_label", "?"), row["dtype"])
             groups[key].append(row)

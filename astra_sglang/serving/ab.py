@@ -220,7 +220,7 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
        prefix_len, groups, health_timeout, bench_timeout, out, server_args):
     """Serving A/B: unpatched (A) vs patched (B) SGLang servers, alternated A B A B.
 
-    Each run starts a server on 127.0.0.1, waits for /health, runs `sglang.benchmark.serving` (random-ids),
+    Each run starts a server on 127.0.0.1, waits for /health, runs `sglang.benchmark.serving` (--dataset),
     probes greedy outputs on a few fixed prompts, and stops it. Writes OUT/ab.jsonl and OUT/ab.md
     (medians, spreads, deltas, noise, greedy parity, per-op engagement of the patched server).
 
