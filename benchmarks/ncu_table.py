@@ -4,10 +4,12 @@ Usage (GPU machine, repo root, after `source benchmarks/gpu/setup.sh`):
     python3 benchmarks/ncu_table.py OUTDIR [op:TxD ...]
     python3 benchmarks/ncu_table.py --from-jsonl OUTDIR/ncu.jsonl   (the table again, anywhere)
 Writes OUTDIR/ncu.jsonl (every section fact) and prints a markdown table of the facts that explain a
-memory-bound kernel's gap: duration, DRAM throughput % of peak, achieved occupancy, registers, grid/block,
-warp cycles per issued instruction. Default shapes: where benchmarks/notes/kernels.md found us slowest.
+memory-bound kernel's gap: duration, DRAM throughput (% of peak and GB/s), achieved occupancy, registers,
+grid/block, warp cycles per issued instruction. Default shapes: every paper shape of the four shipped ops.
+All shapes of one (op, side) share one ncu process (NcuProfiler.profile_many): 8 processes, not 52.
 """
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -15,30 +17,52 @@ from astra_sglang.harness.build import build_library
 from astra_sglang.harness.profile import NcuProfiler
 from astra_sglang.ops.adapters import ADAPTERS
 from astra_sglang.patching.manifest import PatchManifest
+from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 SGLANG = {"silu_and_mul": "py:astra_sglang.ops.adapters:sglang_silu_and_mul",
           "fused_add_rmsnorm": "py:sgl_kernel:fused_add_rmsnorm", "rmsnorm": "py:sgl_kernel:rmsnorm",
           "merge_attn_states_lse": "py:sgl_kernel:merge_state_v2", "merge_state": ADAPTERS["merge_state"]}
-DEFAULT = ["fused_add_rmsnorm:256x13824", "fused_add_rmsnorm:512x14336", "fused_add_rmsnorm:2048x8192",
-           "rmsnorm:256x13824", "rmsnorm:512x14336", "rmsnorm:16384x8192", "silu_and_mul:16x4096",
-           "silu_and_mul:512x14336", "merge_attn_states_lse:512x32x256"]
-COLUMNS = {  # table column -> ": metric name" in the facts (section titles and units differ between versions)
-    "us": ": Duration", "DRAM %": ": DRAM Throughput", "occupancy %": ": Achieved Occupancy",
-    "regs": ": Registers Per Thread", "grid": ": Grid Size", "block": ": Block Size",
-    "cycles/issue": ": Warp Cycles Per Issued Instruction",
+DEFAULT_OPS = ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse")
+DTYPE = "bfloat16"
+TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
+# ncu scales rate units ("byte/s", "Gbyte/second", ...) unless --print-units base; read them all as GB/s.
+RATE_UNITS = {f"{prefix}byte/{per}": scale for prefix, scale in (("", 1e-9), ("K", 1e-6), ("M", 1e-3), ("G", 1.0),
+                                                                 ("T", 1e3)) for per in ("s", "second")}
+COLUMNS = {  # table column -> (": metric name" in the facts, the units it may carry -> scale; None: any)
+    # section titles and units differ between ncu versions, so keys are matched on the metric name
+    "us": (": Duration", TIME_UNITS),
+    "DRAM %": (": DRAM Throughput", None),
+    # MemoryWorkloadAnalysis's "Memory Throughput" is DRAM bytes/s (SpeedOfLight's same name is a %,
+    # which the unit filter skips)
+    "DRAM GB/s": (": Memory Throughput", RATE_UNITS),
+    "occupancy %": (": Achieved Occupancy", None),
+    "regs": (": Registers Per Thread", None), "grid": (": Grid Size", None), "block": (": Block Size", None),
+    "cycles/issue": (": Warp Cycles Per Issued Instruction", None),
 }
+_KERNEL_PREFIX = re.compile(r"^kernel (\d+): ")  # profile_many's prefix where an op launched several kernels
 
 
-def pick(facts: dict, needle: str):
+def pick(facts: dict, needle: str, units: dict | None = None):
     for key, value in facts.items():
-        if needle + " (" in key or key.endswith(needle):
-            return value * (1e-3 if "Duration" in needle and "(ns" in key else 1e3 if "Duration" in needle and "(ms" in key
-                            else 1.0)
+        if not (needle + " (" in key or key.endswith(needle)):
+            continue
+        unit = key[key.rfind("(") + 1:-1] if key.endswith(")") else ""
+        if units is None:
+            return value
+        if unit in units:
+            return value * units[unit]
     return None
 
 
+def kernel_count(facts: dict) -> int:
+    return len({m.group(1) for key in facts if (m := _KERNEL_PREFIX.match(key))}) or 1
+
+
 def row(op: str, shape_text: str, side: str, facts: dict) -> str:
-    cells = [pick(facts, needle) for needle in COLUMNS.values()]
+    cells = [pick(facts, needle, units) for needle, units in COLUMNS.values()]
+    kernels = kernel_count(facts)
+    if kernels > 1:  # the cells are the first kernel's: say so rather than pass them off as the op's
+        side += f" ({kernels} kernels, 1st shown)"
     return f"| {op} | {shape_text} | {side} | " + " | ".join(
         "-" if c is None else f"{c:.2f}" if c < 100 else f"{c:.0f}" for c in cells) + " |"
 
@@ -55,21 +79,33 @@ def from_jsonl(path: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(out: Path, wanted: list[str]) -> None:
+def wanted_shapes(items: list[str]) -> dict[str, list[tuple[int, ...]]]:
+    """op:TxD items (or every paper shape of the four ops) grouped by op, in the order given."""
+    if not items:
+        return {op: resolve_shapes(get_spec(op), "paper") for op in DEFAULT_OPS}
+    grouped: dict[str, list[tuple[int, ...]]] = {}
+    for item in items:
+        op, shape_text = item.split(":")
+        grouped.setdefault(op, []).append(tuple(int(n) for n in shape_text.split("x")))
+    return grouped
+
+
+def main(out: Path, items: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     lines = list(HEADER)
-    for item in wanted:
-        op, shape_text = item.split(":")
-        shape = tuple(int(n) for n in shape_text.split("x"))
+    for op, shapes in wanted_shapes(items).items():
         manifest = PatchManifest.load(Path("patches") / op)
         build = build_library(Path("patches") / op / manifest.kernel, dict(manifest.defines), None)
         profiler = NcuProfiler(op)
-        for side, library in (("ours", build.library), ("SGLang", SGLANG[op])):
-            facts = profiler.profile(library, shape, "bfloat16")
-            with open(out / "ncu.jsonl", "a") as fh:
-                fh.write(json.dumps({"op": op, "shape": shape, "dtype": "bfloat16", "side": side, "facts": facts}) + "\n")
-            lines.append(row(op, shape_text, side, facts))
-            print(lines[-1], flush=True)
+        sides = {side: profiler.profile_many(library, shapes, DTYPE)  # one ncu process per (op, side)
+                 for side, library in (("ours", build.library), ("SGLang", SGLANG[op]))}
+        with open(out / "ncu.jsonl", "a") as fh:
+            for i, shape in enumerate(shapes):
+                for side, per_shape in sides.items():
+                    fh.write(json.dumps({"op": op, "shape": shape, "dtype": DTYPE, "side": side,
+                                         "facts": per_shape[i]}) + "\n")
+                    lines.append(row(op, "x".join(map(str, shape)), side, per_shape[i]))
+                    print(lines[-1], flush=True)
     (out / "ncu.md").write_text("\n".join(lines) + "\n")
 
 
@@ -77,4 +113,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "--from-jsonl":
         print(from_jsonl(Path(sys.argv[2])), end="")
     else:
-        main(Path(sys.argv[1]), sys.argv[2:] or DEFAULT)
+        main(Path(sys.argv[1]), sys.argv[2:])

@@ -1,7 +1,11 @@
 """Nsight Compute output parsing and the profiler's choices (ncu itself runs only on GPU machines)."""
+import sys
 from pathlib import Path
 
-from astra_sglang.harness.profile import NcuProfiler, parse_ncu_csv, pick_shape
+import pytest
+from pydantic import ValidationError
+
+from astra_sglang.harness.profile import NcuProfiler, ProfileRequest, parse_ncu_csv, pick_shape
 from astra_sglang.harness.records import BuildInfo, EvalResult, ShapeResult
 
 # The layout of `ncu --csv --page details`: a preamble, then one row per (kernel, section, metric).
@@ -45,3 +49,41 @@ def test_without_a_timed_shape_only_compiler_facts_are_returned():
     result = EvalResult(kernel="silu_and_mul", candidate="c", build=BuildInfo(ok=True, registers=40, spill_bytes=0))
     facts = NcuProfiler("silu_and_mul", ncu="ncu")("k.cu", result)
     assert facts.registers == 40 and facts.spill_bytes == 0 and facts.ncu == {}
+
+
+def test_a_request_names_one_shape_or_several():
+    one = ProfileRequest(kernel="rmsnorm", library="lib.so", shape=(256, 4096), dtype="bfloat16")
+    many = ProfileRequest.model_validate_json(ProfileRequest(
+        kernel="rmsnorm", library="lib.so", shapes=[(128, 4096), (256, 13824)], dtype="bfloat16").model_dump_json())
+    assert one.all_shapes() == [(256, 4096)] and many.all_shapes() == [(128, 4096), (256, 13824)]
+    with pytest.raises(ValidationError):
+        ProfileRequest(kernel="rmsnorm", library="lib.so", dtype="bfloat16")
+    with pytest.raises(ValidationError):
+        ProfileRequest(kernel="rmsnorm", library="lib.so", shape=(1, 2), shapes=[(1, 2)], dtype="bfloat16")
+
+
+# Stands in for ncu + the driver: reports the launch codes the driver would, prints one kernel per launched
+# shape inside its NVTX shape range (shape 1 refused), as ncu's CSV would.
+FAKE_NCU = """import json, pathlib, sys
+request = pathlib.Path(sys.argv[-1])
+shapes = json.loads(request.read_text())["shapes"]
+codes = [-1 if i == 1 else 0 for i in range(len(shapes))]
+request.with_name(request.stem + ".launched.json").write_text(json.dumps({"codes": codes}))
+print('"ID","Process ID","thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",'
+      '"Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"')
+launched = [i for i, code in enumerate(codes) if code == 0]
+for launch_id, i in enumerate(launched):
+    cell = '7  ""<default domain>:astra:none""  ""<default domain>:astra_shape_%d:none""' % i
+    print('"%d","7","%s","k","Launch Statistics","Grid Size","","%d"' % (launch_id, cell, shapes[i][0]))
+"""
+
+
+def test_profile_many_runs_one_process_and_maps_launches_to_shapes(tmp_path, caplog):
+    fake = tmp_path / "ncu"
+    fake.write_text(f"#!{sys.executable}\n" + FAKE_NCU)
+    fake.chmod(0o755)
+    per_shape = NcuProfiler("rmsnorm", ncu=str(fake)).profile_many("lib.so", [(128, 4096), (256, 4096), (512, 8)],
+                                                                     "bfloat16")
+    assert per_shape == [{"Launch Statistics: Grid Size": 128.0}, {}, {"Launch Statistics: Grid Size": 512.0}]
+    assert "no profiled kernel for shape(s) [1]" in caplog.text and "[0, -1, 0]" in caplog.text
+    assert NcuProfiler("rmsnorm", ncu="ncu").profile_many("lib.so", [], "bfloat16") == []

@@ -1,56 +1,63 @@
 """Nsight Compute facts about one candidate at one shape, for the ProfilingAgent.
 
-ncu runs `python -m astra_sglang.harness.profile` on a request file: the driver builds (cached) the
-kernel library, makes one shape's arguments and launches once inside an NVTX range that ncu filters on,
-so the tensor-filling kernels around it are not profiled. Sections, not raw metric names, are asked for:
+ncu runs `python -m astra_sglang.harness.profile` on a request file: the driver loads the kernel library,
+makes a shape's arguments and launches once inside an NVTX range that ncu filters on, so the
+tensor-filling kernels around it are not profiled. Sections, not raw metric names, are asked for:
 their metric names change less between ncu versions. `--clock-control none` leaves the card's clocks
 as they are. Where ncu is missing or fails, the profile is empty and the loop goes on without it.
+
+Several shapes of one library can share one ncu process (`profile_many`: Python and torch start-up cost
+seconds per process); harness/ncu_csv.py attributes the profiled kernels to shapes.
 """
 from __future__ import annotations
 
-import csv
-import io
+import logging
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
+from astra_sglang.harness.ncu_csv import NVTX_RANGE, attribute, parse_ncu_csv, parse_ncu_launches, shape_range
 from astra_sglang.harness.records import EvalResult, ShapeResult
 
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "MemoryWorkloadAnalysis")
-NVTX_RANGE = "astra"
 TIMEOUT_S = 180
+PER_SHAPE_S = 30  # extra allowance per further shape in one process (its replay passes, not a start-up)
+
+log = logging.getLogger("astra_sglang.harness.profile")
 
 
 class ProfileRequest(BaseModel):
     kernel: str
     library: str
     """A built kernel library, or "py:MODULE:FUNC" (SGLang's own op, profiled the same way)."""
-    shape: tuple[int, ...]
+    shape: tuple[int, ...] | None = None
+    """One shape: the agent loop's path."""
+    shapes: list[tuple[int, ...]] = []
+    """Several shapes in one process, launched in this order (`profile_many`)."""
     dtype: str
 
+    @model_validator(mode="after")
+    def _one_way(self):
+        if (self.shape is None) == (not self.shapes):
+            raise ValueError("give exactly one of shape and shapes")
+        return self
 
-def parse_ncu_csv(text: str) -> dict[str, float]:
-    """`ncu --csv --page details` rows -> {"Section: Metric (unit)": value}; the first kernel's values
-    win, numbers only (ncu prints thousands separators)."""
-    start = text.find('"ID"')
-    if start < 0:
-        return {}
-    facts: dict[str, float] = {}
-    for row in csv.DictReader(io.StringIO(text[start:])):
-        name, value = row.get("Metric Name"), (row.get("Metric Value") or "").replace(",", "")
-        if not name:
-            continue
-        unit = row.get("Metric Unit") or ""
-        key = f"{row.get('Section Name', '')}: {name}" + (f" ({unit})" if unit else "")
-        try:
-            facts.setdefault(key, float(value))
-        except ValueError:
-            continue  # text-valued rows (e.g. a bottleneck name)
-    return facts
+    def all_shapes(self) -> list[tuple[int, ...]]:
+        return list(self.shapes) if self.shapes else [self.shape]
+
+
+class DriveReport(BaseModel):
+    """What the driver launched, written beside the request: ncu's CSV cannot say that a shape was refused."""
+    codes: list[int]
+    """Per shape, in order: the launch's ABI code (0 launched; -1 the op refused the shape; >0 CUDA error)."""
+
+
+def report_path(request: Path) -> Path:
+    return request.with_name(request.stem + ".launched.json")
 
 
 def pick_shape(result: EvalResult) -> ShapeResult | None:
@@ -77,6 +84,13 @@ class NcuProfiler:
                 "--clock-control", "none", "--target-processes", "all", *sections,
                 sys.executable, "-m", "astra_sglang.harness.profile", str(request_path)]
 
+    def _run(self, request: Path, timeout_s: float) -> subprocess.CompletedProcess | None:
+        try:
+            return subprocess.run(self.command(request), capture_output=True, text=True, timeout=timeout_s,
+                                  cwd=request.parent)
+        except subprocess.TimeoutExpired:
+            return None
+
     def profile(self, library: str, shape: tuple[int, ...], dtype: str) -> dict[str, float]:
         """ncu section facts of one launch (L2 flushed first: ncu's default cache control); {} on failure."""
         if not self.ncu:
@@ -85,12 +99,32 @@ class NcuProfiler:
             request = Path(tmp) / "request.json"
             request.write_text(ProfileRequest(kernel=self.kernel, library=library, shape=shape,
                                               dtype=dtype).model_dump_json())
-            try:
-                proc = subprocess.run(self.command(request), capture_output=True, text=True, timeout=TIMEOUT_S,
-                                      cwd=tmp)
-            except subprocess.TimeoutExpired:
-                return {}
-        return parse_ncu_csv(proc.stdout)
+            proc = self._run(request, TIMEOUT_S)
+        return parse_ncu_csv(proc.stdout) if proc else {}
+
+    def profile_many(self, library: str, shapes: list[tuple[int, ...]], dtype: str) -> list[dict[str, float]]:
+        """`profile` for several shapes in one ncu process: per shape, in order, the facts of its launch
+        ({} where it was refused, failed, or could not be attributed: the reason is logged)."""
+        shapes = [tuple(s) for s in shapes]
+        if not self.ncu or not shapes:
+            return [{} for _ in shapes]
+        with tempfile.TemporaryDirectory(prefix="astra-ncu-") as tmp:
+            request = Path(tmp) / "request.json"
+            request.write_text(ProfileRequest(kernel=self.kernel, library=library, shapes=shapes,
+                                              dtype=dtype).model_dump_json())
+            proc = self._run(request, TIMEOUT_S + PER_SHAPE_S * (len(shapes) - 1))
+            report = report_path(request)
+            codes = DriveReport.model_validate_json(report.read_text()).codes if report.exists() else None
+        if proc is None:
+            log.warning("ncu timed out profiling %s (%d shapes)", library, len(shapes))
+            return [{} for _ in shapes]
+        per_shape, problem = attribute(parse_ncu_launches(proc.stdout), len(shapes), codes)
+        if problem:
+            # ncu's own "==PROF=="/"==ERROR==" lines and the driver's stderr say why; the CSV rows do not
+            said = [line for line in proc.stdout.splitlines() if line.startswith("==")] + proc.stderr.splitlines()
+            log.warning("ncu %s (%s): %s; launch codes %s; ncu said: %s", self.kernel, library, problem, codes,
+                        " | ".join(said[-6:]))
+        return per_shape
 
     def __call__(self, source: str, result: EvalResult):
         from astra_sglang.agents.records import ProfileFacts
@@ -107,7 +141,8 @@ class NcuProfiler:
 
 
 def _drive(request_path: str) -> None:
-    """Inside ncu: one launch of the candidate, inside the NVTX range ncu filters on."""
+    """Inside ncu: per shape, in order, one launch of the candidate inside the NVTX ranges ncu filters on
+    (outer) and attributes by (inner)."""
     import torch
 
     from astra_sglang.harness.abi import KernelLibrary, Launcher
@@ -116,19 +151,26 @@ def _drive(request_path: str) -> None:
 
     req = ProfileRequest.model_validate_json(Path(request_path).read_text())
     spec = get_spec(req.kernel)
-    args = fill(spec, allocate(spec, req.shape, req.dtype, "cuda"), torch.Generator("cuda").manual_seed(0))
     if req.library.startswith("py:"):
         from astra_sglang.harness.gpu_eval import python_op
 
         launcher = python_op(spec, req.library)
     else:
         launcher = Launcher(KernelLibrary(req.library), len(spec.tensor_args), len(spec.scalar_args))
-    launcher(args.tensors, args.scalars)  # module load outside the range
-    torch.cuda.synchronize()
-    torch.cuda.nvtx.range_push(NVTX_RANGE)
-    launcher(args.tensors, args.scalars)
-    torch.cuda.nvtx.range_pop()
-    torch.cuda.synchronize()
+    codes = []
+    for index, shape in enumerate(req.all_shapes()):
+        # A fresh seed per shape: a shape's inputs do not depend on which shapes share the process.
+        args = fill(spec, allocate(spec, shape, req.dtype, "cuda"), torch.Generator("cuda").manual_seed(0))
+        launcher(args.tensors, args.scalars)  # module load, descriptors, first touch: outside the range
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_push(NVTX_RANGE)
+        torch.cuda.nvtx.range_push(shape_range(index))
+        codes.append(int(launcher(args.tensors, args.scalars)))
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.synchronize()
+        del args
+    report_path(Path(request_path)).write_text(DriveReport(codes=codes).model_dump_json())
 
 
 if __name__ == "__main__":

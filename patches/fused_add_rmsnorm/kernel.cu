@@ -22,6 +22,7 @@
 // astra:knob VPT 1 2 4
 // astra:knob ROWS 1 2
 // astra:knob PDL 1
+// astra:knob WIDE 1 2
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -37,7 +38,8 @@ template <> __device__ __forceinline__ float from_f<float>(float x) { return x; 
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-// N elements of T moved as ONE access of N * sizeof(T) bytes (16 on the vector path). Explicit PTX
+// N elements of T moved as ONE access of N * sizeof(T) bytes (16 on the vector path, 8 on the half-vector
+// path for widths that are a multiple of 4 but not 8 elements, e.g. d = 4100). Explicit PTX
 // vector instructions: built from memcpy'd structs, nvcc split some 16-byte stores into 4-byte ones
 // (fp32 and merge paths, seen in the SASS). load_ro: read-only data (non-coherent path); load/store:
 // volatile with a memory clobber, so in-place reads stay ordered before the writes that follow them.
@@ -49,6 +51,10 @@ template <typename T, int N> __device__ __forceinline__ Vec<T, N> load_ro(const 
     uint32_t w[4];
     asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
     __builtin_memcpy(&v, w, 16);
+  } else if constexpr (sizeof(T) * N == 8) {
+    uint32_t w[2];
+    asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+    __builtin_memcpy(&v, w, 8);
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) v.e[e] = p[e];
@@ -62,6 +68,10 @@ template <typename T, int N> __device__ __forceinline__ Vec<T, N> load(const T* 
     asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p) : "memory");
     __builtin_memcpy(&v, w, 16);
+  } else if constexpr (sizeof(T) * N == 8) {
+    uint32_t w[2];
+    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p) : "memory");
+    __builtin_memcpy(&v, w, 8);
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) v.e[e] = p[e];
@@ -74,6 +84,10 @@ template <typename T, int N> __device__ __forceinline__ void store(T* p, const V
     __builtin_memcpy(w, &v, 16);
     asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
                  : "memory");
+  } else if constexpr (sizeof(T) * N == 8) {
+    uint32_t w[2];
+    __builtin_memcpy(w, &v, 8);
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" :: "l"(p), "r"(w[0]), "r"(w[1]) : "memory");
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) p[e] = v.e[e];
@@ -204,12 +218,81 @@ far_loop_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w,
   }
 }
 
+// Cached-row path, for rows wider than the register path holds: pass 1 reads input and residual ONCE
+// (U vectors of each per thread in flight before the first use), writes the residual and keeps s in
+// shared memory; pass 2 reads s back from shared memory instead of re-reading the row from L2. 1024
+// threads at <= 32 registers, so two blocks (two rows) fit an SM: at 256 rows on 132 SMs that is one
+// wave, not two. (This replaced a thread-block-cluster split of each row, which was 10-20% SLOWER at
+// 256x13824 and 512x14336, H200 2026-11-21, benchmarks/notes/kernels.md.)
+template <typename T, int N, int THREADS, int U, int MINB, bool PDL>
+__global__ void __launch_bounds__(THREADS, MINB)
+far_cache_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, int64_t rows, int nvec, int d,
+                 int64_t x_stride, int64_t r_stride, float eps) {
+  extern __shared__ __align__(16) unsigned char cache_raw[];
+  Vec<T, N>* cache = reinterpret_cast<Vec<T, N>*>(cache_raw);  // s of this block's row, nvec vectors
+  __shared__ float red[1][(THREADS + 31) / 32];
+  pdl_wait<PDL>();
+  pdl_trigger<PDL>();
+  const int tid = threadIdx.x;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    T* xr = x + r * x_stride;
+    T* rr = res + r * r_stride;
+    float ss = 0.0f;
+    for (int c0 = tid; c0 < nvec; c0 += THREADS * U) {
+      Vec<T, N> a[U], b[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * THREADS;
+        if (c < nvec) {
+          a[u] = load<T, N>(xr + (int64_t)c * N);
+          b[u] = load<T, N>(rr + (int64_t)c * N);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * THREADS;
+        if (c < nvec) {
+#pragma unroll
+          for (int e = 0; e < N; ++e) {
+            const float s = to_f(a[u].e[e]) + to_f(b[u].e[e]);
+            b[u].e[e] = from_f<T>(s);
+            ss += s * s;
+          }
+          store<T, N>(rr + (int64_t)c * N, b[u]);
+          cache[c] = b[u];  // read back below by this same thread
+        }
+      }
+    }
+    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) / (float)d + eps);
+    for (int c0 = tid; c0 < nvec; c0 += THREADS * U) {
+      Vec<T, N> wv[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * THREADS;
+        if (c < nvec) wv[u] = load_ro<T, N>(w + (int64_t)c * N);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * THREADS;
+        if (c < nvec) {
+          const Vec<T, N> sv = cache[c];
+          Vec<T, N> ov;
+#pragma unroll
+          for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(to_f(sv.e[e]) * rstd * to_f(wv[u].e[e]));
+          store<T, N>(xr + (int64_t)c * N, ov);
+        }
+      }
+    }
+    __syncthreads();  // red is rewritten for the next row
+  }
+}
+
 template <typename K, typename... Args>
-static int launch(K kernel, bool pdl, dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+static int launch(K kernel, bool pdl, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -220,12 +303,29 @@ static int launch(K kernel, bool pdl, dim3 grid, dim3 block, cudaStream_t stream
   return err == cudaSuccess ? (int)cudaGetLastError() : (int)err;
 }
 
+// Dynamic shared memory above the default 48 KiB must be opted into, once per kernel and size.
+template <auto Kernel>
+static bool allow_smem(size_t bytes) {
+  static size_t allowed = 48 * 1024;
+  if (bytes <= allowed) return true;
+  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // too large for this GPU: the caller takes the re-reading loop path
+    return false;
+  }
+  allowed = bytes;
+  return true;
+}
+
 constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride beyond this many blocks
+
+#ifndef ASTRA_ROW_CACHE
+#define ASTRA_ROW_CACHE 1  // 0: wide rows take the re-reading loop path (the kernel before 2026-11-21, session 3)
+#endif
 
 // Knob combinations that cannot launch or would spill are clamped here, so every combination is valid:
 // at most 1024 threads per block; at 1024 threads (64 registers a thread) at most 2 vectors per thread
 // (ptxas: 3 x VPT 16-byte vectors live at the loads).
-template <int THREADS, int VPT, int ROWS, int PDL, typename T, int N>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, typename T, int N>
 static int run(const AstraTensor& in, const AstraTensor& res, const AstraTensor& w, float eps, cudaStream_t stream) {
   constexpr int R = THREADS * ROWS > 1024 ? 1024 / THREADS : ROWS;
   constexpr int V = THREADS * R >= 1024 && VPT > 2 ? 2 : (THREADS * R >= 512 && VPT > 4 ? 4 : VPT);
@@ -237,18 +337,39 @@ static int run(const AstraTensor& in, const AstraTensor& res, const AstraTensor&
   if (nvec <= THREADS * V) {
     const int64_t blocks = (rows + R - 1) / R;
     return launch(far_reg_kernel<T, N, THREADS, V, R, PDL != 0>, PDL != 0,
-                  dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(THREADS, R), stream, x, r, wp, rows,
+                  dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(THREADS, R), 0, stream, x, r, wp, rows,
                   nvec, d, in.stride[0], res.stride[0], eps);
   }
-  constexpr int LT = THREADS < 256 ? 256 : THREADS;  // wide rows: at least 8 warps on the loop path
-  return launch(far_loop_kernel<T, N, LT, PDL != 0>, PDL != 0, dim3((unsigned)(rows < kMaxGrid ? rows : kMaxGrid)),
-                dim3(LT), stream, x, r, wp, rows, nvec, d, in.stride[0], res.stride[0], eps);
+  constexpr int LT = THREADS < 256 ? 256 : THREADS;  // wide rows: at least 8 warps
+  const dim3 grid((unsigned)(rows < kMaxGrid ? rows : kMaxGrid));
+#if ASTRA_ROW_CACHE
+  // WIDE = vectors of each operand in flight per thread and step. 1: <= 32 registers, two 1024-thread
+  // blocks (rows) per SM; 2: more loads in flight but ~62 registers, one block per SM: for fewer rows than SMs.
+  constexpr auto cached = far_cache_kernel<T, N, LT, WIDE, WIDE == 1 ? 2048 / LT : 1, PDL != 0>;
+  const size_t bytes = (size_t)nvec * sizeof(Vec<T, N>);
+  if (allow_smem<cached>(bytes))
+    return launch(cached, PDL != 0, grid, dim3(LT), bytes, stream, x, r, wp, rows, nvec, d, in.stride[0], res.stride[0],
+                  eps);
+#endif
+  return launch(far_loop_kernel<T, N, LT, PDL != 0>, PDL != 0, grid, dim3(LT), 0, stream, x, r, wp, rows, nvec, d,
+                in.stride[0], res.stride[0], eps);
 }
 
-static bool vec_ok(const AstraTensor& in, const AstraTensor& res, const AstraTensor& w, int64_t elems) {
-  return ((uintptr_t)in.data % 16 == 0) && ((uintptr_t)res.data % 16 == 0) && ((uintptr_t)w.data % 16 == 0) &&
+// N-element vectors need N-aligned bases and every row start (d, strides) a whole number of vectors.
+static bool vec_ok(const AstraTensor& in, const AstraTensor& res, const AstraTensor& w, int64_t elems, int bytes) {
+  return ((uintptr_t)in.data % bytes == 0) && ((uintptr_t)res.data % bytes == 0) && ((uintptr_t)w.data % bytes == 0) &&
          in.shape[1] % elems == 0 &&
          (in.shape[0] == 1 || (in.stride[0] % elems == 0 && res.stride[0] % elems == 0));
+}
+
+// 16-byte vectors where the layout allows, else 8-byte ones, else one element per access.
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, typename T>
+static int run_any(const AstraTensor& in, const AstraTensor& res, const AstraTensor& w, float eps,
+                   cudaStream_t stream) {
+  constexpr int V16 = 16 / (int)sizeof(T);
+  if (vec_ok(in, res, w, V16, 16)) return run<THREADS, VPT, ROWS, PDL, WIDE, T, V16>(in, res, w, eps, stream);
+  if (vec_ok(in, res, w, V16 / 2, 8)) return run<THREADS, VPT, ROWS, PDL, WIDE, T, V16 / 2>(in, res, w, eps, stream);
+  return run<THREADS, VPT, ROWS, PDL, WIDE, T, 1>(in, res, w, eps, stream);
 }
 
 static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars) {
@@ -266,7 +387,7 @@ static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars
 
 }  // namespace
 
-template <int THREADS, int VPT, int ROWS, int PDL>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE>
 static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const double* scalars, int num_scalars,
                             cudaStream_t stream) {
   const int bad = validate(tensors, num_tensors, num_scalars);
@@ -277,17 +398,10 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
   if (in.shape[0] == 0 || in.shape[1] == 0) return ASTRA_OK;  // empty output: launch nothing
   const float eps = (float)scalars[0];
   switch (in.dtype) {
-    case ASTRA_FLOAT32:
-      return vec_ok(in, res, w, 4) ? run<THREADS, VPT, ROWS, PDL, float, 4>(in, res, w, eps, stream)
-                                   : run<THREADS, VPT, ROWS, PDL, float, 1>(in, res, w, eps, stream);
-    case ASTRA_FLOAT16:
-      return vec_ok(in, res, w, 8) ? run<THREADS, VPT, ROWS, PDL, __half, 8>(in, res, w, eps, stream)
-                                   : run<THREADS, VPT, ROWS, PDL, __half, 1>(in, res, w, eps, stream);
-    case ASTRA_BFLOAT16:
-      return vec_ok(in, res, w, 8) ? run<THREADS, VPT, ROWS, PDL, __nv_bfloat16, 8>(in, res, w, eps, stream)
-                                   : run<THREADS, VPT, ROWS, PDL, __nv_bfloat16, 1>(in, res, w, eps, stream);
-    default:
-      return ASTRA_UNSUPPORTED;
+    case ASTRA_FLOAT32: return run_any<THREADS, VPT, ROWS, PDL, WIDE, float>(in, res, w, eps, stream);
+    case ASTRA_FLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, __half>(in, res, w, eps, stream);
+    case ASTRA_BFLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, __nv_bfloat16>(in, res, w, eps, stream);
+    default: return ASTRA_UNSUPPORTED;
   }
 }
 
@@ -295,28 +409,35 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 #ifndef ASTRA_DEFAULT_PDL
 #define ASTRA_DEFAULT_PDL 1
 #endif
-// Hand-chosen dispatch on the row width in 16-byte vectors (nv). Up to 1024 vectors (d <= 8192 at 2
-// bytes): the whole row in registers, ONE vector of each operand per thread, as many threads as that
-// takes; narrow rows pack several rows per block. Wider rows: the loop path with 512 threads. Measured
-// (H200, bf16, 2026-11-21): at d = 4096, 512 threads x 1 vector ran 1.94 us at 16 rows and 2.68 us at 128
-// against 3.35 / 4.04 us for 128 threads x 4 vectors, and 67.3 vs 79.9 us at 8192 rows; at 512 x 14336 the
-// 512-thread loop path ran 18.55 us against 19.51 for 1024 threads x 2 vectors and 20.57 for 512 x 4.
-// PDL off cost 0.6 us more at small shapes.
+// Hand-chosen dispatch on the row width in vectors (nv, of the width the layout allows). Up to 1024
+// vectors (d <= 8192 at 2 bytes): the whole row in registers, ONE vector of each operand per thread, as
+// many threads as that takes; narrow rows pack several rows per block. Measured (H200, bf16, 2026-11-21):
+// at d = 4096, 512 threads x 1 vector ran 1.94 us at 16 rows and 2.68 us at 128 against 3.35 / 4.04 us
+// for 128 threads x 4 vectors, and 67.3 vs 79.9 us at 8192 rows. PDL off cost 0.6 us more at small shapes.
+// Wider rows: the cached-row path, 1024 threads; WIDE 2 (more loads in flight, one block per SM) for at
+// most 128 rows, WIDE 1 (two blocks per SM) above. Measured (H200, bf16, 2026-11-21, us, ours / flashinfer;
+// benchmarks/results/2026-11-21-h200-s3/variants): WIDE 1: 256x13824 8.88 / 9.27, 512x14336 17.48 / 17.71,
+// 4096x14336 121.5 / 119.7; WIDE 2: 7x8200 3.00 / 3.38, 64x13824 4.71 / 4.86, 128x11008 5.39 / 5.63 but
+// 256x13824 10.73. The re-reading loop path before it: 9.78 at 256x13824, 18.51 at 512x14336.
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
   const AstraTensor& in = tensors[0];
-  const int64_t vec = in.dtype == ASTRA_FLOAT32 ? 4 : 8;
-  const int64_t nv = (in.shape[1] + vec - 1) / vec;
+  const int64_t size = in.dtype == ASTRA_FLOAT32 ? 4 : 2;
+  const int64_t vec = vec_ok(in, tensors[1], tensors[2], 16 / size, 16) ? 16 / size
+                      : vec_ok(in, tensors[1], tensors[2], 8 / size, 8) ? 8 / size : 1;
+  const int64_t nv = (in.shape[1] + vec - 1) / vec, rows = in.shape[0];
   constexpr int P = ASTRA_DEFAULT_PDL;
-#define ASTRA_GO(TH, V, R) return astra_launch_cfg<TH, V, R, P>(tensors, num_tensors, scalars, num_scalars, stream)
-  if (nv <= 32) ASTRA_GO(32, 1, 4);
-  if (nv <= 64) ASTRA_GO(64, 1, 2);
-  if (nv <= 128) ASTRA_GO(128, 1, 1);
-  if (nv <= 256) ASTRA_GO(256, 1, 1);
-  if (nv <= 512) ASTRA_GO(512, 1, 1);
-  if (nv <= 1024) ASTRA_GO(1024, 1, 1);
-  ASTRA_GO(512, 1, 1);  // capacity 512 vectors < nv: the loop path, 512 threads
+#define ASTRA_GO(TH, V, R, W) \
+  return astra_launch_cfg<TH, V, R, P, W>(tensors, num_tensors, scalars, num_scalars, stream)
+  if (nv <= 32) ASTRA_GO(32, 1, 4, 1);
+  if (nv <= 64) ASTRA_GO(64, 1, 2, 1);
+  if (nv <= 128) ASTRA_GO(128, 1, 1, 1);
+  if (nv <= 256) ASTRA_GO(256, 1, 1, 1);
+  if (nv <= 512) ASTRA_GO(512, 1, 1, 1);
+  if (nv <= 1024) ASTRA_GO(1024, 1, 1, 1);
+  if (rows <= 128) ASTRA_GO(1024, 1, 1, 2);  // capacity 1024 < nv: the cached-row path
+  ASTRA_GO(1024, 1, 1, 1);
 #undef ASTRA_GO
 }
 #endif

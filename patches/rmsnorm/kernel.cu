@@ -18,6 +18,7 @@
 // astra:knob VPT 1 2 4
 // astra:knob ROWS 1 2
 // astra:knob PDL 1
+// astra:knob WIDE 1 2
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -33,7 +34,8 @@ template <> __device__ __forceinline__ float from_f<float>(float x) { return x; 
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-// N elements of T moved as ONE access of N * sizeof(T) bytes (16 on the vector path). Explicit PTX
+// N elements of T moved as ONE access of N * sizeof(T) bytes (16 on the vector path, 8 on the half-vector
+// path for widths that are a multiple of 4 but not 8 elements, e.g. d = 4100). Explicit PTX
 // vector instructions: built from memcpy'd structs, nvcc split some 16-byte stores into 4-byte ones
 // (fp32 and merge paths, seen in the SASS). load_ro: read-only data (non-coherent path); load/store:
 // volatile with a memory clobber, so in-place reads stay ordered before the writes that follow them.
@@ -45,6 +47,10 @@ template <typename T, int N> __device__ __forceinline__ Vec<T, N> load_ro(const 
     uint32_t w[4];
     asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
     __builtin_memcpy(&v, w, 16);
+  } else if constexpr (sizeof(T) * N == 8) {
+    uint32_t w[2];
+    asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+    __builtin_memcpy(&v, w, 8);
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) v.e[e] = p[e];
@@ -58,6 +64,10 @@ template <typename T, int N> __device__ __forceinline__ Vec<T, N> load(const T* 
     asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p) : "memory");
     __builtin_memcpy(&v, w, 16);
+  } else if constexpr (sizeof(T) * N == 8) {
+    uint32_t w[2];
+    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p) : "memory");
+    __builtin_memcpy(&v, w, 8);
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) v.e[e] = p[e];
@@ -70,6 +80,10 @@ template <typename T, int N> __device__ __forceinline__ void store(T* p, const V
     __builtin_memcpy(w, &v, 16);
     asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
                  : "memory");
+  } else if constexpr (sizeof(T) * N == 8) {
+    uint32_t w[2];
+    __builtin_memcpy(w, &v, 8);
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" :: "l"(p), "r"(w[0]), "r"(w[1]) : "memory");
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) p[e] = v.e[e];
@@ -190,12 +204,75 @@ rms_loop_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
   }
 }
 
+// Cached-row path, for rows wider than the register path holds: pass 1 reads the row ONCE (U vectors
+// per thread in flight before the first use) and keeps it in shared memory; pass 2 reads it back from
+// shared memory instead of re-reading it from L2. 1024 threads at <= 32 registers, so two blocks (two
+// rows) fit an SM. (This replaced a thread-block-cluster split of each row, which was 25-45% SLOWER at
+// 256x13824 and 512x14336, H200 2026-11-21, benchmarks/notes/kernels.md.)
+template <typename T, int N, int THREADS, int U, int MINB, bool PDL>
+__global__ void __launch_bounds__(THREADS, MINB)
+rms_cache_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, int d,
+                 int64_t x_stride, int64_t o_stride, float eps) {
+  extern __shared__ __align__(16) unsigned char cache_raw[];
+  Vec<T, N>* cache = reinterpret_cast<Vec<T, N>*>(cache_raw);  // this block's row, nvec vectors
+  __shared__ float red[1][(THREADS + 31) / 32];
+  pdl_wait<PDL>();
+  pdl_trigger<PDL>();
+  const int tid = threadIdx.x;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * x_stride;
+    T* orow = out + r * o_stride;
+    float ss = 0.0f;
+    for (int c0 = tid; c0 < nvec; c0 += THREADS * U) {
+      Vec<T, N> a[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * THREADS;
+        if (c < nvec) a[u] = load_ro<T, N>(xr + (int64_t)c * N);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * THREADS;
+        if (c < nvec) {
+#pragma unroll
+          for (int e = 0; e < N; ++e) {
+            const float v = to_f(a[u].e[e]);
+            ss += v * v;
+          }
+          cache[c] = a[u];  // read back below by this same thread
+        }
+      }
+    }
+    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) / (float)d + eps);
+    for (int c0 = tid; c0 < nvec; c0 += THREADS * U) {
+      Vec<T, N> wv[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * THREADS;
+        if (c < nvec) wv[u] = load_ro<T, N>(w + (int64_t)c * N);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * THREADS;
+        if (c < nvec) {
+          const Vec<T, N> xv = cache[c];
+          Vec<T, N> ov;
+#pragma unroll
+          for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(to_f(xv.e[e]) * rstd * to_f(wv[u].e[e]));
+          store<T, N>(orow + (int64_t)c * N, ov);
+        }
+      }
+    }
+    __syncthreads();  // red is rewritten for the next row
+  }
+}
+
 template <typename K, typename... Args>
-static int launch(K kernel, bool pdl, dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+static int launch(K kernel, bool pdl, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -206,11 +283,28 @@ static int launch(K kernel, bool pdl, dim3 grid, dim3 block, cudaStream_t stream
   return err == cudaSuccess ? (int)cudaGetLastError() : (int)err;
 }
 
+// Dynamic shared memory above the default 48 KiB must be opted into, once per kernel and size.
+template <auto Kernel>
+static bool allow_smem(size_t bytes) {
+  static size_t allowed = 48 * 1024;
+  if (bytes <= allowed) return true;
+  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // too large for this GPU: the caller takes the re-reading loop path
+    return false;
+  }
+  allowed = bytes;
+  return true;
+}
+
 constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride beyond this many blocks
+
+#ifndef ASTRA_ROW_CACHE
+#define ASTRA_ROW_CACHE 1  // 0: wide rows take the re-reading loop path (the kernel before 2026-11-21, session 3)
+#endif
 
 // Knob combinations that cannot launch or would spill are clamped here, so every combination is valid:
 // at most 1024 threads per block; at 1024 threads (64 registers a thread) at most 2 vectors per thread.
-template <int THREADS, int VPT, int ROWS, int PDL, typename T, int N>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, typename T, int N>
 static int run(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, float eps, cudaStream_t stream) {
   constexpr int R = THREADS * ROWS > 1024 ? 1024 / THREADS : ROWS;
   constexpr int V = THREADS * R >= 1024 && VPT > 2 ? 2 : (THREADS * R >= 512 && VPT > 4 ? 4 : VPT);
@@ -222,18 +316,39 @@ static int run(const AstraTensor& in, const AstraTensor& w, const AstraTensor& o
   if (nvec <= THREADS * V) {
     const int64_t blocks = (rows + R - 1) / R;
     return launch(rms_reg_kernel<T, N, THREADS, V, R, PDL != 0>, PDL != 0,
-                  dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(THREADS, R), stream, x, wp, o, rows,
+                  dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(THREADS, R), 0, stream, x, wp, o, rows,
                   nvec, d, in.stride[0], out.stride[0], eps);
   }
-  constexpr int LT = THREADS < 256 ? 256 : THREADS;  // wide rows: at least 8 warps on the loop path
-  return launch(rms_loop_kernel<T, N, LT, PDL != 0>, PDL != 0, dim3((unsigned)(rows < kMaxGrid ? rows : kMaxGrid)),
-                dim3(LT), stream, x, wp, o, rows, nvec, d, in.stride[0], out.stride[0], eps);
+  constexpr int LT = THREADS < 256 ? 256 : THREADS;  // wide rows: at least 8 warps
+  const dim3 grid((unsigned)(rows < kMaxGrid ? rows : kMaxGrid));
+#if ASTRA_ROW_CACHE
+  // WIDE = vectors of each operand in flight per thread and step. 1: <= 32 registers, two 1024-thread
+  // blocks (rows) per SM; 2: more loads in flight but ~62 registers, one block per SM: for fewer rows than SMs.
+  constexpr auto cached = rms_cache_kernel<T, N, LT, WIDE, WIDE == 1 ? 2048 / LT : 1, PDL != 0>;
+  const size_t bytes = (size_t)nvec * sizeof(Vec<T, N>);
+  if (allow_smem<cached>(bytes))
+    return launch(cached, PDL != 0, grid, dim3(LT), bytes, stream, x, wp, o, rows, nvec, d, in.stride[0], out.stride[0],
+                  eps);
+#endif
+  return launch(rms_loop_kernel<T, N, LT, PDL != 0>, PDL != 0, grid, dim3(LT), 0, stream, x, wp, o, rows, nvec, d,
+                in.stride[0], out.stride[0], eps);
 }
 
-static bool vec_ok(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, int64_t elems) {
-  return ((uintptr_t)in.data % 16 == 0) && ((uintptr_t)w.data % 16 == 0) && ((uintptr_t)out.data % 16 == 0) &&
+// N-element vectors need N-aligned bases and every row start (d, strides) a whole number of vectors.
+static bool vec_ok(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, int64_t elems, int bytes) {
+  return ((uintptr_t)in.data % bytes == 0) && ((uintptr_t)w.data % bytes == 0) && ((uintptr_t)out.data % bytes == 0) &&
          in.shape[1] % elems == 0 &&
          (in.shape[0] == 1 || (in.stride[0] % elems == 0 && out.stride[0] % elems == 0));
+}
+
+// 16-byte vectors where the layout allows, else 8-byte ones, else one element per access.
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, typename T>
+static int run_any(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, float eps,
+                   cudaStream_t stream) {
+  constexpr int V16 = 16 / (int)sizeof(T);
+  if (vec_ok(in, w, out, V16, 16)) return run<THREADS, VPT, ROWS, PDL, WIDE, T, V16>(in, w, out, eps, stream);
+  if (vec_ok(in, w, out, V16 / 2, 8)) return run<THREADS, VPT, ROWS, PDL, WIDE, T, V16 / 2>(in, w, out, eps, stream);
+  return run<THREADS, VPT, ROWS, PDL, WIDE, T, 1>(in, w, out, eps, stream);
 }
 
 static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars) {
@@ -251,7 +366,7 @@ static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars
 
 }  // namespace
 
-template <int THREADS, int VPT, int ROWS, int PDL>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE>
 static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const double* scalars, int num_scalars,
                             cudaStream_t stream) {
   const int bad = validate(tensors, num_tensors, num_scalars);
@@ -262,17 +377,10 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
   if (in.shape[0] == 0 || in.shape[1] == 0) return ASTRA_OK;  // empty output: launch nothing
   const float eps = (float)scalars[0];
   switch (in.dtype) {
-    case ASTRA_FLOAT32:
-      return vec_ok(in, w, out, 4) ? run<THREADS, VPT, ROWS, PDL, float, 4>(in, w, out, eps, stream)
-                                   : run<THREADS, VPT, ROWS, PDL, float, 1>(in, w, out, eps, stream);
-    case ASTRA_FLOAT16:
-      return vec_ok(in, w, out, 8) ? run<THREADS, VPT, ROWS, PDL, __half, 8>(in, w, out, eps, stream)
-                                   : run<THREADS, VPT, ROWS, PDL, __half, 1>(in, w, out, eps, stream);
-    case ASTRA_BFLOAT16:
-      return vec_ok(in, w, out, 8) ? run<THREADS, VPT, ROWS, PDL, __nv_bfloat16, 8>(in, w, out, eps, stream)
-                                   : run<THREADS, VPT, ROWS, PDL, __nv_bfloat16, 1>(in, w, out, eps, stream);
-    default:
-      return ASTRA_UNSUPPORTED;
+    case ASTRA_FLOAT32: return run_any<THREADS, VPT, ROWS, PDL, WIDE, float>(in, w, out, eps, stream);
+    case ASTRA_FLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, __half>(in, w, out, eps, stream);
+    case ASTRA_BFLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, __nv_bfloat16>(in, w, out, eps, stream);
+    default: return ASTRA_UNSUPPORTED;
   }
 }
 
@@ -280,35 +388,41 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 #ifndef ASTRA_DEFAULT_PDL
 #define ASTRA_DEFAULT_PDL 1
 #endif
-// Hand-chosen dispatch on the row width in 16-byte vectors (nv), from the knob sweep (H200, bf16,
-// 2026-11-21; us, ours vs sgl_kernel):
+// Hand-chosen dispatch on the row width in vectors (nv, of the width the layout allows), from the knob
+// sweep (H200, bf16, 2026-11-21; us, ours vs sgl_kernel):
 //  - rows up to 1024 vectors (d <= 8192 at 2 bytes): whole row in registers, up to 4 vectors of each
 //    operand per thread (8 loads in flight), the fewest threads that hold it; narrow rows pack several
 //    rows per block. 8192x4096: 36.96 (128 x 4) vs 47.95 (512 x 1); 2048x8192: 21.6 (256 x 4) vs 37.3
 //    (1024 x 1); sgl_kernel 45.6 and 26.9.
 //  - few short rows (<= 128 rows, d 2049-4096): 256 threads x 2 vectors, 2.08 vs 2.23 (128 x 4) at
 //    128x4096.
-//  - wider rows: the two-pass loop path with 256 threads (second read from L2): 10.52 at 512x14336 vs
-//    12.28 for 512 threads x 4 vectors in registers (sgl_kernel 11.24-11.38).
+//  - wider rows: the cached-row path; at most 128 rows: 1024 threads, WIDE 2 (more loads in flight, one
+//    block per SM): 3.78 / 4.17 at 128x11008, 3.42 / 3.95 at 64x13824, 2.70 / 2.94 at 7x8200; more rows:
+//    512 threads, WIDE 1: 6.38 / 6.11 at 256x13824, 10.58 / 11.39 at 512x14336, 66.0 / 80.2 at 4096x14336
+//    (benchmarks/results/2026-11-21-h200-s3/variants). The two-pass loop path before it (second read
+//    from L2, 256 threads): 6.43 / 6.05 at 256x13824, 4.37 / 4.20 at 128x11008.
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
   const AstraTensor& in = tensors[0];
-  const int64_t vec = in.dtype == ASTRA_FLOAT32 ? 4 : 8;
-  const int64_t nv = (in.shape[1] + vec - 1) / vec;
-  const int64_t rows = in.shape[0];
+  const int64_t size = in.dtype == ASTRA_FLOAT32 ? 4 : 2;
+  const int64_t vec = vec_ok(in, tensors[1], tensors[2], 16 / size, 16) ? 16 / size
+                      : vec_ok(in, tensors[1], tensors[2], 8 / size, 8) ? 8 / size : 1;
+  const int64_t nv = (in.shape[1] + vec - 1) / vec, rows = in.shape[0];
   constexpr int P = ASTRA_DEFAULT_PDL;
-#define ASTRA_GO(TH, V, R) return astra_launch_cfg<TH, V, R, P>(tensors, num_tensors, scalars, num_scalars, stream)
-  if (nv <= 32) ASTRA_GO(32, 1, 4);
-  if (nv <= 64) ASTRA_GO(32, 2, 4);
-  if (nv <= 128) ASTRA_GO(32, 4, 2);
-  if (nv <= 256) ASTRA_GO(64, 4, 1);
+#define ASTRA_GO(TH, V, R, W) \
+  return astra_launch_cfg<TH, V, R, P, W>(tensors, num_tensors, scalars, num_scalars, stream)
+  if (nv <= 32) ASTRA_GO(32, 1, 4, 1);
+  if (nv <= 64) ASTRA_GO(32, 2, 4, 1);
+  if (nv <= 128) ASTRA_GO(32, 4, 2, 1);
+  if (nv <= 256) ASTRA_GO(64, 4, 1, 1);
   if (nv <= 512) {
-    if (rows <= 128) ASTRA_GO(256, 2, 1);
-    ASTRA_GO(128, 4, 1);
+    if (rows <= 128) ASTRA_GO(256, 2, 1, 1);
+    ASTRA_GO(128, 4, 1, 1);
   }
-  if (nv <= 1024) ASTRA_GO(256, 4, 1);
-  ASTRA_GO(256, 1, 1);  // capacity 256 vectors < nv: the loop path, 256 threads
+  if (nv <= 1024) ASTRA_GO(256, 4, 1, 1);
+  if (rows <= 128) ASTRA_GO(1024, 1, 1, 2);  // capacity < nv: the cached-row path
+  ASTRA_GO(512, 1, 1, 1);
 #undef ASTRA_GO
 }
 #endif

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# GPU calls of the third session (kernel work on the norms' split path, silu's block size). Steps in order:
+#   variants PLAN...  benchmarks/gpu/variants.py (variants of a patch side by side, each vs SGLang)
+#   time | check      benchmarks/gpu/kernels.sh time-bf16 time-fp16 / check on the shipped patches
+#   models            the spec's model shape sets, bf16, shipped patches vs SGLang (time only)
+#   memcheck | ncu | percall | peers   see benchmarks/memcheck.py, ncu_table.py, per_call.py, gpu/peers.sh
+# Usage (repo root, GPU machine; carry .stage and work/prev): bash benchmarks/gpu/call_f.sh OUTDIR STEP...
+set -u
+OUTDIR=${1:?OUTDIR}; shift; mkdir -p "$OUTDIR"
+source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt"; cat "$OUTDIR/env.txt"
+t0=$(date +%s)
+while [ $# -gt 0 ]; do
+  step=$1; shift
+  echo "=== $step (t=$(( $(date +%s) - t0 ))s)"
+  case $step in
+    variants)
+      plans=(); while [ $# -gt 0 ] && [[ $1 != -- ]]; do plans+=("$1"); shift; done; [ $# -gt 0 ] && shift
+      timeout ${VARIANTS_TIMEOUT:-420} python3 benchmarks/gpu/variants.py "$OUTDIR" "${plans[@]}" 2>&1 \
+        | tee -a "$OUTDIR/variants.log" | grep -E "^SUMMARY|Error|error" ;;
+    ncu)  # optional op:TxD items up to "--"; default every paper shape
+      items=(); while [ $# -gt 0 ] && [[ $1 != -- ]]; do items+=("$1"); shift; done; [ $# -gt 0 ] && shift
+      timeout ${NCU_TIMEOUT:-400} python3 benchmarks/ncu_table.py "$OUTDIR/ncu" "${items[@]}" 2>&1 | tail -60 ;;
+    percall)
+      timeout 240 python3 benchmarks/per_call.py "$OUTDIR/percall" 2>&1 | tail -30 ;;
+    time)
+      timeout 420 bash benchmarks/gpu/kernels.sh "$OUTDIR/kernels" time-bf16 time-fp16 > /dev/null 2>&1
+      grep -E "geomean|FAILED|\\[" "$OUTDIR/kernels/kernels.log" | tail -20 ;;
+    check)
+      timeout 300 bash benchmarks/gpu/kernels.sh "$OUTDIR/check" check > /dev/null 2>&1
+      grep -E "passed|FAILED|fail|\\[" "$OUTDIR/check/kernels.log" | tail -20 ;;
+    memcheck)
+      CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+      timeout 300 "$CS" --tool memcheck --error-exitcode 9 --print-limit 20 python3 benchmarks/memcheck.py \
+        > "$OUTDIR/memcheck.txt" 2>&1; echo "compute-sanitizer exit code $?" | tee -a "$OUTDIR/memcheck.txt"
+      grep -E "^memcheck|ERROR SUMMARY|exit code" "$OUTDIR/memcheck.txt" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+echo "=== done (t=$(( $(date +%s) - t0 ))s)"

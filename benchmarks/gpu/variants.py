@@ -1,0 +1,103 @@
+"""Variants of a shipped kernel side by side, each against SGLang's own op, in one GPU call.
+
+A variant is the patch's file (or an earlier copy of it) built with other -D defines; the defaults of the
+shipped dispatch are chosen from these tables (benchmarks/notes/kernels.md says which run chose what).
+Usage (GPU machine, repo root, after `source benchmarks/gpu/setup.sh`):
+    python3 benchmarks/gpu/variants.py OUTDIR PLAN [PLAN...]
+Writes OUTDIR/variants.jsonl (harness rows, labelled) and prints one line per shape and a summary per
+variant: geomean speedup over its shapes and the worst shape.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+from astra_sglang.harness.isolate import evaluate, prebuild
+from astra_sglang.harness.records import EvalRequest, KernelSource
+from astra_sglang.harness.report import write_jsonl
+
+SGLANG = {
+    "silu_and_mul": "py:astra_sglang.ops.adapters:sglang_silu_and_mul",
+    "fused_add_rmsnorm": "py:sgl_kernel:fused_add_rmsnorm",
+    "rmsnorm": "py:sgl_kernel:rmsnorm",
+}
+NORM_SHAPES = [(128, 4096), (256, 4096), (1024, 4096), (2048, 8192), (128, 11008), (256, 13824), (512, 14336),
+               (1024, 8192), (1, 4096), (16, 4096), (64, 8192), (8, 5120), (8192, 4096), (5, 4100), (17, 5120),
+               (4096, 14336)]
+SILU_SHAPES = [(16, 4096), (32, 5120), (32, 8192), (16, 12288), (64, 8192), (1, 14336), (64, 14336),
+               (512, 14336), (8192, 14336), (48, 6144), (100, 9728), (333, 12288), (4000, 2816), (5, 4100),
+               (8, 28672), (128, 18944), (2048, 13824)]
+
+
+WIDE_SHAPES = [(128, 11008), (256, 13824), (512, 14336), (4096, 14336), (64, 13824), (7, 8200), (333, 16384)]
+
+
+def wide_variants(op: str) -> list[tuple[str, str, dict]]:
+    """Rows wider than the register path: the cached-row path's step width, threads and register cap."""
+    path = f"patches/{op}/kernel.cu"
+    return [("reread", path, {"ASTRA_ROW_CACHE": "0"}),  # the loop path of the kernels before this session
+            ("u1t1024", path, {}),
+            ("u1t512", path, {"ASTRA_WIDE_THREADS": "512"}),
+            ("u2t512b3", path, {"ASTRA_CACHE_U": "2", "ASTRA_WIDE_THREADS": "512", "ASTRA_CACHE_MINB(t)": "3"}),
+            ("u2t1024b1", path, {"ASTRA_CACHE_U": "2", "ASTRA_CACHE_MINB(t)": "1"})]
+
+
+def silu_config(threads: int, vpt: int) -> str:
+    """The shipped silu file with one fixed configuration in place of its dispatch."""
+    from astra_sglang.tuner.knobs import strip_dispatch
+
+    os.makedirs("work/cfg", exist_ok=True)
+    path = f"work/cfg/silu_{threads}_{vpt}.cu"
+    with open("patches/silu_and_mul/kernel.cu") as fh:
+        body = strip_dispatch(fh.read())
+    with open(path, "w") as fh:
+        fh.write("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + body + f"\nASTRA_ENTRY {{ return astra_launch_cfg<{threads}, {vpt}, 1>"
+                 "(tensors, num_tensors, scalars, num_scalars, stream); }\n")
+    return path
+
+
+SILU_CFG_SHAPES = SILU_SHAPES + [(1, 11008), (8, 18944), (32, 28672), (128, 11008), (128, 28672), (512, 18944),
+                                 (2048, 28672), (8192, 11008)]
+CHECKED = ("u1t1024",)  # the new path's default: full checks (edge cases included) besides the timing
+PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
+    "wide": [(op, label, src, defs, WIDE_SHAPES, ["bfloat16"], label in CHECKED)
+             for op in ("fused_add_rmsnorm", "rmsnorm") for label, src, defs in wide_variants(op)],
+    "wide-fp16": [(op, label, src, defs, WIDE_SHAPES[:4], ["float16"], False)
+                  for op in ("fused_add_rmsnorm", "rmsnorm") for label, src, defs in wide_variants(op)],
+    "silu-cfg": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, SILU_CFG_SHAPES, ["bfloat16"], False)
+                 for t, v in ((64, 1), (128, 1), (256, 1), (512, 1), (256, 2), (512, 2))],
+    "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
+                                                                            (512, 14336), (128, 18944)],
+                       ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],
+}
+
+
+def main(out: str, plans: list[str]) -> None:
+    os.makedirs(out, exist_ok=True)
+    prebuild([(os.path.abspath(src), defines, None) for plan in plans for _, _, src, defines, *_ in PLANS[plan]])
+    for plan in plans:
+        for op, label, src, defines, shapes, dtypes, check in PLANS[plan]:
+            t0 = time.time()
+            req = EvalRequest(kernel=op, candidate=KernelSource(path=os.path.abspath(src), defines=defines,
+                                                                label=f"{plan}:{label}"),
+                              baseline=KernelSource(path=SGLANG[op]), shapes=shapes, dtypes=dtypes, check=check,
+                              timeout_s=280)
+            res = evaluate(req)
+            write_jsonl(res, f"{out}/variants.jsonl")
+            speedups = []
+            for r in res.shapes:
+                if r.candidate and r.speedup:
+                    speedups.append((r.speedup, "x".join(map(str, r.shape))))
+                    print(f"VAR {plan:10s} {op:18s} {label:8s} {r.dtype[:4]} {'x'.join(map(str, r.shape)):11s} "
+                          f"cand {r.candidate.median_us:8.2f} base {r.baseline.median_us:8.2f} "
+                          f"x{r.speedup:6.3f} roof {r.pct_roofline or 0:5.1f}%", flush=True)
+            geo = math.exp(sum(math.log(s) for s, _ in speedups) / len(speedups)) if speedups else float("nan")
+            worst = min(speedups) if speedups else (float("nan"), "-")
+            print(f"SUMMARY {plan:10s} {op:18s} {label:8s} ok={res.ok} geomean {geo:.3f} worst {worst[0]:.3f} "
+                  f"({worst[1]}) {time.time() - t0:.0f}s {'' if res.ok else res.reason[:160]}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])

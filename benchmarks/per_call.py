@@ -1,0 +1,182 @@
+"""Per-call cost of each enabled patch versus SGLang's original, Python dispatch included (eager, no CUDA graph).
+
+At decode sizes (1-64 tokens) a kernel runs 1-3 us, no longer than the host's work per call, so the patched
+op's Python wrapper and ctypes launch can decide what a call costs. This times back-to-back eager calls of
+SGLang's original and of the patch's replacement (Runtime.op_for(...).fn; nothing is rebound), both called
+with SGLang's own positional arguments, and separately the GPU time per call with the host out of the way.
+
+Usage (repo root, GPU machine with sglang, sgl_kernel, flashinfer, torch):
+    python3 benchmarks/per_call.py OUTDIR    # writes OUTDIR/per_call.jsonl and OUTDIR/per_call.md
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from importlib import import_module, metadata
+from pathlib import Path
+
+import torch
+
+from astra_sglang.harness.inputs import allocate, fill
+from astra_sglang.patching.runtime import Runtime, RuntimeConfig
+from astra_sglang.patching.targets import resolve
+
+DEVICE, DTYPE, TOKENS = "cuda", "bfloat16", (1, 16, 64)
+WARMUP, CALLS, REPS = 200, 2000, 7
+GPU_CALLS, GPU_REPS, SPIN_CYCLES = 256, 3, 50_000_000  # ~25 ms at ~2 GHz: longer than enqueueing 256 calls
+# op -> (leading spec arguments SGLang passes, model width after `tokens`). SGLang hands silu_and_mul its
+# `out` but lets rmsnorm(x, w, eps) and merge_state_v2(v_a, s_a, v_b, s_b) allocate their outputs.
+CALLS_AS = {"silu_and_mul": (2, (14336,)), "fused_add_rmsnorm": (4, (4096,)), "rmsnorm": (3, (4096,)),
+            "merge_attn_states_lse": (4, (32, 128)), "merge_state": (4, (32, 128))}
+# The FA3 backend module may not import where FA3 is missing; it binds this very object from sgl_kernel.
+STAND_INS = {"merge_attn_states_lse": ("sgl_kernel", "merge_state_v2")}
+
+
+@dataclass
+class Row:
+    op: str
+    shape: list[int]
+    dtype: str
+    original: str  # "module:attr" timed as the original
+    original_us: float  # median wall time per call: host dispatch + launch, or the GPU where that is slower
+    patched_us: float
+    ratio: float  # patched / original; < 1: the patch costs less per call
+    original_gpu_us: float  # GPU time per call, calls queued so the GPU never waits on the host
+    patched_gpu_us: float
+    fallbacks: int  # calls of this shape (check, warm-up, timing) served by the original: should be 0
+    date: str
+    gpu: str
+    torch: str
+    sglang: str
+
+
+def wall_us(fn, args: list, calls: int = CALLS) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    torch.cuda.synchronize()  # inside the span: a GPU-bound op shows as such
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def gpu_us(fn, args: list) -> float:
+    """Calls queued behind a spin kernel run back to back on the GPU, so the events time kernels only."""
+    before, after_spin, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    before.record()
+    torch.cuda._sleep(SPIN_CYCLES)
+    after_spin.record()
+    start = time.perf_counter()
+    for _ in range(GPU_CALLS):
+        fn(*args)
+    enqueue_ms = (time.perf_counter() - start) * 1e3
+    end.record()
+    end.synchronize()
+    if enqueue_ms > before.elapsed_time(after_spin):
+        print(f"WARN enqueueing took {enqueue_ms:.1f} ms, longer than the spin: GPU us include host gaps")
+    return after_spin.elapsed_time(end) * 1e3 / GPU_CALLS
+
+
+def clone(args: list) -> list:
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def outputs(fn, args: list) -> list[torch.Tensor]:
+    """What one call produces: returned tensors, then every tensor argument (in-place ops write those)."""
+    args = clone(args)
+    result = fn(*args)
+    returned = result if isinstance(result, (tuple, list)) else () if result is None else (result,)
+    return list(returned) + [a for a in args if isinstance(a, torch.Tensor)]
+
+
+def original_of(entry) -> tuple[str, object]:
+    target = entry.targets[0]
+    try:
+        return str(target), resolve(target)
+    except Exception as exc:  # ImportError from a missing FA3, AstraError, ...
+        if entry.op not in STAND_INS:
+            raise
+        module, attr = STAND_INS[entry.op]
+        print(f"note: {target} unavailable ({str(exc).strip().splitlines()[0][:100]}); timing {module}:{attr}")
+        return f"{module}:{attr}", getattr(import_module(module), attr)
+
+
+def bench(entry, op, original, shape: tuple, argc: int) -> tuple[dict | None, list[str]]:
+    """One (op, shape): check once, then time both sides. The measurements (None if the check failed), errors."""
+    tol = entry.spec.tolerance[DTYPE]
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    call = fill(entry.spec, allocate(entry.spec, shape, DTYPE, DEVICE), gen).call_args(entry.spec)[:argc]
+    kernel0, fallback0, errors = op.stats.kernel_calls, op.stats.fallbacks, []
+    try:
+        torch.testing.assert_close(outputs(op.fn, call), outputs(original, call), atol=tol.atol, rtol=tol.rtol)
+    except AssertionError as exc:
+        return None, [f"patched != original: {' '.join(str(exc).split())[:300]}"]
+    if op.stats.kernel_calls == kernel0:
+        errors.append("the patched op did not launch our kernel")
+    sides = {"original": (original, clone(call)), "patched": (op.fn, clone(call))}  # own buffers: in-place ops
+    for fn, args in sides.values():
+        wall_us(fn, args, WARMUP)
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    for _ in range(REPS):  # interleaved, so drift (clocks, other tenants) hits both sides alike
+        for side, (fn, args) in sides.items():
+            times[side].append(wall_us(fn, args))
+    a, b = statistics.median(times["original"]), statistics.median(times["patched"])
+    gpu = {side: statistics.median([gpu_us(fn, args) for _ in range(GPU_REPS)]) for side, (fn, args) in sides.items()}
+    fallbacks = op.stats.fallbacks - fallback0
+    if fallbacks:
+        errors.append(f"{fallbacks} calls fell back to the original")
+    return {"original_us": a, "patched_us": b, "ratio": b / a, "original_gpu_us": gpu["original"],
+            "patched_gpu_us": gpu["patched"], "fallbacks": fallbacks}, errors
+
+
+def markdown(rows: list[Row], meta: dict) -> str:
+    title = (f"Per-call cost, eager with Python dispatch, {DTYPE}: median of {REPS} x {CALLS} back-to-back calls; "
+             f"GPU us: {GPU_CALLS} calls queued behind a spin kernel. {meta['gpu']}, torch {meta['torch']}, "
+             f"sglang {meta['sglang']}, {meta['date']}.")
+    head = "| op | shape | original | original us | patched us | patched/original | GPU us orig | GPU us patched |"
+    lines = [title, "", head + " fallbacks |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r.op} | {'x'.join(map(str, r.shape))} | {r.original} | {r.original_us:.2f} | {r.patched_us:.2f} "
+              f"| {r.ratio:.3f} | {r.original_gpu_us:.2f} | {r.patched_gpu_us:.2f} | {r.fallbacks} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(outdir: Path) -> int:
+    if not torch.cuda.is_available():
+        sys.exit("per_call.py needs a CUDA GPU")
+    outdir.mkdir(parents=True, exist_ok=True)
+    meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "sglang": metadata.version("sglang")}
+    runtime = Runtime(RuntimeConfig(Path("patches"), verify_rate=0.0, stats_dir=None, mechanism="direct"))
+    rows, failed = [], 0
+    for entry in runtime.entries:
+        if entry.op not in CALLS_AS:
+            print(f"SKIP {entry.op}: its SGLang call and width are not in CALLS_AS")
+            continue
+        argc, width = CALLS_AS[entry.op]
+        name, original = original_of(entry)
+        op = runtime.op_for(entry, original)  # the replacement, with the original's calling convention
+        for tokens in TOKENS:
+            shape = (tokens, *width)
+            label = f"{entry.op} {'x'.join(map(str, shape))}"
+            measured, errors = bench(entry, op, original, shape, argc)
+            for error in errors:
+                print(f"ERROR {label}: {error}")
+            failed += bool(errors)
+            if measured:
+                print(f"{label}: original {measured['original_us']:.2f} us, patched {measured['patched_us']:.2f} us")
+                rows.append(Row(op=entry.op, shape=list(shape), dtype=DTYPE, original=name, **measured, **meta))
+    with open(outdir / "per_call.jsonl", "w") as f:
+        f.writelines(json.dumps(asdict(r)) + "\n" for r in rows)
+    table = markdown(rows, meta)
+    (outdir / "per_call.md").write_text(table)
+    print(table, end="")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python3 benchmarks/per_call.py OUTDIR")
+    sys.exit(main(Path(sys.argv[1])))
