@@ -17,11 +17,13 @@ import time
 from astra_sglang.harness.isolate import evaluate, prebuild
 from astra_sglang.harness.records import EvalRequest, KernelSource
 from astra_sglang.harness.report import write_jsonl
+from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 SGLANG = {
     "silu_and_mul": "py:astra_sglang.ops.adapters:sglang_silu_and_mul",
     "fused_add_rmsnorm": "py:sgl_kernel:fused_add_rmsnorm",
     "rmsnorm": "py:sgl_kernel:rmsnorm",
+    "merge_attn_states_lse": "py:sgl_kernel:merge_state_v2",
 }
 NORM_SHAPES = [(128, 4096), (256, 4096), (1024, 4096), (2048, 8192), (128, 11008), (256, 13824), (512, 14336),
                (1024, 8192), (1, 4096), (16, 4096), (64, 8192), (8, 5120), (8192, 4096), (5, 4100), (17, 5120),
@@ -68,6 +70,8 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                   for op in ("fused_add_rmsnorm", "rmsnorm") for label, src, defs in wide_variants(op)],
     "silu-cfg": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, SILU_CFG_SHAPES, ["bfloat16"], False)
                  for t, v in ((64, 1), (128, 1), (256, 1), (512, 1), (256, 2), (512, 2))],
+    "models": [(op, "shipped", f"patches/{op}/kernel.cu", {}, None, ["bfloat16"], False)
+               for op in ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse")],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],
@@ -80,6 +84,7 @@ def main(out: str, plans: list[str]) -> None:
     for plan in plans:
         for op, label, src, defines, shapes, dtypes, check in PLANS[plan]:
             t0 = time.time()
+            shapes = shapes or resolve_shapes(get_spec(op), "models")  # None: the spec's model shape set
             req = EvalRequest(kernel=op, candidate=KernelSource(path=os.path.abspath(src), defines=defines,
                                                                 label=f"{plan}:{label}"),
                               baseline=KernelSource(path=SGLANG[op]), shapes=shapes, dtypes=dtypes, check=check,
