@@ -54,3 +54,34 @@ def test_unsupported_dtype_is_refused_before_the_call(recorder):
     launcher = Launcher(KernelLibrary(recorder), 1, 0)
     assert launcher([torch.empty(2, dtype=torch.int32)], stream=0) == -1
 
+
+
+def _key(tensors):
+    return tuple((t.shape, t.stride(), t.dtype) for t in tensors)
+
+
+def test_keyed_launch_rebuilds_descriptors_only_when_the_key_changes(recorder):
+    lib = ctypes.CDLL(recorder)
+    seen = (AstraTensor * 8).in_dll(lib, "seen")
+    launcher = Launcher(KernelLibrary(recorder), 2, 1)
+    a, b = torch.empty(3, 8, dtype=torch.bfloat16), torch.empty(8, dtype=torch.bfloat16)
+    assert launcher.launch_keyed(_key([a, b]), [a, b], [1e-6], stream=7) == 0
+    assert list(seen[0].shape[:2]) == [3, 8] and seen[1].ndim == 1
+    a2 = torch.empty(3, 8, dtype=torch.bfloat16)  # same layout, new storage: only the pointer moves
+    launcher.launch_keyed(_key([a2, b]), [a2, b], [1e-6], stream=7)
+    assert seen[0].data == a2.data_ptr() and list(seen[0].shape[:2]) == [3, 8]
+    c = torch.empty(5, 16, dtype=torch.float32)[:, ::2]  # new layout: rebuilt, strides included
+    launcher.launch_keyed(_key([c, b]), [c, b], [2e-6], stream=8)
+    assert list(seen[0].shape[:2]) == [5, 8] and list(seen[0].stride[:2]) == [16, 2] and seen[0].dtype == 0
+    assert (ctypes.c_double * 4).in_dll(lib, "seen_scalars")[0] == 2e-6
+    assert ctypes.c_void_p.in_dll(lib, "seen_stream").value == 8
+    launcher([a, b], [1e-6], stream=7)  # the plain call and the keyed call share the descriptors safely
+    launcher.launch_keyed(_key([c, b]), [c, b], [2e-6], stream=8)
+    assert list(seen[0].shape[:2]) == [5, 8] and seen[0].dtype == 0
+
+
+def test_keyed_launch_refuses_an_unsupported_dtype(recorder):
+    launcher = Launcher(KernelLibrary(recorder), 1, 0)
+    t = torch.empty(2, dtype=torch.int32)
+    assert launcher.launch_keyed(_key([t]), [t], stream=0) == -1
+    assert launcher.launch_keyed(_key([t]), [t], stream=0) == -1  # not cached as described
