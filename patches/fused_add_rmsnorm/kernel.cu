@@ -8,10 +8,12 @@
 //    of a thread's input, residual and weight loads (VPT 16-byte vectors each) are issued before the first
 //    use. The residual is rounded to T as it is stored and the output is computed from that rounded s
 //    (the spec allows either; it keeps one packed copy of the row in registers instead of fp32).
-//  - Loop path, for rows wider than the register path holds (d > THREADS * VPT * vector width): pass 1
-//    reads input and residual and reduces; pass 2 re-reads them (L2) and writes both. Each element is
-//    read and written by the same thread, so in-place is safe without a copy of the row.
-//  - 16-byte vectors when pointers, d and strides allow; else one element per access (any d, d = 1).
+//  - Cached-row path, for rows wider than the register path holds (d > THREADS * VPT * vector width):
+//    pass 1 reads input and residual once, writes the residual and keeps s in shared memory; pass 2 reads
+//    s back and writes the output (WIDE knob: vector pairs in flight per thread). Rows too wide for the
+//    GPU's shared memory take the loop path, which re-reads them from L2 in pass 2. Each element is read
+//    and written by the same thread, so in-place is safe without a copy of the row.
+//  - 16-byte vectors when pointers, d and strides allow; else 8-byte ones; else one element per access.
 //  - Warp-shuffle reduction; one shared-memory exchange across the warps of a row.
 //  - Optional PDL: griddepcontrol.wait before any memory access keeps stream order exact.
 //

@@ -5,9 +5,11 @@
 //  - Register path: one row per group of THREADS threads (ROWS groups per block), the whole row held in
 //    registers: input read ONCE, reduced, output written. All of a thread's input and weight loads
 //    (VPT 16-byte vectors each) are issued before the first use.
-//  - Loop path, for rows wider than the register path holds (d > THREADS * VPT * vector width): pass 1
-//    reduces, pass 2 re-reads the row (L2) and writes the output.
-//  - 16-byte vectors when pointers, d and strides allow; else one element per access (any d, d = 1).
+//  - Cached-row path, for rows wider than the register path holds (d > THREADS * VPT * vector width):
+//    pass 1 reads the row once into shared memory and reduces; pass 2 reads it back and writes the output
+//    (WIDE knob: vectors in flight per thread). Rows too wide for the GPU's shared memory take the loop
+//    path, which re-reads them from L2 in pass 2.
+//  - 16-byte vectors when pointers, d and strides allow; else 8-byte ones; else one element per access.
 //  - Warp-shuffle reduction; one shared-memory exchange across the warps of a row.
 //  - Optional PDL: griddepcontrol.wait before any memory access keeps stream order exact.
 //

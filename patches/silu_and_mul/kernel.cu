@@ -4,8 +4,9 @@
 // Design (the op moves 3 * T * d elements and does ~10 flops each: memory/latency bound):
 //  - 2-D grid: blockIdx.y walks rows, blockIdx.x a chunk of THREADS * VPT vectors of one row, so a
 //    decode-sized call (1-64 rows) still spreads over many SMs and every load is issued up front.
-//  - 16-byte vector loads/stores when pointers, d and row strides allow it; otherwise the same kernel
-//    with one element per "vector" (odd d, d = 1, unaligned views).
+//  - 16-byte vector loads/stores when pointers, d and row strides allow it; else 8-byte ones (d % 8 == 4
+//    at 2 bytes); otherwise the same kernel with one element per "vector" (odd d, d = 1, unaligned views).
+//  - Rows narrower than THREADS * VPT vectors get blocks of just enough threads (blockDim set at launch).
 //  - VPT independent gate+up loads per thread in flight before the first use.
 //  - Optional PDL (programmatic dependent launch): the grid waits on griddepcontrol.wait before touching
 //    memory, so ordering with the previous kernel on the stream is unchanged; only the launch overlaps.
