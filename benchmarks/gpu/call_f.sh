@@ -4,7 +4,7 @@
 #   time | check      benchmarks/gpu/kernels.sh time-bf16 time-fp16 / check on the shipped patches
 #   models            the spec's model shape sets, bf16, shipped patches vs SGLang (time only)
 #   memcheck | ncu | percall | peers   see benchmarks/memcheck.py, ncu_table.py, per_call.py, gpu/peers.sh
-# Usage (repo root, GPU machine; carry .stage and work/prev): bash benchmarks/gpu/call_f.sh OUTDIR STEP...
+# Usage (repo root, GPU machine, with the runtime kit in .stage): bash benchmarks/gpu/call_f.sh OUTDIR STEP...
 set -u
 OUTDIR=${1:?OUTDIR}; shift; mkdir -p "$OUTDIR"
 source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt"; cat "$OUTDIR/env.txt"
