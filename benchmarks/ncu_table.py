@@ -15,13 +15,11 @@ from pathlib import Path
 
 from astra_sglang.harness.build import build_library
 from astra_sglang.harness.profile import NcuProfiler
-from astra_sglang.ops.adapters import ADAPTERS
+from astra_sglang.ops.adapters import KERNEL_BASELINES
 from astra_sglang.patching.manifest import PatchManifest
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
-SGLANG = {"silu_and_mul": "py:astra_sglang.ops.adapters:sglang_silu_and_mul",
-          "fused_add_rmsnorm": "py:sgl_kernel:fused_add_rmsnorm", "rmsnorm": "py:sgl_kernel:rmsnorm",
-          "merge_attn_states_lse": "py:sgl_kernel:merge_state_v2", "merge_state": ADAPTERS["merge_state"]}
+SGLANG = KERNEL_BASELINES
 DEFAULT_OPS = ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse")
 DTYPE = "bfloat16"
 TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}

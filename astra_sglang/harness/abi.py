@@ -114,7 +114,3 @@ class Launcher:
             handle = self._streams[stream] = ctypes.c_void_p(stream)
         return self._fn(self._tensors, self._nt, self._scalars, self._ns, handle)
 
-
-def current_stream(device: torch.device) -> int:
-    """Raw cudaStream_t of torch's current stream (the cheap accessor; torch.cuda.current_stream is slower)."""
-    return torch._C._cuda_getCurrentRawStream(device.index if device.index is not None else torch.cuda.current_device())

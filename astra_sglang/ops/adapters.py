@@ -7,6 +7,15 @@ from __future__ import annotations
 
 # Ops whose original does not take the spec's arguments: the harness calls an adapter instead.
 ADAPTERS = {"merge_state": "py:astra_sglang.ops.adapters:flashinfer_merge_state"}
+KERNEL_BASELINES = {
+    "silu_and_mul": "py:astra_sglang.ops.adapters:sglang_silu_and_mul",
+    "fused_add_rmsnorm": "py:sgl_kernel:fused_add_rmsnorm",
+    "rmsnorm": "py:sgl_kernel:rmsnorm",
+    "merge_attn_states_lse": "py:sgl_kernel:merge_state_v2",
+    **ADAPTERS,
+}
+"""What SGLang 0.5.17 runs on CUDA per op, importable without SGLang's attention backends (the benchmark
+scripts' baselines; merge_state_v2 is the object the FA3 backend binds)."""
 
 
 def sglang_baseline(spec) -> str | None:

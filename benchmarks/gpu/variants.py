@@ -17,14 +17,10 @@ import time
 from astra_sglang.harness.isolate import evaluate, prebuild
 from astra_sglang.harness.records import EvalRequest, KernelSource
 from astra_sglang.harness.report import write_jsonl
+from astra_sglang.ops.adapters import KERNEL_BASELINES
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
-SGLANG = {
-    "silu_and_mul": "py:astra_sglang.ops.adapters:sglang_silu_and_mul",
-    "fused_add_rmsnorm": "py:sgl_kernel:fused_add_rmsnorm",
-    "rmsnorm": "py:sgl_kernel:rmsnorm",
-    "merge_attn_states_lse": "py:sgl_kernel:merge_state_v2",
-}
+SGLANG = KERNEL_BASELINES
 NORM_SHAPES = [(128, 4096), (256, 4096), (1024, 4096), (2048, 8192), (128, 11008), (256, 13824), (512, 14336),
                (1024, 8192), (1, 4096), (16, 4096), (64, 8192), (8, 5120), (8192, 4096), (5, 4100), (17, 5120),
                (4096, 14336)]
@@ -46,18 +42,27 @@ def wide_variants(op: str) -> list[tuple[str, str, dict]]:
             ("u2t1024b1", path, {"ASTRA_CACHE_U": "2", "ASTRA_CACHE_MINB(t)": "1"})]
 
 
+GENERATED: dict[str, tuple[int, int]] = {}  # work/cfg/*.cu -> silu (THREADS, VPT), written by main()
+
+
 def silu_config(threads: int, vpt: int) -> str:
-    """The shipped silu file with one fixed configuration in place of its dispatch."""
+    """Path of the shipped silu file with one fixed configuration in place of its dispatch (written later:
+    importing this module does no I/O)."""
+    path = f"work/cfg/silu_{threads}_{vpt}.cu"
+    GENERATED[path] = (threads, vpt)
+    return path
+
+
+def write_generated() -> None:
     from astra_sglang.tuner.knobs import strip_dispatch
 
     os.makedirs("work/cfg", exist_ok=True)
-    path = f"work/cfg/silu_{threads}_{vpt}.cu"
     with open("patches/silu_and_mul/kernel.cu") as fh:
         body = strip_dispatch(fh.read())
-    with open(path, "w") as fh:
-        fh.write("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + body + f"\nASTRA_ENTRY {{ return astra_launch_cfg<{threads}, {vpt}, 1>"
-                 "(tensors, num_tensors, scalars, num_scalars, stream); }\n")
-    return path
+    for path, (threads, vpt) in GENERATED.items():
+        with open(path, "w") as fh:
+            fh.write("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + body + f"\nASTRA_ENTRY {{ return astra_launch_cfg<{threads}, "
+                     f"{vpt}, 1>(tensors, num_tensors, scalars, num_scalars, stream); }}\n")
 
 
 SILU_CFG_SHAPES = SILU_SHAPES + [(1, 11008), (8, 18944), (32, 28672), (128, 11008), (128, 28672), (512, 18944),
@@ -80,6 +85,7 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
 
 def main(out: str, plans: list[str]) -> None:
     os.makedirs(out, exist_ok=True)
+    write_generated()
     prebuild([(os.path.abspath(src), defines, None) for plan in plans for _, _, src, defines, *_ in PLANS[plan]])
     for plan in plans:
         for op, label, src, defines, shapes, dtypes, check in PLANS[plan]:

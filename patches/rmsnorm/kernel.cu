@@ -209,7 +209,7 @@ rms_loop_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
 // Cached-row path, for rows wider than the register path holds: pass 1 reads the row ONCE (U vectors
 // per thread in flight before the first use) and keeps it in shared memory; pass 2 reads it back from
 // shared memory instead of re-reading it from L2. 1024 threads at <= 32 registers, so two blocks (two
-// rows) fit an SM. (This replaced a thread-block-cluster split of each row, which was 25-45% SLOWER at
+// rows) fit an SM. (This replaced a thread-block-cluster split of each row, which was 30-65% SLOWER at
 // 256x13824 and 512x14336, H200 2026-11-21, benchmarks/notes/kernels.md.)
 template <typename T, int N, int THREADS, int U, int MINB, bool PDL>
 __global__ void __launch_bounds__(THREADS, MINB)
