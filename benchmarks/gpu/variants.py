@@ -63,6 +63,35 @@ def write_generated() -> None:
         with open(path, "w") as fh:
             fh.write("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + body + f"\nASTRA_ENTRY {{ return astra_launch_cfg<{threads}, "
                      f"{vpt}, 1>(tensors, num_tensors, scalars, num_scalars, stream); }}\n")
+    for path, (op, knobs) in NORM_CFGS.items():
+        with open(f"patches/{op}/kernel.cu") as fh:
+            body = strip_dispatch(fh.read())
+        with open(path, "w") as fh:
+            fh.write("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + body + "\nASTRA_ENTRY { return astra_launch_cfg<"
+                     + ", ".join(map(str, knobs)) + ">(tensors, num_tensors, scalars, num_scalars, stream); }\n")
+
+
+NORM_CFGS: dict[str, tuple[str, tuple[int, ...]]] = {}  # work/cfg/*.cu -> (op, knob values), written by main()
+
+
+def norm_config(op: str, threads: int, vpt: int, rows: int, wide: int, fit: int) -> str:
+    """The shipped norm with one fixed knob configuration (THREADS, VPT, ROWS, PDL 1, WIDE, FIT)."""
+    path = f"work/cfg/{op}_{threads}_{vpt}_{rows}_{wide}_{fit}.cu"
+    NORM_CFGS[path] = (op, (threads, vpt, rows, 1, wide, fit))
+    return path
+
+
+# Rows of 448-1024 vectors (d 3584-8192, the models' hidden sizes) and the wide rows left slower than SGLang.
+FIT_SHAPES = [(512, 5120), (2048, 5120), (8192, 5120), (16384, 5120), (2048, 3584), (16384, 3584), (640, 6144),
+              (2048, 8192), (16384, 8192), (128, 4096), (256, 13824), (512, 14336), (128, 11008), (4096, 14336)]
+FIT_CFGS = [(1024, 1, 1, 1, 1), (512, 2, 1, 1, 1), (256, 4, 1, 1, 1), (768, 3, 1, 1, 1), (1024, 2, 1, 1, 1),
+            (768, 2, 1, 1, 1)]
+
+
+def fit_variants(op: str) -> list[tuple[str, str, dict]]:
+    path = f"patches/{op}/kernel.cu"
+    return ([("shipped", path, {}), ("fit", path, {"ASTRA_DEFAULT_FIT": "1"})]
+            + [(f"{t}x{v}f", norm_config(op, t, v, r, w, 1), {}) for t, v, r, w, _ in FIT_CFGS])
 
 
 SILU_CFG_SHAPES = SILU_SHAPES + [(1, 11008), (8, 18944), (32, 28672), (128, 11008), (128, 28672), (512, 18944),
@@ -75,6 +104,8 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                   for op in ("fused_add_rmsnorm", "rmsnorm") for label, src, defs in wide_variants(op)],
     "silu-cfg": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, SILU_CFG_SHAPES, ["bfloat16"], False)
                  for t, v in ((64, 1), (128, 1), (256, 1), (512, 1), (256, 2), (512, 2))],
+    "fit": [(op, label, src, defs, FIT_SHAPES, ["bfloat16"], label == "fit")
+            for op in ("fused_add_rmsnorm", "rmsnorm") for label, src, defs in fit_variants(op)],
     "models": [(op, "shipped", f"patches/{op}/kernel.cu", {}, None, ["bfloat16"], False)
                for op in ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse")],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),

@@ -25,6 +25,7 @@
 // astra:knob ROWS 1 2
 // astra:knob PDL 1
 // astra:knob WIDE 1 2
+// astra:knob FIT 0 1
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -118,9 +119,11 @@ __device__ __forceinline__ float row_sum(float v, float (*red)[(THREADS + 31) / 
     constexpr int WARPS = THREADS / 32;
     if (threadIdx.x % 32 == 0) red[threadIdx.y][threadIdx.x / 32] = v;
     __syncthreads();
+    const int warps = blockDim.x / 32;  // THREADS, or fewer when the register path is fitted to the row
     v = 0.0f;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) v += red[threadIdx.y][w];  // broadcast reads, fixed order
+    for (int w = 0; w < WARPS; ++w)
+      if (w < warps) v += red[threadIdx.y][w];  // broadcast reads, fixed order
   }
   return v;
 }
@@ -136,7 +139,7 @@ far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, 
   __shared__ float red[ROWS][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, nthr = blockDim.x;  // nthr: THREADS, or fewer whole warps (FIT)
   for (int64_t base = (int64_t)blockIdx.x * ROWS; base < rows; base += (int64_t)gridDim.x * ROWS) {
     const int64_t r = base + threadIdx.y;
     const bool active = r < rows;  // inactive groups still join the barriers
@@ -145,7 +148,7 @@ far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, 
     Vec<T, N> xv[VPT], sv[VPT], wv[VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int c = k * THREADS + tid;
+      const int c = k * nthr + tid;
       if (active && c < nvec) {
         xv[k] = load<T, N>(xr + (int64_t)c * N);
         sv[k] = load<T, N>(rr + (int64_t)c * N);
@@ -155,7 +158,7 @@ far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, 
     float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int c = k * THREADS + tid;
+      const int c = k * nthr + tid;
       if (active && c < nvec) {
 #pragma unroll
         for (int e = 0; e < N; ++e) {
@@ -169,7 +172,7 @@ far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, 
     const float rstd = rsqrtf(row_sum<THREADS, ROWS>(ss, red) / (float)d + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int c = k * THREADS + tid;
+      const int c = k * nthr + tid;
       if (active && c < nvec) {
         Vec<T, N> ov;
 #pragma unroll
@@ -327,7 +330,7 @@ constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride beyond this many blocks
 // Knob combinations that cannot launch or would spill are clamped here, so every combination is valid:
 // at most 1024 threads per block; at 1024 threads (64 registers a thread) at most 2 vectors per thread
 // (ptxas: 3 x VPT 16-byte vectors live at the loads).
-template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, typename T, int N>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, typename T, int N>
 static int run(const AstraTensor& in, const AstraTensor& res, const AstraTensor& w, float eps, cudaStream_t stream) {
   constexpr int R = THREADS * ROWS > 1024 ? 1024 / THREADS : ROWS;
   constexpr int V = THREADS * R >= 1024 && VPT > 2 ? 2 : (THREADS * R >= 512 && VPT > 4 ? 4 : VPT);
@@ -337,9 +340,13 @@ static int run(const AstraTensor& in, const AstraTensor& res, const AstraTensor&
   T* r = static_cast<T*>(res.data);
   const T* wp = static_cast<const T*>(w.data);
   if (nvec <= THREADS * V) {
+    // FIT 1: the fewest whole warps that hold the row at V vectors a thread, not THREADS (at d = 5120,
+    // 640 vectors, THREADS 1024 x 1 left 384 threads of every block idle).
+    const int per = (nvec + V - 1) / V, fitted = (per + 31) / 32 * 32;
+    const int nthr = FIT && fitted < THREADS ? fitted : THREADS;
     const int64_t blocks = (rows + R - 1) / R;
     return launch(far_reg_kernel<T, N, THREADS, V, R, PDL != 0>, PDL != 0,
-                  dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(THREADS, R), 0, stream, x, r, wp, rows,
+                  dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(nthr, R), 0, stream, x, r, wp, rows,
                   nvec, d, in.stride[0], res.stride[0], eps);
   }
   constexpr int LT = THREADS < 256 ? 256 : THREADS;  // wide rows: at least 8 warps
@@ -365,13 +372,13 @@ static bool vec_ok(const AstraTensor& in, const AstraTensor& res, const AstraTen
 }
 
 // 16-byte vectors where the layout allows, else 8-byte ones, else one element per access.
-template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, typename T>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, typename T>
 static int run_any(const AstraTensor& in, const AstraTensor& res, const AstraTensor& w, float eps,
                    cudaStream_t stream) {
   constexpr int V16 = 16 / (int)sizeof(T);
-  if (vec_ok(in, res, w, V16, 16)) return run<THREADS, VPT, ROWS, PDL, WIDE, T, V16>(in, res, w, eps, stream);
-  if (vec_ok(in, res, w, V16 / 2, 8)) return run<THREADS, VPT, ROWS, PDL, WIDE, T, V16 / 2>(in, res, w, eps, stream);
-  return run<THREADS, VPT, ROWS, PDL, WIDE, T, 1>(in, res, w, eps, stream);
+  if (vec_ok(in, res, w, V16, 16)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, V16>(in, res, w, eps, stream);
+  if (vec_ok(in, res, w, V16 / 2, 8)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, V16 / 2>(in, res, w, eps, stream);
+  return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, 1>(in, res, w, eps, stream);
 }
 
 static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars) {
@@ -389,7 +396,7 @@ static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars
 
 }  // namespace
 
-template <int THREADS, int VPT, int ROWS, int PDL, int WIDE>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT>
 static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const double* scalars, int num_scalars,
                             cudaStream_t stream) {
   const int bad = validate(tensors, num_tensors, num_scalars);
@@ -400,14 +407,17 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
   if (in.shape[0] == 0 || in.shape[1] == 0) return ASTRA_OK;  // empty output: launch nothing
   const float eps = (float)scalars[0];
   switch (in.dtype) {
-    case ASTRA_FLOAT32: return run_any<THREADS, VPT, ROWS, PDL, WIDE, float>(in, res, w, eps, stream);
-    case ASTRA_FLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, __half>(in, res, w, eps, stream);
-    case ASTRA_BFLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, __nv_bfloat16>(in, res, w, eps, stream);
+    case ASTRA_FLOAT32: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, float>(in, res, w, eps, stream);
+    case ASTRA_FLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, __half>(in, res, w, eps, stream);
+    case ASTRA_BFLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, __nv_bfloat16>(in, res, w, eps, stream);
     default: return ASTRA_UNSUPPORTED;
   }
 }
 
 #ifndef ASTRA_NO_DEFAULT_ENTRY
+#ifndef ASTRA_DEFAULT_FIT
+#define ASTRA_DEFAULT_FIT 0
+#endif
 #ifndef ASTRA_DEFAULT_PDL
 #define ASTRA_DEFAULT_PDL 1
 #endif
@@ -431,7 +441,7 @@ ASTRA_ENTRY {
   const int64_t nv = (in.shape[1] + vec - 1) / vec, rows = in.shape[0];
   constexpr int P = ASTRA_DEFAULT_PDL;
 #define ASTRA_GO(TH, V, R, W) \
-  return astra_launch_cfg<TH, V, R, P, W>(tensors, num_tensors, scalars, num_scalars, stream)
+  return astra_launch_cfg<TH, V, R, P, W, ASTRA_DEFAULT_FIT>(tensors, num_tensors, scalars, num_scalars, stream)
   if (nv <= 32) ASTRA_GO(32, 1, 4, 1);
   if (nv <= 64) ASTRA_GO(64, 1, 2, 1);
   if (nv <= 128) ASTRA_GO(128, 1, 1, 1);
