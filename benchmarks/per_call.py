@@ -109,12 +109,12 @@ def bench(entry, op, original, shape: tuple, argc: int) -> tuple[dict | None, li
     tol = entry.spec.tolerance[DTYPE]
     gen = torch.Generator(device=DEVICE).manual_seed(0)
     call = fill(entry.spec, allocate(entry.spec, shape, DTYPE, DEVICE), gen).call_args(entry.spec)[:argc]
-    kernel0, fallback0, errors = op.stats.kernel_calls, op.stats.fallbacks, []
+    kernel0, fallback0, errors = op.stats.total_kernel_calls(), op.stats.fallbacks, []
     try:
         torch.testing.assert_close(outputs(op.fn, call), outputs(original, call), atol=tol.atol, rtol=tol.rtol)
     except AssertionError as exc:
         return None, [f"patched != original: {' '.join(str(exc).split())[:300]}"]
-    if op.stats.kernel_calls == kernel0:
+    if op.stats.total_kernel_calls() == kernel0:
         errors.append("the patched op did not launch our kernel")
     sides = {"original": (original, clone(call)), "patched": (op.fn, clone(call))}  # own buffers: in-place ops
     for fn, args in sides.values():

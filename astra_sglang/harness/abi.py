@@ -38,6 +38,8 @@ class KernelLibrary:
             raise RuntimeError(f"{self.path} does not export astra_launch") from None
         # No argtypes: ctypes' per-call conversion checks cost ~0.5 us; Launcher passes ctypes objects.
         self._fn.restype = ctypes.c_int
+        self.address = ctypes.cast(self._fn, ctypes.c_void_p).value
+        """astra_launch's address, for the C++ fast path of patched ops (patching/fastcall.cpp)."""
 
 
 class Launcher:
@@ -58,6 +60,7 @@ class Launcher:
         self._streams: dict[int, ctypes.c_void_p] = {}
         self._key: tuple | None = None
         self._fn = library._fn
+        self.address = library.address
 
     def _describe(self, index: int, t: torch.Tensor) -> bool:
         code = DTYPE_CODES.get(t.dtype)
@@ -105,8 +108,8 @@ class Launcher:
             for i, value in enumerate(scalars):
                 self._scalars[i] = value
             self._last_scalars = scalars
-        if stream is None:
-            stream = torch._C._cuda_getCurrentRawStream(tensors[0].get_device())
+        if stream is None:  # host tensors (CPU stand-in libraries in tests): no stream
+            stream = torch._C._cuda_getCurrentRawStream(tensors[0].get_device()) if tensors[0].is_cuda else 0
         handle = self._streams.get(stream)
         if handle is None:  # one c_void_p per stream, not one per call
             if len(self._streams) > 64:

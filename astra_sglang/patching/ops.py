@@ -2,8 +2,10 @@
 fallback and as the sampled shadow reference.
 
 Two paths share one core:
-- eager (the normal case, and CUDA-graph capture): a plain Python function calls the launcher directly,
-  with no torch dispatcher in between, because SGLang's own ops cost only 5-10 us per call;
+- eager (the normal case, and CUDA-graph capture): with a real kernel library and verification off, a
+  C++ FastOp (fastcall.cpp) serves every call of a shape whose coverage verdict it holds; the Python
+  core computes verdicts, and serves everything else, calling the launcher with ctypes. No torch
+  dispatcher in between either way, because SGLang's own ops cost only 5-12 us per call;
 - under torch.compile the same function routes to the custom op `torch.ops.astra.<op>`, whose schema
   declares every out / in-place argument as mutated and whose fake implementation does nothing, so
   dynamo never traces into ctypes and functionalization knows what the kernel writes.
@@ -21,6 +23,7 @@ from typing import Callable, Sequence
 import torch
 
 from astra_sglang.harness.inputs import TORCH_DTYPES
+from astra_sglang.patching import fastcall
 from astra_sglang.patching.custom_op import ACTIVE, register_custom_op
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.specs.records import KernelSpec, compile_dim, dim_names
@@ -59,6 +62,7 @@ class PatchedOp:
                  seed: int | None = None):
         self.spec, self.launcher, self.original, self.stats = spec, launcher, original, stats
         self.verify_rate = float(verify_rate)
+        self._fast = None
         self.active = True
         self._cuda = device_type == "cuda"
         self._dtypes = {TORCH_DTYPES[d] for d in (dtypes or spec.dtypes)}
@@ -85,15 +89,37 @@ class PatchedOp:
         self._events = None
         register_custom_op(spec)
         ACTIVE[spec.name] = self
+        if not self.verify_rate:  # shadow checks need the Python path on every call
+            self._fast = fastcall.fast_op(spec, launcher, self._like, self._cuda)
+        if self._fast is not None:
+            stats.native.append(self._fast)
         self.fn = self._make_fn()
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    @active.setter
+    def active(self, value: bool) -> None:
+        self._active = bool(value)
+        if self._fast is not None:
+            self._fast.active = int(self._active)
 
     # ---- the patched function -------------------------------------------------------------------------
     def _make_fn(self) -> Callable:
-        op, stats, original = self, self.stats, self.original
+        op, stats, original, fast = self, self.stats, self.original, self._fast
+        miss = fastcall.miss() if fast is not None else None
 
         def patched(*args, **kwargs):
             if _is_compiling():
                 return op._compiled(args, kwargs)
+            if fast is not None and not kwargs:
+                result = fast(*args)
+                if result is not miss:
+                    return result
+                if fast.last_error:
+                    op.disable(f"kernel launch returned cudaError {fast.last_error}")
+                    fast.last_error = 0
             stats.calls += 1
             if not op.active:
                 stats.fallbacks += 1
@@ -233,7 +259,11 @@ class PatchedOp:
             if len(self._verdicts) >= MAX_VERDICTS:
                 self._verdicts.clear()
                 self._shadowed.clear()
+                if self._fast is not None:
+                    self._fast.forget()
             ok = self._verdicts[key] = self._verdict(tensors)
+            if self._fast is not None:
+                self._fast.remember(tensors, ok)
         if not ok:
             return self._fallback(values, args, kwargs)
         scalars = [values[i] for i in self._sidx]

@@ -71,13 +71,15 @@ class OpStats:
     """Live counters of one op in this process."""
 
     __slots__ = ("op", "targets", "calls", "kernel_calls", "fallbacks", "shadow_checks", "shadow_mismatches",
-                 "disabled_reason", "patched_us", "original_us")
+                 "disabled_reason", "patched_us", "original_us", "native")
 
     def __init__(self, op: str):
         self.op = op
         self.targets: list[str] = []
         self.calls = self.kernel_calls = self.fallbacks = self.shadow_checks = self.shadow_mismatches = 0
         self.disabled_reason = ""
+        self.native: list = []
+        """C++ FastOps (patching/fastcall.cpp) serving calls of this op: their counters add to these."""
         self.patched_us: list[float] = []
         self.original_us: list[float] = []
 
@@ -87,8 +89,15 @@ class OpStats:
         self.patched_us.append(patched_us)
         self.original_us.append(original_us)
 
+    def total_calls(self) -> int:
+        return self.calls + sum(f.calls for f in self.native)
+
+    def total_kernel_calls(self) -> int:
+        return self.kernel_calls + sum(f.kernel_calls for f in self.native)
+
     def record(self) -> OpRecord:
-        return OpRecord(op=self.op, targets=list(self.targets), calls=self.calls, kernel_calls=self.kernel_calls,
+        return OpRecord(op=self.op, targets=list(self.targets), calls=self.total_calls(),
+                        kernel_calls=self.total_kernel_calls(),
                         fallbacks=self.fallbacks, shadow_checks=self.shadow_checks,
                         shadow_mismatches=self.shadow_mismatches, disabled=bool(self.disabled_reason),
                         disabled_reason=self.disabled_reason, patched=_summary(self.patched_us),

@@ -1,0 +1,148 @@
+"""The C++ fast path of patched ops (patching/fastcall.cpp), on CPU: real kernel libraries built from host
+stand-ins (tests/fixtures/host/host_kernels.cpp) behind the same C ABI and ctypes loader as on the GPU."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from astra_sglang.errors import AstraError
+from astra_sglang.harness.abi import KernelLibrary, Launcher
+from astra_sglang.ops import reference
+from astra_sglang.patching import fastcall
+from astra_sglang.patching.ops import PatchedOp
+from astra_sglang.patching.stats import OpStats
+from astra_sglang.paths import templates_dir
+from astra_sglang.specs.registry import get_spec
+
+HOST = Path(__file__).parents[1] / "fixtures" / "host" / "host_kernels.cpp"
+
+
+@pytest.fixture(scope="module")
+def module():
+    try:
+        return fastcall._import(fastcall.build())
+    except AstraError as exc:  # e.g. a machine without a C++ compiler: the Python path is tested elsewhere
+        pytest.skip(f"fast path cannot be built here: {exc}")
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory, module):
+    """(op, defines) -> a loaded host library."""
+    folder, built = tmp_path_factory.mktemp("host"), {}
+
+    def get(op: str, *defines: str) -> KernelLibrary:
+        name = "_".join((op,) + defines).replace("=", "")
+        if name not in built:
+            out = folder / f"{name}.so"
+            cuda = fastcall._cuda_include()
+            subprocess.run(["g++", "-O1", "-shared", "-fPIC", f"-I{cuda}", f"-I{templates_dir()}", f"-DOP_{op}",
+                            *(f"-D{d}" for d in defines), str(HOST), "-o", str(out)], check=True)
+            built[name] = KernelLibrary(out)
+        return built[name]
+
+    return get
+
+
+def patched(library, op: str, original, *defines: str, **kw):
+    spec, stats = get_spec(op), OpStats(op)
+    launcher = Launcher(library(op.split("_")[0].upper() if op != "fused_add_rmsnorm" else "FUSED", *defines),
+                        len(spec.tensor_args), len(spec.scalar_args))
+    return PatchedOp(spec, launcher, original, stats, device_type="cpu", seed=0, **kw), stats
+
+
+def silu_original(input, out=None):
+    if out is None:
+        out = input.new_empty(*input.shape[:-1], input.shape[-1] // 2)
+    reference.silu_and_mul(input, out)
+    return out
+
+
+def test_second_call_of_a_shape_is_served_in_cpp(library):
+    op, stats = patched(library, "silu_and_mul", silu_original)
+    assert op._fast is not None
+    x = torch.randn(5, 64)
+    first = op.fn(x)  # unknown shape: Python computes and hands over the verdict
+    assert (op._fast.calls, stats.calls, op._fast.verdicts) == (0, 1, 1)
+    second = op.fn(x)
+    assert op._fast.calls == 1 and stats.calls == 1 and second is not first
+    torch.testing.assert_close(second, silu_original(x))
+    out = torch.empty(5, 32)
+    assert op.fn(x, out) is out and op._fast.calls == 2  # out given positionally
+    torch.testing.assert_close(out, silu_original(x))
+    assert op.fn(x, out=out) is out and stats.calls == 2  # keywords: the Python path
+    rec = stats.record()
+    assert (rec.calls, rec.kernel_calls, rec.fallbacks) == (4, 4, 0)
+
+
+def test_inplace_op_with_scalar_and_default(library):
+    op, stats = patched(library, "fused_add_rmsnorm", reference.fused_add_rmsnorm)
+    w = torch.rand(48) + 0.5
+    for eps in (1e-6, 1e-6, 1, None):  # an int eps converts; None takes the spec default
+        x, r = torch.randn(3, 48), torch.randn(3, 48)
+        ex, er = x.clone(), r.clone()
+        reference.fused_add_rmsnorm(ex, er, w, 1e-6 if eps is None else eps)
+        assert (op.fn(x, r, w) if eps is None else op.fn(x, r, w, eps)) is None
+        torch.testing.assert_close((x, r), (ex, er))
+    assert op._fast.calls == 3 and stats.calls == 1
+
+
+def test_two_outputs_come_back_as_a_tuple(library):
+    def original(v_a, s_a, v_b, s_b, v_merged=None, s_merged=None):
+        v_merged = torch.empty_like(v_a) if v_merged is None else v_merged
+        s_merged = torch.empty_like(s_a) if s_merged is None else s_merged
+        reference.merge_attn_states_lse(v_a, s_a, v_b, s_b, v_merged, s_merged)
+        return v_merged, s_merged
+
+    op, _ = patched(library, "merge_attn_states_lse", original)
+    args = (torch.randn(4, 2, 16), torch.randn(4, 2), torch.randn(4, 2, 16), torch.randn(4, 2))
+    op.fn(*args)
+    v, s = op.fn(*args)
+    assert op._fast.calls == 1
+    torch.testing.assert_close((v, s), original(*args))
+
+
+def test_uncovered_and_unsupported_calls_reach_the_original(library):
+    calls = []
+
+    def original(input, out=None):
+        calls.append(tuple(input.shape))
+        return silu_original(input, out)
+
+    op, stats = patched(library, "silu_and_mul", original, "MAX_ROWS=8", dtypes=["float32"])
+    for _ in range(2):
+        op.fn(torch.randn(2, 8, dtype=torch.float16))  # dtype not patched: verdict False, cached in C++
+        op.fn(torch.randn(9, 8))  # covered, but the library refuses 9 rows (ASTRA_UNSUPPORTED)
+        op.fn(torch.randn(8, 3).t())  # column-major: the library refuses
+    assert op._fast.calls == 0 and stats.fallbacks == 6 and op.active
+    assert calls == [(2, 8), (9, 8), (3, 8)] * 2
+
+
+def test_launch_error_disables_with_the_cuda_error(library):
+    op, stats = patched(library, "silu_and_mul", silu_original, "FAIL_CODE=700")
+    x = torch.randn(2, 8)
+    op._fast.remember([x, torch.empty(2, 4)], True)  # as if Python had judged the shape already
+    torch.testing.assert_close(op.fn(x), silu_original(x))
+    assert not op.active and not op._fast.active and "cudaError 700" in stats.disabled_reason
+    op.fn(x)
+    assert stats.fallbacks == 2 and op._fast.calls == 0
+
+
+def test_no_fast_path_with_verification_or_when_switched_off(library, monkeypatch):
+    op, _ = patched(library, "silu_and_mul", silu_original, verify_rate=0.5)
+    assert op._fast is None
+    monkeypatch.setenv(fastcall.ENV_FASTCALL, "0")
+    op, _ = patched(library, "silu_and_mul", silu_original)
+    assert op._fast is None
+    assert PatchedOp(get_spec("silu_and_mul"), lambda t, s: 0, silu_original, OpStats("x"), device_type="cpu")._fast is None
+
+
+def test_bad_descriptions_are_refused(module):
+    with pytest.raises(ValueError):
+        module.FastOp(1, "tq", (-1, -1), (None, None), (None, None), None)
+    with pytest.raises(ValueError):
+        module.FastOp(1, "to", (-1, 1), (None, None), (None, None), None)  # an output shaped like an output
+    with pytest.raises(TypeError):
+        module.FastOp(1, "t", (-1,), (None,), (None,), 3)
