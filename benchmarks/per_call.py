@@ -48,6 +48,7 @@ class Row:
     original_gpu_us: float  # GPU time per call, calls queued so the GPU never waits on the host
     patched_gpu_us: float
     fallbacks: int  # calls of this shape (check, warm-up, timing) served by the original: should be 0
+    path: str  # "c++": the patched calls went through the C++ fast path (patching/fastcall.cpp); "python"
     date: str
     gpu: str
     torch: str
@@ -110,6 +111,7 @@ def bench(entry, op, original, shape: tuple, argc: int) -> tuple[dict | None, li
     gen = torch.Generator(device=DEVICE).manual_seed(0)
     call = fill(entry.spec, allocate(entry.spec, shape, DTYPE, DEVICE), gen).call_args(entry.spec)[:argc]
     kernel0, fallback0, errors = op.stats.total_kernel_calls(), op.stats.fallbacks, []
+    fast0 = op._fast.calls if op._fast is not None else 0
     try:
         torch.testing.assert_close(outputs(op.fn, call), outputs(original, call), atol=tol.atol, rtol=tol.rtol)
     except AssertionError as exc:
@@ -128,8 +130,9 @@ def bench(entry, op, original, shape: tuple, argc: int) -> tuple[dict | None, li
     fallbacks = op.stats.fallbacks - fallback0
     if fallbacks:
         errors.append(f"{fallbacks} calls fell back to the original")
+    fast = op._fast.calls - fast0 if op._fast is not None else 0
     return {"original_us": a, "patched_us": b, "ratio": b / a, "original_gpu_us": gpu["original"],
-            "patched_gpu_us": gpu["patched"], "fallbacks": fallbacks}, errors
+            "patched_gpu_us": gpu["patched"], "fallbacks": fallbacks, "path": "c++" if fast else "python"}, errors
 
 
 def markdown(rows: list[Row], meta: dict) -> str:
@@ -137,9 +140,9 @@ def markdown(rows: list[Row], meta: dict) -> str:
              f"GPU us: {GPU_CALLS} calls queued behind a spin kernel. {meta['gpu']}, torch {meta['torch']}, "
              f"sglang {meta['sglang']}, {meta['date']}.")
     head = "| op | shape | original | original us | patched us | patched/original | GPU us orig | GPU us patched |"
-    lines = [title, "", head + " fallbacks |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [title, "", head + " fallbacks | patched path |", "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     lines += [f"| {r.op} | {'x'.join(map(str, r.shape))} | {r.original} | {r.original_us:.2f} | {r.patched_us:.2f} "
-              f"| {r.ratio:.3f} | {r.original_gpu_us:.2f} | {r.patched_gpu_us:.2f} | {r.fallbacks} |" for r in rows]
+              f"| {r.ratio:.3f} | {r.original_gpu_us:.2f} | {r.patched_gpu_us:.2f} | {r.fallbacks} | {r.path} |" for r in rows]
     return "\n".join(lines) + "\n"
 
 

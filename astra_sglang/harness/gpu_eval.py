@@ -107,7 +107,7 @@ class GpuSession:
         gen = torch.Generator(device=self.device).manual_seed(1234)
         one = allocate(self.spec, shape, dtype, self.device)
         sets: list[OpArgs] = [fill(self.spec, one, gen)]
-        for _ in range(rotation_sets(one.nbytes()) - 1):
+        for _ in range((rotation_sets(one.nbytes()) if self.req.l2 == "cold" else 1) - 1):
             sets.append(fill(self.spec, allocate(self.spec, shape, dtype, self.device), gen))
 
         def fn(launcher: Launcher):

@@ -48,6 +48,9 @@ class EvalRequest(BaseModel):
     """e.g. "sm_90"; None = the current GPU's (sm_90 without a GPU)."""
     seed: int = 0
     timeout_s: float = 600.0
+    l2: Literal["cold", "hot"] = "cold"
+    """Timing: "cold" rotates input copies over >= 2x the L2 (DESIGN.md's rule); "hot" replays one input set,
+    as in serving where the producer kernel just wrote it (e.g. silu_and_mul after the gate/up GEMM)."""
     baseline_faults: list["BaselineFault"] = Field(default_factory=list)
     """Shapes where the baseline crashed an earlier child's CUDA context: checked against the reference only."""
     done: list["ShapeResult"] = Field(default_factory=list)

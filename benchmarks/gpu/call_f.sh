@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# GPU calls of the third session (kernel work on the norms' split path, silu's block size). Steps in order:
+# GPU calls of the third and fourth sessions (kernel variants, tables, per-call cost). Steps in order:
 #   variants PLAN...  benchmarks/gpu/variants.py (variants of a patch side by side, each vs SGLang)
 #   time | check      benchmarks/gpu/kernels.sh time-bf16 time-fp16 / check on the shipped patches
 #   models            the spec's model shape sets, bf16, shipped patches vs SGLang (time only)
 #   memcheck | ncu | percall | peers   see benchmarks/memcheck.py, ncu_table.py, per_call.py, gpu/peers.sh
+#   percall-py        per_call.py with the C++ fast path switched off (ASTRA_SGLANG_FASTCALL=0): the Python path
 # Usage (repo root, GPU machine, with the runtime kit in .stage): bash benchmarks/gpu/call_f.sh OUTDIR STEP...
 set -u
 OUTDIR=${1:?OUTDIR}; shift; mkdir -p "$OUTDIR"
@@ -22,6 +23,10 @@ while [ $# -gt 0 ]; do
       timeout ${NCU_TIMEOUT:-400} python3 benchmarks/ncu_table.py "$OUTDIR/ncu" "${items[@]}" 2>&1 | tail -60 ;;
     percall)
       timeout 240 python3 benchmarks/per_call.py "$OUTDIR/percall" 2>&1 | tail -30 ;;
+    percall-py)
+      ASTRA_SGLANG_FASTCALL=0 timeout 240 python3 benchmarks/per_call.py "$OUTDIR/percall-py" 2>&1 | tail -16 ;;
+    peers)
+      timeout 420 bash benchmarks/gpu/peers.sh "$OUTDIR/peers" > /dev/null 2>&1; tail -12 "$OUTDIR/peers/peers.log" ;;
     time)
       timeout 420 bash benchmarks/gpu/kernels.sh "$OUTDIR/kernels" time-bf16 time-fp16 > /dev/null 2>&1
       grep -E "geomean|FAILED|\\[" "$OUTDIR/kernels/kernels.log" | tail -20 ;;

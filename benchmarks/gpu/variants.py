@@ -4,7 +4,7 @@ A variant is the patch's file (or an earlier copy of it) built with other -D def
 shipped dispatch are chosen from these tables (benchmarks/notes/kernels.md says which run chose what).
 Usage (GPU machine, repo root, after `source benchmarks/gpu/setup.sh`):
     python3 benchmarks/gpu/variants.py OUTDIR PLAN [PLAN...]
-Writes OUTDIR/variants.jsonl (harness rows, labelled) and prints one line per shape and a summary per
+Plans named *-hot time with L2 hot (EvalRequest.l2). Writes OUTDIR/variants.jsonl (harness rows, labelled) and prints one line per shape and a summary per
 variant: geomean speedup over its shapes and the worst shape.
 """
 from __future__ import annotations
@@ -94,6 +94,8 @@ def fit_variants(op: str) -> list[tuple[str, str, dict]]:
             + [(f"{t}x{v}f", norm_config(op, t, v, r, w, 1), {}) for t, v, r, w, _ in FIT_CFGS])
 
 
+SILU_HOT_SHAPES = [(1, 14336), (16, 4096), (32, 8192), (64, 8192), (64, 14336), (128, 14336), (128, 11008),
+                   (512, 14336), (2048, 14336), (8, 28672), (256, 18944)]
 SILU_CFG_SHAPES = SILU_SHAPES + [(1, 11008), (8, 18944), (32, 28672), (128, 11008), (128, 28672), (512, 18944),
                                  (2048, 28672), (8192, 11008)]
 CHECKED = ("u1t1024",)  # the new path's default: full checks (edge cases included) besides the timing
@@ -106,6 +108,12 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                  for t, v in ((64, 1), (128, 1), (256, 1), (512, 1), (256, 2), (512, 2))],
     "fit": [(op, label, src, defs, FIT_SHAPES, ["bfloat16"], label == "fit")
             for op in ("fused_add_rmsnorm", "rmsnorm") for label, src, defs in fit_variants(op)],
+    # L2 hot (one input set replayed), as in serving where the producer kernel just wrote the input:
+    "silu-hot": [("silu_and_mul", f"{t},1", silu_config(t, 1), {}, SILU_HOT_SHAPES, ["bfloat16"], False)
+                 for t in (64, 128, 256, 512)]
+                + [("silu_and_mul", "shipped", "patches/silu_and_mul/kernel.cu", {}, SILU_HOT_SHAPES, ["bfloat16"], False)],
+    "shipped-hot": [(op, "shipped", f"patches/{op}/kernel.cu", {}, resolve_shapes(get_spec(op), "paper"), ["bfloat16"],
+                     False) for op in ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse")],
     "models": [(op, "shipped", f"patches/{op}/kernel.cu", {}, None, ["bfloat16"], False)
                for op in ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse")],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
@@ -125,7 +133,7 @@ def main(out: str, plans: list[str]) -> None:
             req = EvalRequest(kernel=op, candidate=KernelSource(path=os.path.abspath(src), defines=defines,
                                                                 label=f"{plan}:{label}"),
                               baseline=KernelSource(path=SGLANG[op]), shapes=shapes, dtypes=dtypes, check=check,
-                              timeout_s=280)
+                              timeout_s=280, l2="hot" if plan.endswith("-hot") else "cold")
             res = evaluate(req)
             write_jsonl(res, f"{out}/variants.jsonl")
             speedups = []

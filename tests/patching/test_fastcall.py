@@ -146,3 +146,11 @@ def test_bad_descriptions_are_refused(module):
         module.FastOp(1, "to", (-1, 1), (None, None), (None, None), None)  # an output shaped like an output
     with pytest.raises(TypeError):
         module.FastOp(1, "t", (-1,), (None,), (None,), 3)
+
+
+def test_torch_compile_routes_around_the_fast_path(library):
+    op, _ = patched(library, "silu_and_mul", silu_original)
+    x = torch.randn(4, 32)
+    compiled = torch.compile(lambda t: op.fn(t) * 2, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x), silu_original(x) * 2)
+    assert op._fast.calls == 0  # dynamo traced the custom op, not the C++ callable

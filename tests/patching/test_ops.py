@@ -1,7 +1,5 @@
-"""PatchedOp: SGLang calling conventions, fallbacks, shadow validation, torch.compile, eager overhead."""
+"""PatchedOp: SGLang calling conventions, fallbacks, shadow validation, torch.compile (host cost: benchmarks/launcher_overhead.py)."""
 from __future__ import annotations
-
-import timeit
 
 import torch
 from spawn_children import standin_launcher
@@ -144,17 +142,6 @@ def test_torch_compile_and_opcheck():
     assert stats.kernel_calls >= 1
     torch.library.opcheck(torch.ops.astra.silu_and_mul.default, (x, torch.empty(4, 16)))
     assert "Tensor(a!) out" in str(torch.ops.astra.silu_and_mul.default._schema)
-
-
-def test_eager_overhead_bound():
-    """Per-call Python overhead of the eager path with a no-op launcher (the ctypes launch is extra)."""
-    op, _ = make(lambda t, s: 0)
-    x, out = torch.randn(16, 64), torch.empty(16, 32)
-    op.fn(x, out)
-    n = 20000
-    per_call_us = min(timeit.repeat(lambda: op.fn(x, out), number=n, repeat=3)) / n * 1e6
-    print(f"eager overhead: {per_call_us:.2f} us/call")
-    assert per_call_us < 25, per_call_us  # ~2.5 us here; generous for slow CI machines
 
 
 def test_with_verification_each_new_shape_is_checked_first_and_graphs_get_only_checked_shapes(monkeypatch):
