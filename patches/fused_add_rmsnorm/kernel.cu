@@ -25,6 +25,7 @@
 // astra:knob ROWS 1 2
 // astra:knob PDL 1
 // astra:knob WIDE 1 2
+// FIT 1: the register path uses the fewest whole warps that hold the row, not THREADS (session 4).
 // astra:knob FIT 0 1
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -100,9 +101,17 @@ template <typename T, int N> __device__ __forceinline__ void store(T* p, const V
 template <bool PDL> __device__ __forceinline__ void pdl_wait() {
   if constexpr (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
+#ifndef ASTRA_PDL_LATE
+#define ASTRA_PDL_LATE 0  // 1: dependent grids may launch as each block ends (as SGLang's JIT kernels), not at its start
+#endif
 template <bool PDL> __device__ __forceinline__ void pdl_trigger() {
-  if constexpr (PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if constexpr (PDL && !ASTRA_PDL_LATE) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
+template <bool PDL> struct PdlLateTrigger {  // fires on every exit path of the kernel
+  __device__ __forceinline__ ~PdlLateTrigger() {
+    if constexpr (PDL && ASTRA_PDL_LATE) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  }
+};
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -139,6 +148,7 @@ far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, 
   __shared__ float red[ROWS][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
+  PdlLateTrigger<PDL> late_trigger;
   const int tid = threadIdx.x, nthr = blockDim.x;  // nthr: THREADS, or fewer whole warps (FIT)
   for (int64_t base = (int64_t)blockIdx.x * ROWS; base < rows; base += (int64_t)gridDim.x * ROWS) {
     const int64_t r = base + threadIdx.y;
@@ -192,6 +202,7 @@ far_loop_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w,
   __shared__ float red[1][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
+  PdlLateTrigger<PDL> late_trigger;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     T* xr = x + r * x_stride;
     T* rr = res + r * r_stride;
@@ -238,6 +249,7 @@ far_cache_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w
   __shared__ float red[1][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
+  PdlLateTrigger<PDL> late_trigger;
   const int tid = threadIdx.x;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     T* xr = x + r * x_stride;
@@ -416,7 +428,7 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 
 #ifndef ASTRA_NO_DEFAULT_ENTRY
 #ifndef ASTRA_DEFAULT_FIT
-#define ASTRA_DEFAULT_FIT 0
+#define ASTRA_DEFAULT_FIT 1
 #endif
 #ifndef ASTRA_DEFAULT_PDL
 #define ASTRA_DEFAULT_PDL 1
@@ -431,6 +443,10 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 // benchmarks/results/2026-11-21-h200-s3/variants): WIDE 1: 256x13824 8.88 / 9.27, 512x14336 17.48 / 17.71,
 // 4096x14336 121.5 / 119.7; WIDE 2: 7x8200 3.00 / 3.38, 64x13824 4.71 / 4.86, 128x11008 5.39 / 5.63 but
 // 256x13824 10.73. The re-reading loop path before it: 9.78 at 256x13824, 18.51 at 512x14336.
+// FIT (session 4, benchmarks/results/2026-11-21-h200-s4, `variants fit`; speedup vs flashinfer): threads cut to
+// the row, e.g. 640 of 1024 at d = 5120: 8192x5120 0.850 -> 0.982, 2048x5120 0.889 -> 1.009, 512x5120
+// 0.986 -> 1.079, no shape slower. Rows of 1025-1536 vectors, at most 128 of them: the register path with
+// 2 vectors a thread (768 x 2, fitted), 128x11008 1.013 -> 1.183 (cached path before).
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
@@ -448,6 +464,7 @@ ASTRA_ENTRY {
   if (nv <= 256) ASTRA_GO(256, 1, 1, 1);
   if (nv <= 512) ASTRA_GO(512, 1, 1, 1);
   if (nv <= 1024) ASTRA_GO(1024, 1, 1, 1);
+  if (nv <= 1536 && rows <= 128) ASTRA_GO(768, 2, 1, 1);  // the register path, fitted: 2 vectors a thread
   if (rows <= 128) ASTRA_GO(1024, 1, 1, 2);  // capacity 1024 < nv: the cached-row path
   ASTRA_GO(1024, 1, 1, 1);
 #undef ASTRA_GO

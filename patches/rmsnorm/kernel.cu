@@ -21,6 +21,7 @@
 // astra:knob ROWS 1 2
 // astra:knob PDL 1
 // astra:knob WIDE 1 2
+// FIT 1: the register path uses the fewest whole warps that hold the row, not THREADS (session 4).
 // astra:knob FIT 0 1
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -96,9 +97,17 @@ template <typename T, int N> __device__ __forceinline__ void store(T* p, const V
 template <bool PDL> __device__ __forceinline__ void pdl_wait() {
   if constexpr (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
+#ifndef ASTRA_PDL_LATE
+#define ASTRA_PDL_LATE 0  // 1: dependent grids may launch as each block ends (as SGLang's JIT kernels), not at its start
+#endif
 template <bool PDL> __device__ __forceinline__ void pdl_trigger() {
-  if constexpr (PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if constexpr (PDL && !ASTRA_PDL_LATE) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
+template <bool PDL> struct PdlLateTrigger {  // fires on every exit path of the kernel
+  __device__ __forceinline__ ~PdlLateTrigger() {
+    if constexpr (PDL && ASTRA_PDL_LATE) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  }
+};
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -135,6 +144,7 @@ rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
   __shared__ float red[ROWS][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
+  PdlLateTrigger<PDL> late_trigger;
   const int tid = threadIdx.x, nthr = blockDim.x;  // nthr: THREADS, or fewer whole warps (FIT)
   for (int64_t base = (int64_t)blockIdx.x * ROWS; base < rows; base += (int64_t)gridDim.x * ROWS) {
     const int64_t r = base + threadIdx.y;
@@ -185,6 +195,7 @@ rms_loop_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
   __shared__ float red[1][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
+  PdlLateTrigger<PDL> late_trigger;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * x_stride;
     T* orow = out + r * o_stride;
@@ -223,6 +234,7 @@ rms_cache_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict
   __shared__ float red[1][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
+  PdlLateTrigger<PDL> late_trigger;
   const int tid = threadIdx.x;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * x_stride;
@@ -395,7 +407,7 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 
 #ifndef ASTRA_NO_DEFAULT_ENTRY
 #ifndef ASTRA_DEFAULT_FIT
-#define ASTRA_DEFAULT_FIT 0
+#define ASTRA_DEFAULT_FIT 1
 #endif
 #ifndef ASTRA_DEFAULT_PDL
 #define ASTRA_DEFAULT_PDL 1
@@ -413,6 +425,10 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 //    512 threads, WIDE 1: 6.38 / 6.11 at 256x13824, 10.58 / 11.39 at 512x14336, 66.0 / 80.2 at 4096x14336
 //    (benchmarks/results/2026-11-21-h200-s3/variants). The two-pass loop path before it (second read
 //    from L2, 256 threads): 6.43 / 6.05 at 256x13824, 4.37 / 4.20 at 128x11008.
+//  - FIT (session 4, benchmarks/results/2026-11-21-h200-s4, `variants fit`; speedup vs flashinfer): threads
+//    cut to the row, e.g. 160 of 256 (x 4 vectors) at d = 5120: 16384x5120 0.871 -> 1.240, 8192x5120 0.884
+//    -> 1.302, 2048x5120 0.905 -> 1.222, 640x6144 1.088 -> 1.304. At most 128 rows of 1025-1536 vectors:
+//    the register path, 768 x 2 fitted, 128x11008 1.061 -> 1.226 (cached path before).
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
@@ -433,6 +449,7 @@ ASTRA_ENTRY {
     ASTRA_GO(128, 4, 1, 1);
   }
   if (nv <= 1024) ASTRA_GO(256, 4, 1, 1);
+  if (nv <= 1536 && rows <= 128) ASTRA_GO(768, 2, 1, 1);  // the register path, fitted: 2 vectors a thread
   if (rows <= 128) ASTRA_GO(1024, 1, 1, 2);  // capacity < nv: the cached-row path
   ASTRA_GO(512, 1, 1, 1);
 #undef ASTRA_GO
