@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
     percall-py)
       ASTRA_SGLANG_FASTCALL=0 timeout 240 python3 benchmarks/per_call.py "$OUTDIR/percall-py" 2>&1 | tail -16 ;;
     peers)
-      timeout 420 bash benchmarks/gpu/peers.sh "$OUTDIR/peers" > /dev/null 2>&1; tail -12 "$OUTDIR/peers/peers.log" ;;
+      timeout ${PEERS_TIMEOUT:-420} bash benchmarks/gpu/peers.sh "$OUTDIR/peers" > /dev/null 2>&1; tail -12 "$OUTDIR/peers/peers.log" ;;
     time)
       timeout 420 bash benchmarks/gpu/kernels.sh "$OUTDIR/kernels" time-bf16 time-fp16 > /dev/null 2>&1
       grep -E "geomean|FAILED|\\[" "$OUTDIR/kernels/kernels.log" | tail -20 ;;

@@ -96,24 +96,6 @@ def fit_variants(op: str) -> list[tuple[str, str, dict]]:
 
 SILU_HOT_SHAPES = [(1, 14336), (16, 4096), (32, 8192), (64, 8192), (64, 14336), (128, 14336), (128, 11008),
                    (512, 14336), (2048, 14336), (8, 28672), (256, 18944)]
-PDL_SILU_SHAPES = [(1, 14336), (16, 4096), (32, 8192), (64, 8192), (64, 14336), (128, 14336), (512, 14336),
-                   (256, 18944)]
-
-
-def pdl_plan() -> list[tuple]:
-    late, plain = {"ASTRA_PDL_LATE": "1"}, {"ASTRA_LD_PLAIN": "1"}
-    silu = "patches/silu_and_mul/kernel.cu"
-    rows = [("silu_and_mul", label, src, defs, PDL_SILU_SHAPES, ["bfloat16"], False) for label, src, defs in (
-        ("shipped", silu, {}), ("late", silu, late), ("128", silu_config(128, 1), {}),
-        ("128late", silu_config(128, 1), late), ("128plain", silu_config(128, 1), plain),
-        ("128l+p", silu_config(128, 1), {**late, **plain}))]
-    for op in ("fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse"):
-        shapes = resolve_shapes(get_spec(op), "paper")
-        rows += [(op, label, f"patches/{op}/kernel.cu", defs, shapes, ["bfloat16"], False)
-                 for label, defs in (("shipped", {}), ("late", late))]
-    return rows
-
-
 SILU_CFG_SHAPES = SILU_SHAPES + [(1, 11008), (8, 18944), (32, 28672), (128, 11008), (128, 28672), (512, 18944),
                                  (2048, 28672), (8192, 11008)]
 CHECKED = ("u1t1024",)  # the new path's default: full checks (edge cases included) besides the timing
@@ -132,8 +114,8 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                 + [("silu_and_mul", "shipped", "patches/silu_and_mul/kernel.cu", {}, SILU_HOT_SHAPES, ["bfloat16"], False)],
     "shipped-hot": [(op, "shipped", f"patches/{op}/kernel.cu", {}, resolve_shapes(get_spec(op), "paper"), ["bfloat16"],
                      False) for op in ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse")],
-    # Where PDL's trigger sits (start of each block, or its end as SGLang's JIT kernels) and silu's load path:
-    "pdl": pdl_plan(), "pdl-hot": pdl_plan(),
+    "models-norms": [(op, "shipped", f"patches/{op}/kernel.cu", {}, None, ["bfloat16"], False)
+                     for op in ("fused_add_rmsnorm", "rmsnorm")],
     "models": [(op, "shipped", f"patches/{op}/kernel.cu", {}, None, ["bfloat16"], False)
                for op in ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse")],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),

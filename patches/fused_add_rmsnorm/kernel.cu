@@ -101,17 +101,9 @@ template <typename T, int N> __device__ __forceinline__ void store(T* p, const V
 template <bool PDL> __device__ __forceinline__ void pdl_wait() {
   if constexpr (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
-#ifndef ASTRA_PDL_LATE
-#define ASTRA_PDL_LATE 0  // 1: dependent grids may launch as each block ends (as SGLang's JIT kernels), not at its start
-#endif
 template <bool PDL> __device__ __forceinline__ void pdl_trigger() {
-  if constexpr (PDL && !ASTRA_PDL_LATE) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if constexpr (PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
-template <bool PDL> struct PdlLateTrigger {  // fires on every exit path of the kernel
-  __device__ __forceinline__ ~PdlLateTrigger() {
-    if constexpr (PDL && ASTRA_PDL_LATE) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  }
-};
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -119,20 +111,28 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Sum over the THREADS threads of row group threadIdx.y; every thread gets the total. red[ROWS][WARPS].
+// Sum over the threads of row group threadIdx.y; every thread gets the total. red[ROWS][WARPS].
 // The caller must __syncthreads() before red is written again.
-template <int THREADS, int ROWS>
+// FITTED (the register path): blockDim.x may be below THREADS, and the second level runs in registers, lane
+// w taking warp w's sum, so every thread ends with the same total (one smem read, 5 shuffles). The
+// 32 unrolled smem reads of the fixed-width form cost the 32-register fitted builds a spill (session 4);
+// the loop and cached-row kernels keep that form, where the butterfly made the 1024-thread build spill.
+template <int THREADS, int ROWS, bool FITTED = false>
 __device__ __forceinline__ float row_sum(float v, float (*red)[(THREADS + 31) / 32]) {
   v = warp_sum(v);
   if constexpr (THREADS > 32) {
     constexpr int WARPS = THREADS / 32;
+    static_assert(WARPS <= 32, "one warp reduces the warp sums");
     if (threadIdx.x % 32 == 0) red[threadIdx.y][threadIdx.x / 32] = v;
     __syncthreads();
-    const int warps = blockDim.x / 32;  // THREADS, or fewer when the register path is fitted to the row
-    v = 0.0f;
+    if constexpr (FITTED) {
+      const int lane = threadIdx.x % 32;
+      v = warp_sum(lane < (int)(blockDim.x / 32) ? red[threadIdx.y][lane] : 0.0f);
+    } else {
+      v = 0.0f;
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w)
-      if (w < warps) v += red[threadIdx.y][w];  // broadcast reads, fixed order
+      for (int w = 0; w < WARPS; ++w) v += red[threadIdx.y][w];  // broadcast reads, fixed order
+    }
   }
   return v;
 }
@@ -148,7 +148,6 @@ far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, 
   __shared__ float red[ROWS][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
-  PdlLateTrigger<PDL> late_trigger;
   const int tid = threadIdx.x, nthr = blockDim.x;  // nthr: THREADS, or fewer whole warps (FIT)
   for (int64_t base = (int64_t)blockIdx.x * ROWS; base < rows; base += (int64_t)gridDim.x * ROWS) {
     const int64_t r = base + threadIdx.y;
@@ -179,7 +178,7 @@ far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, 
         store<T, N>(rr + (int64_t)c * N, sv[k]);  // before the reduction: deferring it was 0-9% slower
       }
     }
-    const float rstd = rsqrtf(row_sum<THREADS, ROWS>(ss, red) / (float)d + eps);
+    const float rstd = rsqrtf(row_sum<THREADS, ROWS, true>(ss, red) / (float)d + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int c = k * nthr + tid;
@@ -202,7 +201,6 @@ far_loop_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w,
   __shared__ float red[1][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
-  PdlLateTrigger<PDL> late_trigger;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     T* xr = x + r * x_stride;
     T* rr = res + r * r_stride;
@@ -249,7 +247,6 @@ far_cache_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w
   __shared__ float red[1][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
-  PdlLateTrigger<PDL> late_trigger;
   const int tid = threadIdx.x;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     T* xr = x + r * x_stride;

@@ -80,17 +80,9 @@ template <typename T, int N> __device__ __forceinline__ void store(T* p, const V
 template <bool PDL> __device__ __forceinline__ void pdl_wait() {
   if constexpr (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
-#ifndef ASTRA_PDL_LATE
-#define ASTRA_PDL_LATE 0  // 1: dependent grids may launch as each block ends (as SGLang's JIT kernels), not at its start
-#endif
 template <bool PDL> __device__ __forceinline__ void pdl_trigger() {
-  if constexpr (PDL && !ASTRA_PDL_LATE) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if constexpr (PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
-template <bool PDL> struct PdlLateTrigger {  // fires on every exit path of the kernel
-  __device__ __forceinline__ ~PdlLateTrigger() {
-    if constexpr (PDL && ASTRA_PDL_LATE) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  }
-};
 
 // The LSE's base: natural log for SGLang's merge_state_v2; -DASTRA_LSE_BASE2=1 builds flashinfer's
 // cascade.merge_state, whose LSEs are base 2 (patches/merge_state uses this file with that define).
@@ -110,7 +102,6 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
              int lg_g) {
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
-  PdlLateTrigger<PDL> late_trigger;
   const int64_t t = (int64_t)blockIdx.x * THREADS + threadIdx.x;
   const int64_t p = t >> lg_g;
   if (p >= pairs) return;

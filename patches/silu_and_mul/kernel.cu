@@ -90,20 +90,9 @@ template <typename T, int N> __device__ __forceinline__ void store(T* p, const V
 template <bool PDL> __device__ __forceinline__ void pdl_wait() {
   if constexpr (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
-#ifndef ASTRA_LD_PLAIN
-#define ASTRA_LD_PLAIN 0  // 1: plain ld.global for the inputs, not the non-coherent (read-only) path
-#endif
-#ifndef ASTRA_PDL_LATE
-#define ASTRA_PDL_LATE 0  // 1: dependent grids may launch as each block ends (as SGLang's JIT kernels), not at its start
-#endif
 template <bool PDL> __device__ __forceinline__ void pdl_trigger() {
-  if constexpr (PDL && !ASTRA_PDL_LATE) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if constexpr (PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
-template <bool PDL> struct PdlLateTrigger {  // fires on every exit path of the kernel
-  __device__ __forceinline__ ~PdlLateTrigger() {
-    if constexpr (PDL && ASTRA_PDL_LATE) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  }
-};
 
 // silu(g) * u in fp32. __expf: ex2.approx, relative error ~2^-21 plus |g| * 2^-24 from scaling; far
 // inside every dtype's tolerance. __fdividef (2 ulp) returns 0 once 1 + e^-g > 2^126 (g < -87), where
@@ -116,7 +105,6 @@ silu_and_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows,
                     int64_t in_stride, int64_t out_stride) {
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
-  PdlLateTrigger<PDL> late_trigger;
   const int nt = blockDim.x;  // THREADS, or fewer for rows narrower than THREADS * VPT vectors
   const int col0 = blockIdx.x * (nt * VPT) + threadIdx.x;  // in vectors of N elements
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -128,8 +116,8 @@ silu_and_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows,
     for (int k = 0; k < VPT; ++k) {
       const int c = col0 + k * nt;
       if (c < nvec) {
-        gv[k] = ASTRA_LD_PLAIN ? load<T, N>(gate + (int64_t)c * N) : load_ro<T, N>(gate + (int64_t)c * N);
-        uv[k] = ASTRA_LD_PLAIN ? load<T, N>(up + (int64_t)c * N) : load_ro<T, N>(up + (int64_t)c * N);
+        gv[k] = load_ro<T, N>(gate + (int64_t)c * N);
+        uv[k] = load_ro<T, N>(up + (int64_t)c * N);
       }
     }
 #pragma unroll
