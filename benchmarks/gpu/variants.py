@@ -114,10 +114,6 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                 + [("silu_and_mul", "shipped", "patches/silu_and_mul/kernel.cu", {}, SILU_HOT_SHAPES, ["bfloat16"], False)],
     "shipped-hot": [(op, "shipped", f"patches/{op}/kernel.cu", {}, resolve_shapes(get_spec(op), "paper"), ["bfloat16"],
                      False) for op in ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse")],
-    # rmsnorm's register path at 2-4 vectors a thread takes 84-102 registers (1-2 blocks per SM): cap them
-    "regcap": [("rmsnorm", f"minb{b}", "patches/rmsnorm/kernel.cu", {"ASTRA_REG_MINB": str(b)} if b > 1 else {},
-                [(2048, 8192), (1024, 8192), (16384, 8192), (8192, 4096), (2048, 5120), (128, 4096), (1, 4096)],
-                ["bfloat16"], False) for b in (1, 2, 3, 4, 6)],
     "models-norms": [(op, "shipped", f"patches/{op}/kernel.cu", {}, None, ["bfloat16"], False)
                      for op in ("fused_add_rmsnorm", "rmsnorm")],
     "models": [(op, "shipped", f"patches/{op}/kernel.cu", {}, None, ["bfloat16"], False)

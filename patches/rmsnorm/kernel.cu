@@ -138,10 +138,7 @@ __device__ __forceinline__ float row_sum(float v, float (*red)[(THREADS + 31) / 
 // bf16 build took 42-45 registers at 1024 threads, one block per SM, and ran 2048x8192 in 45.2 us against
 // 35.6 us for the 32-register fp16 build (H200, 2026-11-21).
 template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL>
-#ifndef ASTRA_REG_MINB
-#define ASTRA_REG_MINB 1  // blocks per SM asked of ptxas when VPT > 1 (a register cap); sweep in notes (session 4)
-#endif
-__global__ void __launch_bounds__(THREADS * ROWS, VPT == 1 ? 2048 / (THREADS * ROWS) : ASTRA_REG_MINB)
+__global__ void __launch_bounds__(THREADS * ROWS, VPT == 1 ? 2048 / (THREADS * ROWS) : 1)
 rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, int d,
                int64_t x_stride, int64_t o_stride, float eps) {
   __shared__ float red[ROWS][(THREADS + 31) / 32];
