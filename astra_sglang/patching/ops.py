@@ -17,22 +17,21 @@ from __future__ import annotations
 import inspect
 import logging
 import random
-import time
 from typing import Callable, Sequence
 
 import torch
 
+from astra_sglang.harness.abi import ASTRA_OK, ASTRA_UNSUPPORTED
 from astra_sglang.harness.inputs import TORCH_DTYPES
 from astra_sglang.patching import fastcall
+from astra_sglang.patching.binding import ArgumentBinding
 from astra_sglang.patching.custom_op import ACTIVE, register_custom_op
+from astra_sglang.patching.shadow import ShadowCheck
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.specs.records import KernelSpec, compile_dim, dim_names
 
 log = logging.getLogger("astra_sglang.patching")
 
-ASTRA_OK, ASTRA_UNSUPPORTED = 0, -1
-IGNORED_KWARGS = frozenset({"enable_pdl"})
-"""Launch hints of sgl_kernel entry points: our kernels decide such things themselves."""
 MAX_VERDICTS = 4096
 
 LauncherLike = Callable[[Sequence[torch.Tensor], Sequence[float]], int]
@@ -56,7 +55,7 @@ def _takes_all_positionally(fn: Callable, count: int) -> bool:
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= count
 
 
-class PatchedOp:
+class PatchedOp(ArgumentBinding, ShadowCheck):
     def __init__(self, spec: KernelSpec, launcher: LauncherLike, original: Callable, stats: OpStats, *,
                  dtypes: Sequence[str] | None = None, verify_rate: float = 0.0, device_type: str = "cuda",
                  seed: int | None = None):
@@ -148,104 +147,6 @@ class PatchedOp:
         self.stats.disabled_reason = reason
         log.error("astra-sglang: patch %s disabled in this process: %s", self.spec.name, reason)
 
-    # ---- binding --------------------------------------------------------------------------------------
-    def _bind(self, args: tuple, kwargs: dict) -> list | None:
-        """The caller's arguments in spec order, defaults filled and missing outputs allocated; None when the
-        call uses something the spec does not describe (extra arguments or unknown keywords)."""
-        n = self._n
-        if not kwargs and len(args) == n:
-            values = list(args)
-        else:
-            if len(args) > n:
-                return None
-            values = list(args) + [None] * (n - len(args))
-            for key, value in kwargs.items():
-                i = self._index.get(key)
-                if i is None:
-                    if key in IGNORED_KWARGS:
-                        continue
-                    return None
-                values[i] = value
-        for i, default in self._defaults:
-            if values[i] is None:
-                values[i] = default
-        for i in self._outs:
-            if values[i] is None:
-                j = self._like[i]
-                if j is not None and isinstance(values[j], torch.Tensor):
-                    # empty_like: ~1 us cheaper a call than torch.empty(shape, dtype=, device=); a strided
-                    # (non-dense) source still gets a contiguous output.
-                    values[i] = torch.empty_like(values[j])
-                else:
-                    values[i] = self._allocate(values, i)
-                    if values[i] is None:
-                        return None
-        for i in self._tidx:
-            if not isinstance(values[i], torch.Tensor):
-                return None
-        return values
-
-    def _dims(self, values: list) -> dict | None:
-        """Solve the spec's dims from the given tensors (shape expressions are linear: "tokens", "2*d")."""
-        dims: dict = {}
-        pending = []
-        for i in self._tidx:
-            t = values[i]
-            if not isinstance(t, torch.Tensor):
-                continue
-            names = self._names_in[i]
-            if t.dim() != len(names):
-                return None
-            for j, (name, size) in enumerate(zip(names, t.shape)):
-                if name is not None:
-                    if dims.setdefault(name, size) != size:
-                        return None
-                else:
-                    pending.append((i, j, size))
-        for i, j, size in pending:
-            unknown = [d for d in self._uses[i][j] if d not in dims]
-            if len(unknown) == 1:
-                x, fn = unknown[0], self._shapes[i][j]
-                b = fn({**dims, x: 0})
-                a = fn({**dims, x: 1}) - b
-                if a == 0 or (size - b) % a != 0:
-                    return None
-                dims[x] = (size - b) // a
-        for d in self.spec.dims:
-            if d not in dims:
-                return None
-        return dims
-
-    def _allocate(self, values: list, i: int) -> torch.Tensor | None:
-        dims = self._dims(values)
-        if dims is None:
-            return None
-        arg = self.spec.arguments[i]
-        like = values[self._tidx[0]]
-        dtype = torch.float32 if arg.dtype == "float32" else next(
-            values[j].dtype for j in self._tidx if self.spec.arguments[j].dtype == "T" and values[j] is not None)
-        return torch.empty([fn(dims) for fn in self._shapes[i]], dtype=dtype, device=like.device)
-
-    def _verdict(self, tensors: list) -> bool:
-        """Is this dtype/shape combination covered (spec dims consistent, dtype patched, constraints hold)?"""
-        values: list = [None] * self._n
-        for i, t in zip(self._tidx, tensors):
-            values[i] = t
-        dims = self._dims(values)
-        if dims is None or not self.spec.supports(tuple(dims[d] for d in self.spec.dims)):
-            return False
-        t_dtypes = set()
-        for i, t in zip(self._tidx, tensors):
-            arg = self.spec.arguments[i]
-            if tuple(t.shape) != tuple(fn(dims) for fn in self._shapes[i]):
-                return False
-            if arg.dtype == "float32":
-                if t.dtype != torch.float32:
-                    return False
-            else:
-                t_dtypes.add(t.dtype)
-        return len(t_dtypes) == 1 and t_dtypes <= self._dtypes
-
     # ---- core -----------------------------------------------------------------------------------------
     def _core(self, values: list, args: tuple | None, kwargs: dict | None):
         """`values` bound; `args`/`kwargs` the caller's call for the eager fallback, or None inside the custom
@@ -326,59 +227,3 @@ class PatchedOp:
         result = self.original(*[values[i] for i in self._ins])
         for i, r in zip(self._outs, result if isinstance(result, (tuple, list)) else (result,)):
             values[i].copy_(r)
-
-    # ---- sampled shadow validation and timing -----------------------------------------------------------
-    def _shadow(self, values, tensors, scalars, args, kwargs):
-        clones = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
-        on_gpu = tensors[0].is_cuda
-        if on_gpu:
-            if self._events is None:
-                self._events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
-            e0, e1, e2 = self._events
-            e0.record()
-        t0 = time.perf_counter()
-        code = self.launcher(tensors, scalars)
-        t1 = time.perf_counter()
-        if on_gpu:
-            e1.record()
-        if code != ASTRA_OK:
-            if code != ASTRA_UNSUPPORTED:
-                self.disable(f"kernel launch returned cudaError {code}")
-            return self._fallback(values, args, kwargs)
-        self.stats.kernel_calls += 1
-        self.stats.shadow_checks += 1
-        self.call_original_into(clones)
-        t2 = time.perf_counter()
-        if on_gpu:
-            e2.record()
-            e2.synchronize()
-            self.stats.add_timing(e0.elapsed_time(e1) * 1e3, e1.elapsed_time(e2) * 1e3)
-        else:
-            self.stats.add_timing((t1 - t0) * 1e6, (t2 - t1) * 1e6)
-        bad = [self._mismatch(values[i], clones[i], self.spec.arguments[i].name) for i in self._mutated]
-        bad = [b for b in bad if b]
-        if bad:
-            self.stats.shadow_mismatches += 1
-            for i in self._mutated:  # this call returns the original's result
-                values[i].copy_(clones[i])
-            shape = "x".join(map(str, tensors[0].shape))
-            self.disable(f"shadow mismatch vs the original at {shape} {tensors[0].dtype}: {'; '.join(bad)}")
-        return self._result(values)
-
-    def _mismatch(self, ours: torch.Tensor, theirs: torch.Tensor, name: str) -> str:
-        """'' when every element is within the spec's tolerance for that tensor's dtype. Where the original
-        is NaN (e.g. sgl-kernel's 0/0 when both LSEs are -inf) the element is not judged: a baseline defect."""
-        tol = self.spec.tolerance.get(str(ours.dtype).removeprefix("torch."))
-        if tol is None:
-            return f"{name}: dtype {ours.dtype} has no tolerance"
-        a, b = ours.double(), theirs.double()
-        # The spec's atol is set for unit-scale test data; live activations can be far smaller (dummy
-        # weights: ~1e-6), where a fixed atol would pass any output. Scale it to the tensor's magnitude.
-        finite = b[torch.isfinite(b)].abs()
-        atol = tol.atol * min(1.0, float(finite.max())) if finite.numel() else tol.atol
-        allowed = atol + tol.rtol * b.abs()
-        ok = ((a - b).abs() <= allowed) | (a == b) | torch.isnan(b)
-        if bool(ok.all()):
-            return ""
-        worst = ((a - b).abs() / allowed).nan_to_num(float("inf")).max().item()
-        return f"{name}: {int((~ok).sum())} of {ok.numel()} elements off (worst {worst:.3g}x tolerance)"

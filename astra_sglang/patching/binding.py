@@ -1,0 +1,108 @@
+"""Binding a patched op's call to the spec's arguments: SGLang's positional/keyword call in spec order,
+defaults filled, missing outputs allocated, and the coverage verdict (dims consistent, dtype patched, the
+spec's constraints hold) for a set of tensors. A mixin of PatchedOp, which sets the fields used here."""
+from __future__ import annotations
+
+import torch
+
+IGNORED_KWARGS = frozenset({"enable_pdl"})
+"""Launch hints of sgl_kernel entry points: our kernels decide such things themselves."""
+
+
+class ArgumentBinding:
+    def _bind(self, args: tuple, kwargs: dict) -> list | None:
+        """The caller's arguments in spec order, defaults filled and missing outputs allocated; None when the
+        call uses something the spec does not describe (extra arguments or unknown keywords)."""
+        n = self._n
+        if not kwargs and len(args) == n:
+            values = list(args)
+        else:
+            if len(args) > n:
+                return None
+            values = list(args) + [None] * (n - len(args))
+            for key, value in kwargs.items():
+                i = self._index.get(key)
+                if i is None:
+                    if key in IGNORED_KWARGS:
+                        continue
+                    return None
+                values[i] = value
+        for i, default in self._defaults:
+            if values[i] is None:
+                values[i] = default
+        for i in self._outs:
+            if values[i] is None:
+                j = self._like[i]
+                if j is not None and isinstance(values[j], torch.Tensor):
+                    # empty_like: ~1 us cheaper a call than torch.empty(shape, dtype=, device=); a strided
+                    # (non-dense) source still gets a contiguous output.
+                    values[i] = torch.empty_like(values[j])
+                else:
+                    values[i] = self._allocate(values, i)
+                    if values[i] is None:
+                        return None
+        for i in self._tidx:
+            if not isinstance(values[i], torch.Tensor):
+                return None
+        return values
+
+    def _dims(self, values: list) -> dict | None:
+        """Solve the spec's dims from the given tensors (shape expressions are linear: "tokens", "2*d")."""
+        dims: dict = {}
+        pending = []
+        for i in self._tidx:
+            t = values[i]
+            if not isinstance(t, torch.Tensor):
+                continue
+            names = self._names_in[i]
+            if t.dim() != len(names):
+                return None
+            for j, (name, size) in enumerate(zip(names, t.shape)):
+                if name is not None:
+                    if dims.setdefault(name, size) != size:
+                        return None
+                else:
+                    pending.append((i, j, size))
+        for i, j, size in pending:
+            unknown = [d for d in self._uses[i][j] if d not in dims]
+            if len(unknown) == 1:
+                x, fn = unknown[0], self._shapes[i][j]
+                b = fn({**dims, x: 0})
+                a = fn({**dims, x: 1}) - b
+                if a == 0 or (size - b) % a != 0:
+                    return None
+                dims[x] = (size - b) // a
+        for d in self.spec.dims:
+            if d not in dims:
+                return None
+        return dims
+
+    def _allocate(self, values: list, i: int) -> torch.Tensor | None:
+        dims = self._dims(values)
+        if dims is None:
+            return None
+        arg = self.spec.arguments[i]
+        like = values[self._tidx[0]]
+        dtype = torch.float32 if arg.dtype == "float32" else next(
+            values[j].dtype for j in self._tidx if self.spec.arguments[j].dtype == "T" and values[j] is not None)
+        return torch.empty([fn(dims) for fn in self._shapes[i]], dtype=dtype, device=like.device)
+
+    def _verdict(self, tensors: list) -> bool:
+        """Is this dtype/shape combination covered (spec dims consistent, dtype patched, constraints hold)?"""
+        values: list = [None] * self._n
+        for i, t in zip(self._tidx, tensors):
+            values[i] = t
+        dims = self._dims(values)
+        if dims is None or not self.spec.supports(tuple(dims[d] for d in self.spec.dims)):
+            return False
+        t_dtypes = set()
+        for i, t in zip(self._tidx, tensors):
+            arg = self.spec.arguments[i]
+            if tuple(t.shape) != tuple(fn(dims) for fn in self._shapes[i]):
+                return False
+            if arg.dtype == "float32":
+                if t.dtype != torch.float32:
+                    return False
+            else:
+                t_dtypes.add(t.dtype)
+        return len(t_dtypes) == 1 and t_dtypes <= self._dtypes
