@@ -154,3 +154,42 @@ def test_torch_compile_routes_around_the_fast_path(library):
     compiled = torch.compile(lambda t: op.fn(t) * 2, backend="aot_eager", fullgraph=True)
     torch.testing.assert_close(compiled(x), silu_original(x) * 2)
     assert op._fast.calls == 0  # dynamo traced the custom op, not the C++ callable
+
+
+def test_output_rules_follow_the_specs():
+    """Outputs the fast path allocates itself: silu's out is [tokens, d] from input [tokens, 2*d]; merge's
+    s_merged is float32 [tokens, heads] from v_a."""
+    silu, merge = get_spec("silu_and_mul"), get_spec("merge_attn_states_lse")
+    assert fastcall.output_rule(silu, 1) == (0, ((0, 0, 1, 0, 1, 0), (0, 1, 2, 0, 1, 0)))
+    assert fastcall.output_rule(merge, 5) == (-1, ((0, 0, 1, 0, 1, 0), (0, 1, 1, 0, 1, 0)))
+    assert fastcall._affine("d // 2", "d") is None  # not affine: the Python path allocates
+
+
+@pytest.mark.gpu
+def test_cuda_fast_path_matches_reference_and_captures_into_a_graph(module):
+    """The shipped silu kernel through the C++ path on CUDA: eager calls, then CUDA-graph capture (as SGLang
+    captures decode graphs) with the output allocated inside the capture, replayed on new input."""
+    from astra_sglang.harness.build import build_library
+    from astra_sglang.paths import patches_dir
+
+    build = build_library(patches_dir() / "silu_and_mul" / "kernel.cu")
+    assert build.ok, build.log
+    spec, stats = get_spec("silu_and_mul"), OpStats("silu_and_mul")
+    op = PatchedOp(spec, Launcher(KernelLibrary(build.library), 2, 0), silu_original, stats, device_type="cuda")
+    x = torch.randn(16, 2 * 4096, device="cuda", dtype=torch.bfloat16)
+    op.fn(x)
+    y = op.fn(x)
+    assert op._fast.calls == 1
+    torch.testing.assert_close(y, silu_original(x), atol=1e-2, rtol=1.6e-2)
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        op.fn(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        captured = op.fn(x)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured, silu_original(x), atol=1e-2, rtol=1.6e-2)
+    assert stats.fallbacks == 0
