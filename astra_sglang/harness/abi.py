@@ -55,7 +55,6 @@ class Launcher:
         self._tensors = (AstraTensor * max(num_tensors, 1))()
         self._scalars = (ctypes.c_double * max(num_scalars, 1))()
         self._nt, self._ns = ctypes.c_int(num_tensors), ctypes.c_int(num_scalars)
-        self._meta: list[tuple | None] = [None] * num_tensors
         self._last_scalars: tuple = ()
         self._streams: dict[int, ctypes.c_void_p] = {}
         self._key: tuple | None = None
@@ -75,28 +74,18 @@ class Launcher:
     def __call__(self, tensors: list[torch.Tensor] | tuple, scalars: list[float] | tuple = (),
                  stream: int | None = None) -> int:
         """Launch; returns the ABI code (0 ok, -1 unsupported, >0 a cudaError_t)."""
-        meta, slots = self._meta, self._tensors
-        for i, t in enumerate(tensors):
-            key = (t.shape, t.stride(), t.dtype)
-            if key != meta[i]:
-                if not self._describe(i, t):
-                    return ASTRA_UNSUPPORTED
-                meta[i] = key
-            slots[i].data = t.data_ptr()
-        self._key = None  # __call__ keeps per-tensor meta only
-        return self._launch(tensors, scalars, stream)
+        return self.launch_keyed(tuple([(t.shape, t.stride(), t.dtype) for t in tensors]), tensors, scalars, stream)
 
     def launch_keyed(self, key: tuple, tensors: list[torch.Tensor] | tuple, scalars: list[float] | tuple = (),
                      stream: int | None = None) -> int:
-        """`key` = tuple of every tensor's (shape, stride(), dtype), which the caller (a PatchedOp) computed
-        anyway for its coverage verdict: the descriptors are rebuilt only when it changes (~1 us saved a call)."""
+        """`key` = tuple of every tensor's (shape, stride(), dtype), which a PatchedOp computed anyway for its
+        coverage verdict: the descriptors are rebuilt only when it changes (~1 us saved a call)."""
         slots = self._tensors
         if key != self._key:
             self._key = None
             for i, t in enumerate(tensors):
                 if not self._describe(i, t):
                     return ASTRA_UNSUPPORTED
-            self._meta = list(key)
             self._key = key
         for i, t in enumerate(tensors):
             slots[i].data = t.data_ptr()

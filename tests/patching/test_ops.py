@@ -172,3 +172,19 @@ def test_shadow_tolerance_scales_with_tiny_live_activations():
     honest, stats = make(standin_launcher(), verify_rate=1.0)
     honest.fn(torch.randn(4, 32) * 1e-3)
     assert stats.shadow_mismatches == 0 and honest.active
+
+
+def test_shadow_compare_in_chunks_counts_every_bad_element(monkeypatch):
+    """The chunked compare (bounded memory for large activations) finds bad elements in every chunk and
+    scales atol by the largest magnitude over all chunks."""
+    from astra_sglang.patching import shadow
+
+    monkeypatch.setattr(shadow, "CHUNK", 7)
+    op, _ = make(standin_launcher())
+    theirs = torch.randn(5, 9)
+    ours = theirs.clone()
+    ours[0, 1] += 1.0
+    ours[4, 8] -= 1.0  # the last, partial chunk
+    assert op._mismatch(theirs.clone(), theirs, "out") == ""
+    message = op._mismatch(ours, theirs, "out")
+    assert message.startswith("out: 2 of 45 elements off")
