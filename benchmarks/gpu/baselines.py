@@ -12,17 +12,12 @@ from rich.console import Console
 
 from astra_sglang.harness.isolate import evaluate
 from astra_sglang.harness.records import EvalRequest, KernelSource
+from astra_sglang.ops.adapters import KERNEL_BASELINES
 from astra_sglang.harness.report import print_result, write_jsonl
 from astra_sglang.paths import kernels_dir
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
-SGLANG = {  # what SGLang 0.5.17 runs on CUDA, called as SGLang calls it
-    "silu_and_mul": "py:astra_sglang.ops.adapters:sglang_silu_and_mul",
-    "fused_add_rmsnorm": "py:sgl_kernel:fused_add_rmsnorm",
-    "rmsnorm": "py:sgl_kernel:rmsnorm",
-    "merge_attn_states_lse": "py:sgl_kernel:merge_state_v2",
-    "merge_state": "py:astra_sglang.ops.adapters:flashinfer_merge_state",
-}
+SGLANG = KERNEL_BASELINES  # SGLang's own entry points, called exactly as SGLang calls them
 
 out = Path(sys.argv[1])
 extracted = Path(sys.argv[2]) if len(sys.argv) > 2 else Path("work/extract")

@@ -16,6 +16,7 @@ import os, sys, time
 from rich.console import Console
 from astra_sglang.harness.isolate import evaluate
 from astra_sglang.harness.records import EvalRequest, KernelSource
+from astra_sglang.ops.adapters import KERNEL_BASELINES
 from astra_sglang.harness.report import print_result, write_jsonl
 from astra_sglang.patching.manifest import PatchManifest
 from astra_sglang.specs.registry import get_spec, resolve_shapes
@@ -23,13 +24,7 @@ from astra_sglang.specs.registry import get_spec, resolve_shapes
 out, steps = sys.argv[1], sys.argv[2:]
 ONLY = os.environ.get("OPS", "").split()  # e.g. OPS="merge_state" bash kernels.sh OUT time-bf16
 console = Console(width=200)
-SGLANG = {  # SGLang's own entry points, called exactly as SGLang calls them
-    "silu_and_mul": "py:astra_sglang.ops.adapters:sglang_silu_and_mul",
-    "fused_add_rmsnorm": "py:sgl_kernel:fused_add_rmsnorm",
-    "rmsnorm": "py:sgl_kernel:rmsnorm",
-    "merge_attn_states_lse": "py:sgl_kernel:merge_state_v2",
-    "merge_state": "py:astra_sglang.ops.adapters:flashinfer_merge_state",  # its kernel, into our outputs
-}
+SGLANG = KERNEL_BASELINES  # SGLang's own entry points, called exactly as SGLang calls them
 LARGE = {  # >= 256 MiB moved: the roofline target
     "silu_and_mul": [], "fused_add_rmsnorm": [], "rmsnorm": [(16384, 8192)],
     "merge_attn_states_lse": [(16384, 32, 128)], "merge_state": [(16384, 32, 128)],
