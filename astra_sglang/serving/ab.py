@@ -210,6 +210,9 @@ def check_args(extra) -> None:
               help="shared-prefix: system prompt tokens (input-len is each question's length).")
 @click.option("--groups", type=click.IntRange(1), default=16, show_default=True,
               help="shared-prefix: number of distinct system prompts.")
+@click.option("--warmup", type=click.IntRange(0, 5), default=1, show_default=True,
+              help="Discarded starts of the unpatched server before the A/B (with a short benchmark): the first "
+                   "start on a machine JIT-compiles flashinfer's kernels, which would otherwise land in A's first run.")
 @click.option("--health-timeout", type=click.IntRange(10), default=900, show_default=True, help="Seconds per start.")
 @click.option("--bench-timeout", type=click.IntRange(10), default=900, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -217,11 +220,12 @@ def check_args(extra) -> None:
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
 def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, output_len, concurrency, dataset,
-       prefix_len, groups, health_timeout, bench_timeout, out, server_args):
+       prefix_len, groups, warmup, health_timeout, bench_timeout, out, server_args):
     """Serving A/B: unpatched (A) vs patched (B) SGLang servers, alternated A B A B.
 
     Each run starts a server on 127.0.0.1, waits for /health, runs `sglang.benchmark.serving` (--dataset),
-    probes greedy outputs on a few fixed prompts, and stops it. Writes OUT/ab.jsonl and OUT/ab.md
+    probes greedy outputs on a few fixed prompts, and stops it. --warmup unpatched starts come first and are
+    discarded. Writes OUT/ab.jsonl and OUT/ab.md
     (medians, spreads, deltas, noise, greedy parity, per-op engagement of the patched server).
 
     \b
@@ -247,6 +251,9 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
     rows_file = out / "ab.jsonl"
     rows_file.unlink(missing_ok=True)
     rows, stats_dirs = [], []
+    for run in range(1, warmup + 1):  # JIT caches filled here; nothing recorded (logs: server-warmup-*.log)
+        run_arm("warmup", run, argv, strip_patch_env(dict(os.environ)),
+                {**opts, "num_prompts": min(num_prompts, 2 * concurrency)}, out)
     for run in range(1, runs + 1):
         for arm in ("A", "B"):
             if arm == "A":

@@ -181,3 +181,24 @@ def test_bench_command_shared_prefix():
     assert pairs["--gsp-num-groups"] == "16" and pairs["--gsp-prompts-per-group"] == "32"
     assert pairs["--gsp-system-prompt-len"] == "2048" and pairs["--gsp-question-len"] == "256"
     assert pairs["--gsp-output-len"] == "128" and "--random-input-len" not in argv
+
+
+def test_warmup_starts_are_run_first_and_not_recorded(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run_arm(arm, run, argv, env, opts, out):
+        calls.append((arm, run, opts["num_prompts"], "ASTRA_SGLANG_PATCHES" in env))
+        return {"arm": arm, "run": run, "metrics": {"output_throughput": 1.0}, "outputs": []}
+
+    monkeypatch.setattr(ab_mod, "sglang_available", lambda: True)
+    monkeypatch.setattr(ab_mod, "run_arm", fake_run_arm)
+    monkeypatch.setattr(ab_mod, "patched_server",
+                        lambda *a, **k: ({"ASTRA_SGLANG_PATCHES": "p"}, ["python", "-m", "x"], "summary"))
+    monkeypatch.setattr("astra_sglang.serving.report.write_report", lambda out, rows, dirs: out / "ab.md")
+    res = CliRunner().invoke(ab_mod.ab, ["--model-path", "m", "--runs", "2", "--warmup", "1", "--num-prompts", "512",
+                                         "--concurrency", "8", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert calls == [("warmup", 1, 16, False), ("A", 1, 512, False), ("B", 1, 512, True), ("A", 2, 512, False),
+                     ("B", 2, 512, True)]
+    rows = [json.loads(line) for line in (tmp_path / "o" / "ab.jsonl").read_text().splitlines()]
+    assert [r["arm"] for r in rows] == ["A", "B", "A", "B"]
