@@ -73,11 +73,14 @@ def kernels() -> None:
 @click.option("--out", type=click.Path(dir_okay=False), help="JSONL file to append results to "
               "(default: runs/bench-KERNEL-TIME.jsonl).")
 @click.option("--timeout", default=900.0, show_default=True, help="Hard limit for the isolated evaluation, seconds.")
-def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, timeout) -> None:
+@click.option("--l2", type=click.Choice(["cold", "hot"]), default="cold", show_default=True,
+              help="cold: inputs rotated over 2x the L2 (every launch reads DRAM); hot: one input set replayed, as "
+                   "when the producer kernel has just written it.")
+def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, timeout, l2) -> None:
     """Build, check and time KERNEL on every shape; print a table and write JSONL.
 
     Each evaluation runs in a child process with a hard timeout. Reports median kernel time (CUDA-graph
-    replay, L2 cold, interleaved with the baseline) with its p10-p90 spread, achieved GB/s, % of an SM-copy
+    replay, L2 cold unless --l2 hot, interleaved with the baseline) with its p10-p90 spread, achieved GB/s, % of an SM-copy
     roofline measured in the same run, the speedup over the baseline, and, separately, per-call time with
     Python dispatch ("eager").
 
@@ -87,6 +90,7 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, t
       astra-sglang bench fused_add_rmsnorm --shapes paper --dtypes bf16
       astra-sglang bench rmsnorm --candidate patches/rmsnorm/kernel.cu --baseline sglang
       astra-sglang bench silu_and_mul --baseline work/extract/silu_and_mul-sglang/kernel.cu --shapes 16x4096
+      astra-sglang bench silu_and_mul --candidate patches/silu_and_mul/kernel.cu --baseline sglang --l2 hot
     """
     from astra_sglang.harness.inputs import canonical_dtype
     from astra_sglang.harness.isolate import evaluate
@@ -115,7 +119,7 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, t
                                                              label=candidate or f"ours:{kernel}"),
                       baseline=KernelSource(path=str(Path(baseline))) if baseline else None,
                       shapes=resolve_shapes(spec, shapes), dtypes=dtype_list, check=not no_check,
-                      timeout_s=timeout, compile_only=not _has_gpu())
+                      timeout_s=timeout, compile_only=not _has_gpu(), l2=l2)
     result = evaluate(req)
     if req.compile_only:
         if not result.ok:

@@ -184,3 +184,25 @@ def test_a_baseline_that_keeps_crashing_ends_the_evaluation(monkeypatch):
     result = evaluate(EvalRequest(kernel="silu_and_mul", candidate=KernelSource(path="x.cu"), shapes=[(1, 8)],
                                   dtypes=["bfloat16"]))
     assert not result.ok and result.stage == "crash" and "crashed more than" in result.reason
+
+
+def test_cli_bench_l2_mode_reaches_the_request_and_the_rows(tmp_path, monkeypatch):
+    import astra_sglang.harness.isolate as isolate
+    from astra_sglang.harness.records import BuildInfo, EvalResult, ShapeResult
+    from astra_sglang.harness.report import write_jsonl
+
+    seen = []
+
+    def fake_evaluate(req):
+        seen.append(req)
+        return EvalResult(kernel=req.kernel, candidate="c", ok=True, build=BuildInfo(ok=True), l2=req.l2)
+
+    monkeypatch.setattr(isolate, "evaluate", fake_evaluate)
+    monkeypatch.setattr("astra_sglang.cli._has_gpu", lambda: False)
+    out = CliRunner().invoke(main, ["bench", "silu_and_mul", "--shapes", "1x8", "--l2", "hot"])
+    assert out.exit_code == 1 and "no CUDA GPU here" in out.output
+    assert seen[0].l2 == "hot"
+    assert CliRunner().invoke(main, ["bench", "silu_and_mul", "--l2", "warm"]).exit_code == 2
+    write_jsonl(EvalResult(kernel="silu_and_mul", candidate="c", l2="hot",
+                           shapes=[ShapeResult(shape=(1, 8), dtype="bfloat16")]), tmp_path / "r.jsonl")
+    assert '"l2": "hot"' in (tmp_path / "r.jsonl").read_text().splitlines()[0]

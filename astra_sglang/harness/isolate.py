@@ -106,7 +106,7 @@ def _evaluate_once(req: EvalRequest, workdir: str | Path | None) -> EvalResult:
             return EvalResult.model_validate_json(result.read_text())
         rows, last = _progress(result.with_name(result.name + ".progress"))
         failed = EvalResult(kernel=req.kernel, candidate=req.candidate.name(), shapes=[*req.done, *rows],
-                            wall_s=time.perf_counter() - start)
+                            l2=req.l2, wall_s=time.perf_counter() - start)
         if timed_out:
             failed.stage, failed.reason = "timeout", f"timed out after {req.timeout_s:.0f}s {_where(last)}"
         else:

@@ -122,6 +122,8 @@ class EvalResult(BaseModel):
     gpu: str = ""
     roofline_gbps: float | None = None
     empty_kernel_us: float | None = None
+    l2: Literal["cold", "hot"] = "cold"
+    """The request's timing mode (EvalRequest.l2)."""
     wall_s: float = 0.0
     baseline_fault: BaselineFault | None = None
     """Set with stage "baseline_crash": where the baseline killed the child's CUDA context."""

@@ -46,14 +46,15 @@ def print_result(result: EvalResult, console: Console | None = None) -> None:
     geo = result.geomean_speedup
     status = "ok" if result.ok else f"FAILED ({result.stage}): {result.reason}"
     console.print(f"geomean speedup {_f(geo, '{:.3f}x')} | build {_f(result.build and result.build.seconds, '{:.1f}')}s"
-                  f"{' (cached)' if result.build and result.build.cached else ''} | wall {result.wall_s:.1f}s | {status}")
+                  f"{' (cached)' if result.build and result.build.cached else ''} | L2 {result.l2} | wall {result.wall_s:.1f}s"
+                  f" | {status}")
 
 
 def write_jsonl(result: EvalResult, path: str | Path) -> None:
     """One line per shape (flat, for pandas/jq) plus a summary line; appends."""
     meta = {"kernel": result.kernel, "candidate_label": result.candidate, "baseline_label": result.baseline,
             "gpu": result.gpu,
-            "roofline_gbps": result.roofline_gbps, "empty_kernel_us": result.empty_kernel_us}
+            "roofline_gbps": result.roofline_gbps, "empty_kernel_us": result.empty_kernel_us, "l2": result.l2}
     with Path(path).open("a") as f:
         for s in result.shapes:
             f.write(json.dumps({"type": "shape", **meta, **s.model_dump(mode="json")}) + "\n")

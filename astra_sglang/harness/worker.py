@@ -35,7 +35,7 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
     spec = get_spec(req.kernel)
     baseline = req.baseline or KernelSource(path=default_baseline(req.kernel))
     result = EvalResult(kernel=req.kernel, candidate=req.candidate.name(),
-                        baseline=req.baseline.name() if req.baseline else "ours:" + req.kernel)
+                        baseline=req.baseline.name() if req.baseline else "ours:" + req.kernel, l2=req.l2)
     progress(stage="build", what="candidate")
     result.build = build_library(req.candidate.path, req.candidate.defines, req.arch)
     if not result.build.ok:
