@@ -41,6 +41,12 @@ def abi_header() -> str:
     return (templates_dir() / "astra_abi.h").read_text()
 
 
+@functools.cache
+def device_header() -> str:
+    """Helpers a kernel may include: conversions, one-access vector loads/stores, PDL, warp sum, launch."""
+    return (templates_dir() / "astra_device.cuh").read_text()
+
+
 class StepFailed(Exception):
     """The model never produced a usable answer in this step (after the feedback retries)."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from astra_sglang.agents.parse import ParseError, extract_code, extract_json, strip_code
-from astra_sglang.agents.prompts import abi_header, converse, render
+from astra_sglang.agents.prompts import abi_header, converse, device_header, render
 from astra_sglang.agents.protocols import Model
 from astra_sglang.agents.records import (CodeResult, Plan, ProfileFacts, ProfileSummary, RoundContext, RunConfig,
                                          Shape, TestPlan, Transcript)
@@ -171,7 +171,7 @@ class CodingAgent:
         self.model, self.spec, self.config = model, spec, config
 
     def write(self, ctx: RoundContext, plan: Plan, transcript: Transcript) -> str:
-        messages = render("coding.j2", spec=self.spec, ctx=ctx, plan=plan.text, abi=abi_header(), rules=RULES)
+        messages = render("coding.j2", spec=self.spec, ctx=ctx, plan=plan.text, abi=abi_header(), device=device_header(), rules=RULES)
         return converse(self.model, messages, parse_kernel, self.config.parse_retries, transcript, code=True)
 
 
@@ -182,7 +182,7 @@ class SingleAgent:
         self.model, self.spec, self.config = model, spec, config
 
     def step(self, ctx: RoundContext, candidate_path: str, transcript: Transcript) -> tuple[CodeResult, str]:
-        messages = render("single_agent.j2", spec=self.spec, ctx=ctx, abi=abi_header(), rules=RULES,
+        messages = render("single_agent.j2", spec=self.spec, ctx=ctx, abi=abi_header(), device=device_header(), rules=RULES,
                           max_shapes=self.config.max_test_shapes)
 
         def parse(text: str) -> tuple[CodeResult, str]:

@@ -3,7 +3,8 @@
 LLM code is untrusted and is built and run on the user's machine, so a candidate must be nothing but a
 kernel file. The rules (RULES below is also what the coding prompt shows the model):
 
-1. Includes: only the allow-listed CUDA / C++ headers that do no I/O (`<...>`), and "astra_abi.h".
+1. Includes: only the allow-listed CUDA / C++ headers that do no I/O (`<...>`), "astra_abi.h" and
+   "astra_device.cuh".
    No relative or absolute paths, no computed includes, no #include_next / #import / #embed.
 2. Preprocessor: no token pasting (##), no _Pragma; #pragma only unroll / nounroll / once.
 3. No file, process, network, environment, thread, signal, dynamic-loading or console-output calls
@@ -22,7 +23,9 @@ from __future__ import annotations
 import re
 
 from astra_sglang.errors import AstraError
+from astra_sglang.harness.build import HEADERS
 
+QUOTED = " and ".join(f'"{h}"' for h in HEADERS)
 RULES = __doc__.split("kernel file. The rules", 1)[1].split(":", 1)[1].strip()
 MAX_BYTES = 256 * 1024
 
@@ -120,8 +123,8 @@ def _directives(code: str, bare: str) -> list[str]:
             inc = re.fullmatch(r'<([^>]+)>|"([^"]+)"', rest)
             if inc is None:
                 out.append(f"{where}: computed #include {rest!r} is not allowed")
-            elif inc.group(2) is not None and inc.group(2) != "astra_abi.h":
-                out.append(f'{where}: #include "{inc.group(2)}": the only quoted include allowed is "astra_abi.h"')
+            elif inc.group(2) is not None and inc.group(2) not in HEADERS:
+                out.append(f'{where}: #include "{inc.group(2)}": the only quoted includes allowed are {QUOTED}')
             elif inc.group(1) is not None:
                 header = inc.group(1)
                 ok = header in ALLOWED_HEADERS or (header.startswith(ALLOWED_HEADER_DIRS) and ".." not in header)

@@ -59,9 +59,13 @@ def nvcc_command(source: Path, output: Path, defines: dict[str, str], arch: str)
             "-o", str(output), str(source)]
 
 
+HEADERS = ("astra_abi.h", "astra_device.cuh")
+"""The project's headers a kernel may include (harness_templates/): part of every build's cache key."""
+
+
 def _cache_key(text: str, defines: dict[str, str], arch: str) -> str:
-    abi = (templates_dir() / "astra_abi.h").read_text()
-    blob = json.dumps([text, abi, sorted(defines.items()), arch, BASE_FLAGS, nvcc_version()])
+    headers = [(templates_dir() / h).read_text() for h in HEADERS]
+    blob = json.dumps([text, headers, sorted(defines.items()), arch, BASE_FLAGS, nvcc_version()])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 

@@ -18,71 +18,10 @@
 // astra:knob THREADS 64 128 256 512
 // astra:knob VPT 1 2 4
 // astra:knob PDL 1
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <math.h>
-#include <stdint.h>
-#include "astra_abi.h"
+#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp_sum, launch
 
 namespace {
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-// N elements of T moved as ONE access of N * sizeof(T) bytes (16 on the vector path). Explicit PTX
-// vector instructions: built from memcpy'd structs, nvcc split some 16-byte stores into 4-byte ones
-// (fp32 and merge paths, seen in the SASS). load_ro: read-only data (non-coherent path); load/store:
-// volatile with a memory clobber, so in-place reads stay ordered before the writes that follow them.
-template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T e[N]; };
-
-template <typename T, int N> __device__ __forceinline__ Vec<T, N> load_ro(const T* p) {
-  Vec<T, N> v;
-  if constexpr (sizeof(T) * N == 16) {
-    uint32_t w[4];
-    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
-    __builtin_memcpy(&v, w, 16);
-  } else {
-#pragma unroll
-    for (int e = 0; e < N; ++e) v.e[e] = p[e];
-  }
-  return v;
-}
-template <typename T, int N> __device__ __forceinline__ Vec<T, N> load(const T* p) {
-  Vec<T, N> v;
-  if constexpr (sizeof(T) * N == 16) {
-    uint32_t w[4];
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p) : "memory");
-    __builtin_memcpy(&v, w, 16);
-  } else {
-#pragma unroll
-    for (int e = 0; e < N; ++e) v.e[e] = p[e];
-  }
-  return v;
-}
-template <typename T, int N> __device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
-  if constexpr (sizeof(T) * N == 16) {
-    uint32_t w[4];
-    __builtin_memcpy(w, &v, 16);
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-                 : "memory");
-  } else {
-#pragma unroll
-    for (int e = 0; e < N; ++e) p[e] = v.e[e];
-  }
-}
-
-template <bool PDL> __device__ __forceinline__ void pdl_wait() {
-  if constexpr (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-template <bool PDL> __device__ __forceinline__ void pdl_trigger() {
-  if constexpr (PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
 
 // The LSE's base: natural log for SGLang's merge_state_v2; -DASTRA_LSE_BASE2=1 builds flashinfer's
 // cascade.merge_state, whose LSEs are base 2 (patches/merge_state uses this file with that define).
@@ -143,22 +82,6 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
   if (lane == 0) so[p] = empty ? -INFINITY : m + lse_log(wa + wb);
 }
 
-template <typename K, typename... Args>
-static int launch(K kernel, bool pdl, dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = pdl ? attr : nullptr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args...);
-  return err == cudaSuccess ? (int)cudaGetLastError() : (int)err;
-}
-
 template <typename T, int N, int THREADS, int VPT, int PDL>
 static int run(const AstraTensor* t, int64_t pairs, int64_t head_dim, cudaStream_t stream) {
   const int nvec = (int)(head_dim / N);
@@ -167,7 +90,7 @@ static int run(const AstraTensor* t, int64_t pairs, int64_t head_dim, cudaStream
   const int64_t threads = pairs << lg;
   const int64_t blocks = (threads + THREADS - 1) / THREADS;
   if (blocks > 0x7fffffff) return ASTRA_UNSUPPORTED;
-  return launch(merge_kernel<T, N, THREADS, VPT, PDL != 0>, PDL != 0, dim3((unsigned)blocks), dim3(THREADS), stream,
+  return launch(merge_kernel<T, N, THREADS, VPT, PDL != 0>, PDL != 0, dim3((unsigned)blocks), dim3(THREADS), 0, stream,
                 static_cast<const T*>(t[0].data), static_cast<const float*>(t[1].data),
                 static_cast<const T*>(t[2].data), static_cast<const float*>(t[3].data), static_cast<T*>(t[4].data),
                 static_cast<float*>(t[5].data), pairs, nvec, lg);

@@ -23,89 +23,9 @@
 // astra:knob WIDE 1 2
 // FIT 1: the register path uses the fewest whole warps that hold the row, not THREADS (session 4).
 // astra:knob FIT 0 1
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <stdint.h>
-#include "astra_abi.h"
+#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp_sum, launch
 
 namespace {
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-// N elements of T moved as ONE access of N * sizeof(T) bytes (16 on the vector path, 8 on the half-vector
-// path for widths that are a multiple of 4 but not 8 elements, e.g. d = 4100). Explicit PTX
-// vector instructions: built from memcpy'd structs, nvcc split some 16-byte stores into 4-byte ones
-// (fp32 and merge paths, seen in the SASS). load_ro: read-only data (non-coherent path); load/store:
-// volatile with a memory clobber, so in-place reads stay ordered before the writes that follow them.
-template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T e[N]; };
-
-template <typename T, int N> __device__ __forceinline__ Vec<T, N> load_ro(const T* p) {
-  Vec<T, N> v;
-  if constexpr (sizeof(T) * N == 16) {
-    uint32_t w[4];
-    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
-    __builtin_memcpy(&v, w, 16);
-  } else if constexpr (sizeof(T) * N == 8) {
-    uint32_t w[2];
-    asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
-    __builtin_memcpy(&v, w, 8);
-  } else {
-#pragma unroll
-    for (int e = 0; e < N; ++e) v.e[e] = p[e];
-  }
-  return v;
-}
-template <typename T, int N> __device__ __forceinline__ Vec<T, N> load(const T* p) {
-  Vec<T, N> v;
-  if constexpr (sizeof(T) * N == 16) {
-    uint32_t w[4];
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p) : "memory");
-    __builtin_memcpy(&v, w, 16);
-  } else if constexpr (sizeof(T) * N == 8) {
-    uint32_t w[2];
-    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p) : "memory");
-    __builtin_memcpy(&v, w, 8);
-  } else {
-#pragma unroll
-    for (int e = 0; e < N; ++e) v.e[e] = p[e];
-  }
-  return v;
-}
-template <typename T, int N> __device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
-  if constexpr (sizeof(T) * N == 16) {
-    uint32_t w[4];
-    __builtin_memcpy(w, &v, 16);
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-                 : "memory");
-  } else if constexpr (sizeof(T) * N == 8) {
-    uint32_t w[2];
-    __builtin_memcpy(w, &v, 8);
-    asm volatile("st.global.v2.u32 [%0], {%1, %2};" :: "l"(p), "r"(w[0]), "r"(w[1]) : "memory");
-  } else {
-#pragma unroll
-    for (int e = 0; e < N; ++e) p[e] = v.e[e];
-  }
-}
-
-template <bool PDL> __device__ __forceinline__ void pdl_wait() {
-  if constexpr (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-template <bool PDL> __device__ __forceinline__ void pdl_trigger() {
-  if constexpr (PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Sum over the threads of row group threadIdx.y; every thread gets the total. red[ROWS][WARPS].
 // The caller must __syncthreads() before red is written again.
@@ -279,22 +199,6 @@ rms_cache_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict
     }
     __syncthreads();  // red is rewritten for the next row
   }
-}
-
-template <typename K, typename... Args>
-static int launch(K kernel, bool pdl, dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = pdl ? attr : nullptr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args...);
-  return err == cudaSuccess ? (int)cudaGetLastError() : (int)err;
 }
 
 // Dynamic shared memory above the default 48 KiB must be opted into, once per kernel and size.

@@ -16,83 +16,9 @@
 // astra:knob THREADS 64 128 256 512
 // astra:knob VPT 1 2 4
 // astra:knob PDL 1
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <stdint.h>
-#include "astra_abi.h"
+#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp_sum, launch
 
 namespace {
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-// N elements of T moved as ONE access of N * sizeof(T) bytes (16 on the vector path, 8 on the half-vector
-// path for widths that are a multiple of 4 but not 8 elements, e.g. d = 4100). Explicit PTX
-// vector instructions: built from memcpy'd structs, nvcc split some 16-byte stores into 4-byte ones
-// (fp32 and merge paths, seen in the SASS). load_ro: read-only data (non-coherent path); load/store:
-// volatile with a memory clobber, so in-place reads stay ordered before the writes that follow them.
-template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T e[N]; };
-
-template <typename T, int N> __device__ __forceinline__ Vec<T, N> load_ro(const T* p) {
-  Vec<T, N> v;
-  if constexpr (sizeof(T) * N == 16) {
-    uint32_t w[4];
-    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p));
-    __builtin_memcpy(&v, w, 16);
-  } else if constexpr (sizeof(T) * N == 8) {
-    uint32_t w[2];
-    asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
-    __builtin_memcpy(&v, w, 8);
-  } else {
-#pragma unroll
-    for (int e = 0; e < N; ++e) v.e[e] = p[e];
-  }
-  return v;
-}
-template <typename T, int N> __device__ __forceinline__ Vec<T, N> load(const T* p) {
-  Vec<T, N> v;
-  if constexpr (sizeof(T) * N == 16) {
-    uint32_t w[4];
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(p) : "memory");
-    __builtin_memcpy(&v, w, 16);
-  } else if constexpr (sizeof(T) * N == 8) {
-    uint32_t w[2];
-    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p) : "memory");
-    __builtin_memcpy(&v, w, 8);
-  } else {
-#pragma unroll
-    for (int e = 0; e < N; ++e) v.e[e] = p[e];
-  }
-  return v;
-}
-template <typename T, int N> __device__ __forceinline__ void store(T* p, const Vec<T, N>& v) {
-  if constexpr (sizeof(T) * N == 16) {
-    uint32_t w[4];
-    __builtin_memcpy(w, &v, 16);
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-                 : "memory");
-  } else if constexpr (sizeof(T) * N == 8) {
-    uint32_t w[2];
-    __builtin_memcpy(w, &v, 8);
-    asm volatile("st.global.v2.u32 [%0], {%1, %2};" :: "l"(p), "r"(w[0]), "r"(w[1]) : "memory");
-  } else {
-#pragma unroll
-    for (int e = 0; e < N; ++e) p[e] = v.e[e];
-  }
-}
-
-template <bool PDL> __device__ __forceinline__ void pdl_wait() {
-  if constexpr (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-template <bool PDL> __device__ __forceinline__ void pdl_trigger() {
-  if constexpr (PDL) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
 
 // silu(g) * u in fp32. __expf: ex2.approx, relative error ~2^-21 plus |g| * 2^-24 from scaling; far
 // inside every dtype's tolerance. __fdividef (2 ulp) returns 0 once 1 + e^-g > 2^126 (g < -87), where
@@ -133,22 +59,6 @@ silu_and_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows,
   }
 }
 
-template <typename K, typename... Args>
-static int launch(K kernel, bool pdl, dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = pdl ? attr : nullptr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args...);
-  return err == cudaSuccess ? (int)cudaGetLastError() : (int)err;
-}
-
 // A row narrower than THREADS * VPT vectors gets blocks of just enough threads (a multiple of 32): at
 // 4000x2816 a 512 x 2 configuration otherwise left 336 of every 512 threads idle (0.73x, tuner run 2026-11-21).
 template <typename T, int N, int THREADS, int VPT, int PDL>
@@ -159,7 +69,7 @@ static int run(const AstraTensor& in, const AstraTensor& out, cudaStream_t strea
   const int nt = want < THREADS ? want : THREADS;
   const int64_t chunks = (nvec + nt * VPT - 1) / (nt * VPT);
   const dim3 grid((unsigned)chunks, (unsigned)(rows < 65535 ? rows : 65535));
-  return launch(silu_and_mul_kernel<T, N, THREADS, VPT, PDL != 0>, PDL != 0, grid, dim3(nt), stream,
+  return launch(silu_and_mul_kernel<T, N, THREADS, VPT, PDL != 0>, PDL != 0, grid, dim3(nt), 0, stream,
                 static_cast<const T*>(in.data), static_cast<T*>(out.data), rows, nvec, d, in.stride[0], out.stride[0]);
 }
 

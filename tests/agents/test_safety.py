@@ -4,11 +4,12 @@ from pathlib import Path
 import pytest
 
 from astra_sglang.agents.safety import UnsafeCode, check_source, ensure_safe
-from astra_sglang.paths import kernels_dir
+from astra_sglang.paths import kernels_dir, patches_dir
 
 UNSAFE = sorted((Path(__file__).parent / "fixtures" / "unsafe").glob("*.cu"))
 ROOT = Path(__file__).parents[1]
-SAFE = sorted(kernels_dir().glob("*.cu")) + sorted((ROOT / "fixtures" / "honest").glob("*.cu"))
+SAFE = (sorted(kernels_dir().glob("*.cu")) + sorted((ROOT / "fixtures" / "honest").glob("*.cu"))
+        + sorted(patches_dir().glob("*/kernel.cu")))  # shipped kernels: an LLM run may start from one
 
 
 @pytest.mark.parametrize("path", UNSAFE, ids=lambda p: p.stem)
