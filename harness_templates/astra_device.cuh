@@ -1,6 +1,7 @@
 // astra-sglang device helpers shared by the shipped kernels (patches/<op>/kernel.cu): conversions,
-// one-access vector loads/stores, PDL, a warp sum and the launch with optional PDL. Kernel files include
-// it next to astra_abi.h (`#include "astra_device.cuh"`); it is part of every build's cache key.
+// one-access vector loads/stores, PDL, warp and row sums, the launch with optional PDL, and the
+// dynamic shared-memory opt-in. Kernel files include it next to astra_abi.h (`#include "astra_device.cuh"`);
+// it is part of every build's cache key.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -84,6 +85,45 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
+}
+
+// Sum over the threads of row group threadIdx.y; every thread gets the total. red[ROWS][WARPS].
+// The caller must __syncthreads() before red is written again.
+// FITTED (the register path): blockDim.x may be below THREADS, and the second level runs in registers, lane
+// w taking warp w's sum, so every thread ends with the same total (one smem read, 5 shuffles). The
+// 32 unrolled smem reads of the fixed-width form cost the 32-register fitted builds a spill (session 4);
+// the loop and cached-row kernels keep that form, where the butterfly made the 1024-thread build spill.
+template <int THREADS, int ROWS, bool FITTED = false>
+__device__ __forceinline__ float row_sum(float v, float (*red)[(THREADS + 31) / 32]) {
+  v = warp_sum(v);
+  if constexpr (THREADS > 32) {
+    constexpr int WARPS = THREADS / 32;
+    static_assert(WARPS <= 32, "one warp reduces the warp sums");
+    if (threadIdx.x % 32 == 0) red[threadIdx.y][threadIdx.x / 32] = v;
+    __syncthreads();
+    if constexpr (FITTED) {
+      const int lane = threadIdx.x % 32;
+      v = warp_sum(lane < (int)(blockDim.x / 32) ? red[threadIdx.y][lane] : 0.0f);
+    } else {
+      v = 0.0f;
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) v += red[threadIdx.y][w];  // broadcast reads, fixed order
+    }
+  }
+  return v;
+}
+
+// Dynamic shared memory above the default 48 KiB must be opted into, once per kernel and size.
+template <auto Kernel>
+static bool allow_smem(size_t bytes) {
+  static size_t allowed = 48 * 1024;
+  if (bytes <= allowed) return true;
+  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // too large for this GPU: the caller takes the re-reading loop path
+    return false;
+  }
+  allowed = bytes;
+  return true;
 }
 
 // PDL: the launch lets this grid start while the previous one drains (its griddepcontrol.wait keeps order).

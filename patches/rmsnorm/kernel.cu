@@ -23,35 +23,9 @@
 // astra:knob WIDE 1 2
 // FIT 1: the register path uses the fewest whole warps that hold the row, not THREADS (session 4).
 // astra:knob FIT 0 1
-#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp_sum, launch
+#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp/row sums, launch, smem opt-in
 
 namespace {
-
-// Sum over the threads of row group threadIdx.y; every thread gets the total. red[ROWS][WARPS].
-// The caller must __syncthreads() before red is written again.
-// FITTED (the register path): blockDim.x may be below THREADS, and the second level runs in registers, lane
-// w taking warp w's sum, so every thread ends with the same total (one smem read, 5 shuffles). The
-// 32 unrolled smem reads of the fixed-width form cost the 32-register fitted builds a spill (session 4);
-// the loop and cached-row kernels keep that form, where the butterfly made the 1024-thread build spill.
-template <int THREADS, int ROWS, bool FITTED = false>
-__device__ __forceinline__ float row_sum(float v, float (*red)[(THREADS + 31) / 32]) {
-  v = warp_sum(v);
-  if constexpr (THREADS > 32) {
-    constexpr int WARPS = THREADS / 32;
-    static_assert(WARPS <= 32, "one warp reduces the warp sums");
-    if (threadIdx.x % 32 == 0) red[threadIdx.y][threadIdx.x / 32] = v;
-    __syncthreads();
-    if constexpr (FITTED) {
-      const int lane = threadIdx.x % 32;
-      v = warp_sum(lane < (int)(blockDim.x / 32) ? red[threadIdx.y][lane] : 0.0f);
-    } else {
-      v = 0.0f;
-#pragma unroll
-      for (int w = 0; w < WARPS; ++w) v += red[threadIdx.y][w];  // broadcast reads, fixed order
-    }
-  }
-  return v;
-}
 
 // Register path: rows of up to THREADS * VPT vectors. blockDim = (THREADS, ROWS).
 // With one vector per thread, ask ptxas for a full SM (2048 threads, so <= 32 registers): unbounded, the
@@ -199,19 +173,6 @@ rms_cache_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict
     }
     __syncthreads();  // red is rewritten for the next row
   }
-}
-
-// Dynamic shared memory above the default 48 KiB must be opted into, once per kernel and size.
-template <auto Kernel>
-static bool allow_smem(size_t bytes) {
-  static size_t allowed = 48 * 1024;
-  if (bytes <= allowed) return true;
-  if (cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) != cudaSuccess) {
-    (void)cudaGetLastError();  // too large for this GPU: the caller takes the re-reading loop path
-    return false;
-  }
-  allowed = bytes;
-  return true;
 }
 
 constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride beyond this many blocks
