@@ -59,7 +59,11 @@ class Launcher:
         self._streams: dict[int, ctypes.c_void_p] = {}
         self._key: tuple | None = None
         self._fn = library._fn
-        self.address = library.address
+
+    @property
+    def address(self) -> int:
+        """astra_launch's address (the C++ fast path calls it directly)."""
+        return self.library.address
 
     def _describe(self, index: int, t: torch.Tensor) -> bool:
         code = DTYPE_CODES.get(t.dtype)

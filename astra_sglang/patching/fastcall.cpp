@@ -53,7 +53,6 @@ struct Verdicts {
   std::unordered_map<uint64_t, std::vector<std::pair<std::vector<int64_t>, bool>>> table;
   std::vector<int64_t> last;
   int last_ok = -1;
-  size_t size = 0;
 };
 
 struct FastOp {
@@ -62,7 +61,7 @@ struct FastOp {
   int n, nt, ns, active, last_error, cuda;
   PyObject* stream_fn;  // device index -> raw stream (int); None: CPU tensors, null stream
   Arg args[kMaxArgs];
-  unsigned long long calls, kernel_calls;
+  unsigned long long calls;  // each one launched the kernel
   Verdicts* verdicts;
 };
 
@@ -201,7 +200,6 @@ PyObject* call_impl(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
     return miss();
   }
   self->calls++;
-  self->kernel_calls++;
   int outs = 0, first = -1;
   for (int i = 0; i < self->n; ++i)
     if (self->args[i].kind == 'o') { outs++; if (first < 0) first = i; }
@@ -249,7 +247,7 @@ PyObject* fast_remember(PyObject* self_obj, PyObject* args) {
     bool found = false;
     for (auto& entry : bucket)
       if (entry.first == key) { entry.second = ok; found = true; }
-    if (!found) { bucket.emplace_back(key, ok != 0); v->size++; }
+    if (!found) bucket.emplace_back(key, ok != 0);
     v->last_ok = -1;
   }
   return PyBool_FromLong(describable);
@@ -258,7 +256,6 @@ PyObject* fast_remember(PyObject* self_obj, PyObject* args) {
 PyObject* fast_forget(PyObject* self_obj, PyObject*) {
   Verdicts* v = reinterpret_cast<FastOp*>(self_obj)->verdicts;
   v->table.clear();
-  v->size = 0;
   v->last_ok = -1;
   Py_RETURN_NONE;
 }
@@ -328,7 +325,7 @@ int fast_init(PyObject* self_obj, PyObject* args, PyObject*) {
   self->cuda = stream_fn != Py_None;
   self->active = 1;
   self->last_error = 0;
-  self->calls = self->kernel_calls = 0;
+  self->calls = 0;
   if (self->verdicts == nullptr) self->verdicts = new Verdicts();
   return 0;
 }
@@ -340,7 +337,9 @@ void fast_dealloc(PyObject* self_obj) {
 }
 
 PyObject* get_verdicts(PyObject* self_obj, void*) {
-  return PyLong_FromSize_t(reinterpret_cast<FastOp*>(self_obj)->verdicts->size);
+  size_t n = 0;
+  for (const auto& bucket : reinterpret_cast<FastOp*>(self_obj)->verdicts->table) n += bucket.second.size();
+  return PyLong_FromSize_t(n);
 }
 
 PyMethodDef fast_methods[] = {
@@ -351,8 +350,7 @@ PyMethodDef fast_methods[] = {
 PyMemberDef fast_members[] = {
     {"active", T_INT, offsetof(FastOp, active), 0, "0: every call returns MISS"},
     {"last_error", T_INT, offsetof(FastOp, last_error), 0, "cudaError of the launch that deactivated the op"},
-    {"calls", T_ULONGLONG, offsetof(FastOp, calls), READONLY, "calls served here"},
-    {"kernel_calls", T_ULONGLONG, offsetof(FastOp, kernel_calls), READONLY, "kernel launches from here"},
+    {"calls", T_ULONGLONG, offsetof(FastOp, calls), READONLY, "calls served here, each a kernel launch"},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyGetSetDef fast_getset[] = {{"verdicts", get_verdicts, nullptr, "cached verdicts", nullptr},

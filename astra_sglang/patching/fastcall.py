@@ -178,9 +178,3 @@ def fast_op(spec, launcher, like: dict[int, int | None], cuda: bool):
     rules = tuple(output_rule(spec, i) if a.role == "out" and like.get(i) is None else None
                   for i, a in enumerate(args))
     return module.FastOp(address, kinds, likes, defaults, rules, torch._C._cuda_getCurrentRawStream if cuda else None)
-
-
-def miss() -> object:
-    """The sentinel a FastOp returns when the Python path must serve the call."""
-    module = load()
-    return module.MISS if module is not None else object()

@@ -107,7 +107,7 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
     # ---- the patched function -------------------------------------------------------------------------
     def _make_fn(self) -> Callable:
         op, stats, original, fast = self, self.stats, self.original, self._fast
-        miss = fastcall.miss() if fast is not None else None
+        miss = fastcall.load().MISS if fast is not None else None  # a FastOp exists only where load() did
 
         def patched(*args, **kwargs):
             if _is_compiling():

@@ -93,7 +93,7 @@ class OpStats:
         return self.calls + sum(f.calls for f in self.native)
 
     def total_kernel_calls(self) -> int:
-        return self.kernel_calls + sum(f.kernel_calls for f in self.native)
+        return self.kernel_calls + sum(f.calls for f in self.native)  # every fast-path call is a launch
 
     def record(self) -> OpRecord:
         return OpRecord(op=self.op, targets=list(self.targets), calls=self.total_calls(),

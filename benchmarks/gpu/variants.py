@@ -84,14 +84,13 @@ def norm_config(op: str, threads: int, vpt: int, rows: int, wide: int, fit: int)
 # Rows of 448-1024 vectors (d 3584-8192, the models' hidden sizes) and the wide rows left slower than SGLang.
 FIT_SHAPES = [(512, 5120), (2048, 5120), (8192, 5120), (16384, 5120), (2048, 3584), (16384, 3584), (640, 6144),
               (2048, 8192), (16384, 8192), (128, 4096), (256, 13824), (512, 14336), (128, 11008), (4096, 14336)]
-FIT_CFGS = [(1024, 1, 1, 1, 1), (512, 2, 1, 1, 1), (256, 4, 1, 1, 1), (768, 3, 1, 1, 1), (1024, 2, 1, 1, 1),
-            (768, 2, 1, 1, 1)]
+FIT_CFGS = [(1024, 1), (512, 2), (256, 4), (768, 3), (1024, 2), (768, 2)]  # (THREADS, VPT), ROWS 1, WIDE 1, FIT 1
 
 
 def fit_variants(op: str) -> list[tuple[str, str, dict]]:
     path = f"patches/{op}/kernel.cu"
     return ([("shipped", path, {}), ("fit", path, {"ASTRA_DEFAULT_FIT": "1"})]
-            + [(f"{t}x{v}f", norm_config(op, t, v, r, w, 1), {}) for t, v, r, w, _ in FIT_CFGS])
+            + [(f"{t}x{v}f", norm_config(op, t, v, 1, 1, 1), {}) for t, v in FIT_CFGS])
 
 
 SILU_HOT_SHAPES = [(1, 14336), (16, 4096), (32, 8192), (64, 8192), (64, 14336), (128, 14336), (128, 11008),
