@@ -206,3 +206,17 @@ def test_cli_bench_l2_mode_reaches_the_request_and_the_rows(tmp_path, monkeypatc
     write_jsonl(EvalResult(kernel="silu_and_mul", candidate="c", l2="hot",
                            shapes=[ShapeResult(shape=(1, 8), dtype="bfloat16")]), tmp_path / "r.jsonl")
     assert '"l2": "hot"' in (tmp_path / "r.jsonl").read_text().splitlines()[0]
+
+
+def test_blame_names_the_side_once():
+    from astra_sglang.harness.timing import blame
+
+    def fault():
+        raise RuntimeError("CUDA error: misaligned address\nCUDA kernel errors might be reported later")
+
+    with pytest.raises(RuntimeError, match=r"^in the baseline: CUDA error: misaligned address$"):
+        blame("baseline", fault)
+    # The timing step as a whole is blamed generically, but a side named inside it keeps its name.
+    with pytest.raises(RuntimeError, match=r"^in the baseline: CUDA error"):
+        blame("timing", lambda: blame("baseline", fault))
+    assert blame("candidate", lambda: 3) == 3

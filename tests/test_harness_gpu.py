@@ -100,3 +100,17 @@ def test_a_baseline_fault_is_not_the_candidates():
     assert crashed.correct and crashed.baseline_defect.startswith("the original op crashed here")
     assert "misaligned" in crashed.baseline_defect and crashed.speedup is None and crashed.candidate
     assert all(s.correct and s.speedup for s in (result.shapes[0], result.shapes[2]))
+
+
+def test_a_baseline_fault_in_the_timing_is_named_and_not_the_candidates():
+    # The baseline passes every check and faults only in a replayed graph: the timing names the side whose
+    # launches faulted, the shape is re-run against the reference alone, and the candidate is still timed.
+    shapes = [(4, 64), (3, 128)]
+    result = evaluate(EvalRequest(kernel="silu_and_mul",
+                                  candidate=KernelSource(path=str(PATCHES / "silu_and_mul" / "kernel.cu")),
+                                  baseline=KernelSource(path=str(FIXTURES / "faults" / "capture_fault_baseline.cu")),
+                                  shapes=shapes, dtypes=["bfloat16"], time=True, timeout_s=300))
+    assert result.ok, result.reason
+    for row in result.shapes:
+        assert row.correct and row.baseline_defect.startswith("the original op crashed here"), row
+        assert "in the baseline" in row.baseline_defect and row.speedup is None and row.candidate

@@ -11,7 +11,7 @@ from astra_sglang.harness.abi import KernelLibrary, Launcher
 from astra_sglang.harness.check import NOT_COVERED, Checker
 from astra_sglang.harness.inputs import OpArgs, allocate, fill
 from astra_sglang.harness.records import EvalRequest, ShapeResult
-from astra_sglang.harness.timing import Ceilings, eager_us, interleaved, ratio_median, rotation_sets, summarize
+from astra_sglang.harness.timing import Ceilings, blame, eager_us, interleaved, ratio_median, rotation_sets, summarize
 from astra_sglang.specs.records import KernelSpec
 
 
@@ -39,14 +39,6 @@ def python_op(spec: KernelSpec, path: str):
 BASELINE_CRASHED = "the original op crashed here"
 
 
-def _blame(who: str, step):
-    """Run a check step; a CUDA fault surfaces at the sync right after the faulting call, so name its side."""
-    try:
-        return step()
-    except RuntimeError as exc:
-        raise RuntimeError(f"in the {who}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from exc
-
-
 class GpuSession:
     def __init__(self, spec: KernelSpec, candidate_lib: str, baseline_lib: str, probes_lib: str, req: EvalRequest):
         self.spec, self.req = spec, req
@@ -72,7 +64,7 @@ class GpuSession:
                 self._check(row, shape, dtype)
             if self.req.time and row.correct is not False and row.covered:
                 progress(stage="time", shape=shape, dtype=dtype)
-                _blame("timing", lambda: self._time(row, shape, dtype))
+                blame("timing", lambda: self._time(row, shape, dtype))
         gc.collect()
         torch.cuda.empty_cache()
         return row
@@ -83,7 +75,7 @@ class GpuSession:
     def _check(self, row: ShapeResult, shape, dtype) -> None:
         seed = self.req.seed * 7919 + zlib.crc32(repr((shape, dtype)).encode()) % 100_000
         cand, base = self._runner(self.candidate), self._runner(self.baseline)
-        verdict = _blame("candidate", lambda: Checker(self.spec, shape, dtype, self.device, seed).run(
+        verdict = blame("candidate", lambda: Checker(self.spec, shape, dtype, self.device, seed).run(
             cand, self.req.edge_cases))
         row.correct = verdict.ok if verdict.covered else None
         row.reason, row.max_err_ratio = verdict.reason, verdict.err_ratio if verdict.covered else None
@@ -94,7 +86,7 @@ class GpuSession:
         if fault:  # an earlier child's context died in the original here: the reference alone judges
             row.baseline_defect = f"{BASELINE_CRASHED} ({fault})"
             return
-        base_verdict = _blame("baseline", lambda: Checker(self.spec, shape, dtype, self.device, seed).run(
+        base_verdict = blame("baseline", lambda: Checker(self.spec, shape, dtype, self.device, seed).run(
             base, self.req.edge_cases))
         if not base_verdict.ok:
             row.baseline_defect = base_verdict.reason
@@ -124,6 +116,6 @@ class GpuSession:
         row.gbps = row.min_bytes / row.candidate.median_us / 1e3
         row.pct_roofline = 100.0 * row.gbps / self.roofline
         row.floor_us = max(row.min_bytes / self.roofline / 1e3, self.empty_us)
-        row.eager_candidate_us = eager_us(fn(self.candidate), len(sets))
+        row.eager_candidate_us = blame("candidate", lambda: eager_us(fn(self.candidate), len(sets)))
         if row.baseline:
-            row.eager_baseline_us = eager_us(fn(self.baseline), len(sets))
+            row.eager_baseline_us = blame("baseline", lambda: eager_us(fn(self.baseline), len(sets)))

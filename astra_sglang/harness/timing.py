@@ -65,15 +65,31 @@ def launches_for(fn: LaunchFn, sets: int) -> int:
     return int(min(MAX_LAUNCHES, max(sets, -(-MIN_REPLAY_US // per_launch))))
 
 
+def blame(who: str, step):
+    """Run `step`, naming `who` in a RuntimeError it raises. A CUDA fault surfaces at the first sync after the
+    faulting launch, so a step that ends in a sync and follows a clean one is that side's. An error already
+    named keeps its name."""
+    try:
+        return step()
+    except RuntimeError as exc:
+        text = str(exc).strip()
+        if text.startswith("in the "):
+            raise
+        raise RuntimeError(f"in the {who}: {text.splitlines()[0] if text else type(exc).__name__}") from exc
+
+
 def interleaved(fns: dict[str, LaunchFn], sets: int, replays: int = 20, warmup: int = 3) -> dict[str, list[float]]:
-    """Per-launch microseconds of each fn, one sample per replay, replays interleaved across fns."""
-    launches = max(launches_for(fn, sets) for fn in fns.values())
-    graphs = {name: capture(fn, launches, sets) for name, fn in fns.items()}
+    """Per-launch microseconds of each fn, one sample per replay, replays interleaved across fns.
+
+    Every capture and replay ends in a sync, so a fault is raised naming the fn whose launches made it
+    (e.g. "in the baseline: ..."): an original op that faults only here is not blamed on the candidate."""
+    launches = max(blame(name, lambda: launches_for(fn, sets)) for name, fn in fns.items())
+    graphs = {name: blame(name, lambda: capture(fn, launches, sets)) for name, fn in fns.items()}
     order = list(graphs)
     samples: dict[str, list[float]] = {name: [] for name in order}
     for r in range(warmup + replays):
         for name in (order if r % 2 == 0 else order[::-1]):
-            us = _replay_us(graphs[name]) / launches
+            us = blame(name, lambda: _replay_us(graphs[name])) / launches
             if r >= warmup:
                 samples[name].append(us)
     return samples

@@ -100,7 +100,7 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
 
 
 BASELINE_BLAME = "in the baseline:"
-"""gpu_eval._blame's prefix for a fault seen right after the baseline's launches."""
+"""timing.blame's prefix for a fault raised by the baseline's launches (check, capture, replay or eager timing)."""
 
 
 def _cuda_reason(exc: Exception) -> str:

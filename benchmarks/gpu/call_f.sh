@@ -5,6 +5,7 @@
 #   models            the spec's model shape sets, bf16, shipped patches vs SGLang (time only)
 #   memcheck | ncu | percall | peers   see benchmarks/memcheck.py, ncu_table.py, per_call.py, gpu/peers.sh
 #   percall-py        per_call.py with the C++ fast path switched off (ASTRA_SGLANG_FASTCALL=0): the Python path
+#   pytest PATH... -- the GPU-marked tests in PATHs (log in OUTDIR/pytest-gpu.txt)
 # Usage (repo root, GPU machine, with the runtime kit in .stage): bash benchmarks/gpu/call_f.sh OUTDIR STEP...
 set -u
 OUTDIR=${1:?OUTDIR}; shift; mkdir -p "$OUTDIR"
@@ -21,6 +22,10 @@ while [ $# -gt 0 ]; do
     ncu)  # optional op:TxD items up to "--"; default every paper shape
       items=(); while [ $# -gt 0 ] && [[ $1 != -- ]]; do items+=("$1"); shift; done; [ $# -gt 0 ] && shift
       timeout ${NCU_TIMEOUT:-400} python3 benchmarks/ncu_table.py "$OUTDIR/ncu" "${items[@]}" 2>&1 | tail -60 ;;
+    pytest)
+      paths=(); while [ $# -gt 0 ] && [[ $1 != -- ]]; do paths+=("$1"); shift; done; [ $# -gt 0 ] && shift
+      timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -m gpu -q -rs "${paths[@]}" > "$OUTDIR/pytest-gpu.txt" 2>&1
+      echo "pytest exit code $?" >> "$OUTDIR/pytest-gpu.txt"; tail -8 "$OUTDIR/pytest-gpu.txt" ;;
     percall)
       timeout 240 python3 benchmarks/per_call.py "$OUTDIR/percall" 2>&1 | tail -30 ;;
     percall-py)

@@ -97,6 +97,16 @@ SILU_HOT_SHAPES = [(1, 14336), (16, 4096), (32, 8192), (64, 8192), (64, 14336), 
                    (512, 14336), (2048, 14336), (8, 28672), (256, 18944)]
 SILU_CFG_SHAPES = SILU_SHAPES + [(1, 11008), (8, 18944), (32, 28672), (128, 11008), (128, 28672), (512, 18944),
                                  (2048, 28672), (8192, 11008)]
+def _unique(*lists):
+    return list(dict.fromkeys(tuple(s) for lst in lists for s in lst))
+
+
+ELEM_SHAPES = {op: _unique(resolve_shapes(get_spec(op), "paper"), resolve_shapes(get_spec(op), "models"), extra)
+               for op, extra in (("rmsnorm", NORM_SHAPES + FIT_SHAPES), ("fused_add_rmsnorm", NORM_SHAPES + FIT_SHAPES),
+                                 ("silu_and_mul", SILU_SHAPES), ("merge_attn_states_lse", []))}
+ELEM_CFG_SHAPES = [(1024, 8192), (2048, 8192), (8192, 8192), (16384, 8192), (8192, 4096), (16384, 5120),
+                   (128, 11008), (256, 13824), (512, 14336), (4096, 14336), (256, 11008), (1024, 13824)]
+ELEM_CFGS = [(256, 4, 1), (512, 2, 1), (1024, 1, 1), (768, 2, 1), (512, 1, 1), (1024, 1, 2), (512, 4, 1), (1024, 2, 1)]
 CHECKED = ("u1t1024",)  # the new path's default: full checks (edge cases included) besides the timing
 PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     "wide": [(op, label, src, defs, WIDE_SHAPES, ["bfloat16"], label in CHECKED)
@@ -117,6 +127,19 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                      for op in ("fused_add_rmsnorm", "rmsnorm")],
     "models": [(op, "shipped", f"patches/{op}/kernel.cu", {}, None, ["bfloat16"], False)
                for op in ("silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse")],
+    # Session 5: 2-byte elements read through their 32-bit words (elem_f), 1/d precomputed: the session-4
+    # files (work/old/<op>.cu, `git show cacc5fc:patches/<op>/kernel.cu`) against the new ones, and the
+    # norms' configurations again where the register counts moved (bf16 256 x 4: 94 -> 64 registers).
+    "elem": [(op, label, src, {}, ELEM_SHAPES[op], ["bfloat16"], label == "new")
+             for op in ("rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "merge_attn_states_lse")
+             for label, src in (("old", f"work/old/{op}.cu"), ("new", f"patches/{op}/kernel.cu"))],
+    "elem-cfg": [(op, f"{t}x{v}w{w}", norm_config(op, t, v, 1, w, 1), {}, ELEM_CFG_SHAPES, ["bfloat16"], False)
+                 for op in ("rmsnorm", "fused_add_rmsnorm") for t, v, w in ELEM_CFGS],
+    # The weight loads of the register path: plain ld.global (shipped) against ld.global.nc, which ptxas sank
+    # past the row barrier; the session-4 file for reference. Same flags (no checks) for all three.
+    "elem2": [("rmsnorm", label, src, {}, ELEM_SHAPES["rmsnorm"], ["bfloat16"], False)
+              for label, src in (("old", "work/old/rmsnorm.cu"), ("w-nc", "work/old/rmsnorm_wro.cu"),
+                                 ("new", "patches/rmsnorm/kernel.cu"))],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],

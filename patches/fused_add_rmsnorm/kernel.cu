@@ -37,7 +37,7 @@ namespace {
 // 35.6 us for the 32-register fp16 build (H200, 2026-11-21).
 template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL>
 __global__ void __launch_bounds__(THREADS * ROWS, VPT == 1 ? 2048 / (THREADS * ROWS) : 1)
-far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, int64_t rows, int nvec, int d,
+far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, int64_t rows, int nvec, float inv_d,
                int64_t x_stride, int64_t r_stride, float eps) {
   __shared__ float red[ROWS][(THREADS + 31) / 32];
   pdl_wait<PDL>();
@@ -65,21 +65,21 @@ far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, 
       if (active && c < nvec) {
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          const float s = to_f(xv[k].e[e]) + to_f(sv[k].e[e]);
+          const float s = elem_f(xv[k], e) + elem_f(sv[k], e);
           sv[k].e[e] = from_f<T>(s);
           ss += s * s;  // fp32 sum (the spec allows rounded or fp32 s for the norm)
         }
         store<T, N>(rr + (int64_t)c * N, sv[k]);  // before the reduction: deferring it was 0-9% slower
       }
     }
-    const float rstd = rsqrtf(row_sum<THREADS, ROWS, true>(ss, red) / (float)d + eps);
+    const float rstd = rsqrtf(row_sum<THREADS, ROWS, true>(ss, red) * inv_d + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int c = k * nthr + tid;
       if (active && c < nvec) {
         Vec<T, N> ov;
 #pragma unroll
-        for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(to_f(sv[k].e[e]) * rstd * to_f(wv[k].e[e]));
+        for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(sv[k], e) * rstd * elem_f(wv[k], e));
         store<T, N>(xr + (int64_t)c * N, ov);
       }
     }
@@ -90,7 +90,7 @@ far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, 
 // Loop path: any row width, one row per block of THREADS threads.
 template <typename T, int N, int THREADS, bool PDL>
 __global__ void __launch_bounds__(THREADS, 1)  // ", 1": ptxas otherwise capped 1024 threads at 32 regs and spilled
-far_loop_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, int64_t rows, int nvec, int d,
+far_loop_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, int64_t rows, int nvec, float inv_d,
                 int64_t x_stride, int64_t r_stride, float eps) {
   __shared__ float red[1][(THREADS + 31) / 32];
   pdl_wait<PDL>();
@@ -103,21 +103,21 @@ far_loop_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w,
       const Vec<T, N> a = load<T, N>(xr + (int64_t)c * N), b = load<T, N>(rr + (int64_t)c * N);
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        const float s = to_f(a.e[e]) + to_f(b.e[e]);
+        const float s = elem_f(a, e) + elem_f(b, e);
         ss += s * s;
       }
     }
     // row_sum's barrier also orders every thread's pass-1 reads before any pass-2 write.
-    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) / (float)d + eps);
+    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) * inv_d + eps);
     for (int c = threadIdx.x; c < nvec; c += THREADS) {
       const Vec<T, N> a = load<T, N>(xr + (int64_t)c * N), b = load<T, N>(rr + (int64_t)c * N);
       const Vec<T, N> wv = load_ro<T, N>(w + (int64_t)c * N);
       Vec<T, N> sv, ov;
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        const float s = to_f(a.e[e]) + to_f(b.e[e]);
+        const float s = elem_f(a, e) + elem_f(b, e);
         sv.e[e] = from_f<T>(s);
-        ov.e[e] = from_f<T>(to_f(sv.e[e]) * rstd * to_f(wv.e[e]));
+        ov.e[e] = from_f<T>(elem_f(sv, e) * rstd * elem_f(wv, e));
       }
       store<T, N>(rr + (int64_t)c * N, sv);
       store<T, N>(xr + (int64_t)c * N, ov);
@@ -134,7 +134,7 @@ far_loop_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w,
 // 256x13824 and 512x14336, H200 2026-11-21, benchmarks/notes/kernels.md.)
 template <typename T, int N, int THREADS, int U, int MINB, bool PDL>
 __global__ void __launch_bounds__(THREADS, MINB)
-far_cache_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, int64_t rows, int nvec, int d,
+far_cache_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, int64_t rows, int nvec, float inv_d,
                  int64_t x_stride, int64_t r_stride, float eps) {
   extern __shared__ __align__(16) unsigned char cache_raw[];
   Vec<T, N>* cache = reinterpret_cast<Vec<T, N>*>(cache_raw);  // s of this block's row, nvec vectors
@@ -162,7 +162,7 @@ far_cache_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w
         if (c < nvec) {
 #pragma unroll
           for (int e = 0; e < N; ++e) {
-            const float s = to_f(a[u].e[e]) + to_f(b[u].e[e]);
+            const float s = elem_f(a[u], e) + elem_f(b[u], e);
             b[u].e[e] = from_f<T>(s);
             ss += s * s;
           }
@@ -171,7 +171,7 @@ far_cache_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w
         }
       }
     }
-    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) / (float)d + eps);
+    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) * inv_d + eps);
     for (int c0 = tid; c0 < nvec; c0 += THREADS * U) {
       Vec<T, N> wv[U];
 #pragma unroll
@@ -186,7 +186,7 @@ far_cache_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w
           const Vec<T, N> sv = cache[c];
           Vec<T, N> ov;
 #pragma unroll
-          for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(to_f(sv.e[e]) * rstd * to_f(wv[u].e[e]));
+          for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(sv, e) * rstd * elem_f(wv[u], e));
           store<T, N>(xr + (int64_t)c * N, ov);
         }
       }
@@ -210,6 +210,7 @@ static int run(const AstraTensor& in, const AstraTensor& res, const AstraTensor&
   constexpr int V = THREADS * R >= 1024 && VPT > 2 ? 2 : (THREADS * R >= 512 && VPT > 4 ? 4 : VPT);
   const int64_t rows = in.shape[0];
   const int d = (int)in.shape[1], nvec = d / N;
+  const float inv_d = 1.0f / (float)d;  // the kernels multiply: no IEEE division (and its slow path) per row
   T* x = static_cast<T*>(in.data);
   T* r = static_cast<T*>(res.data);
   const T* wp = static_cast<const T*>(w.data);
@@ -221,7 +222,7 @@ static int run(const AstraTensor& in, const AstraTensor& res, const AstraTensor&
     const int64_t blocks = (rows + R - 1) / R;
     return launch(far_reg_kernel<T, N, THREADS, V, R, PDL != 0>, PDL != 0,
                   dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(nthr, R), 0, stream, x, r, wp, rows,
-                  nvec, d, in.stride[0], res.stride[0], eps);
+                  nvec, inv_d, in.stride[0], res.stride[0], eps);
   }
   constexpr int LT = THREADS < 256 ? 256 : THREADS;  // wide rows: at least 8 warps
   const dim3 grid((unsigned)(rows < kMaxGrid ? rows : kMaxGrid));
@@ -231,10 +232,10 @@ static int run(const AstraTensor& in, const AstraTensor& res, const AstraTensor&
   constexpr auto cached = far_cache_kernel<T, N, LT, WIDE, WIDE == 1 ? 2048 / LT : 1, PDL != 0>;
   const size_t bytes = (size_t)nvec * sizeof(Vec<T, N>);
   if (allow_smem<cached>(bytes))
-    return launch(cached, PDL != 0, grid, dim3(LT), bytes, stream, x, r, wp, rows, nvec, d, in.stride[0], res.stride[0],
+    return launch(cached, PDL != 0, grid, dim3(LT), bytes, stream, x, r, wp, rows, nvec, inv_d, in.stride[0], res.stride[0],
                   eps);
 #endif
-  return launch(far_loop_kernel<T, N, LT, PDL != 0>, PDL != 0, grid, dim3(LT), 0, stream, x, r, wp, rows, nvec, d,
+  return launch(far_loop_kernel<T, N, LT, PDL != 0>, PDL != 0, grid, dim3(LT), 0, stream, x, r, wp, rows, nvec, inv_d,
                 in.stride[0], res.stride[0], eps);
 }
 

@@ -31,9 +31,12 @@ namespace {
 // With one vector per thread, ask ptxas for a full SM (2048 threads, so <= 32 registers): unbounded, the
 // bf16 build took 42-45 registers at 1024 threads, one block per SM, and ran 2048x8192 in 45.2 us against
 // 35.6 us for the 32-register fp16 build (H200, 2026-11-21).
+// Elements are read through their 32-bit words (elem_f): per-element reads cost the bf16 256 x 4 build 94
+// registers (2 blocks per SM) against 62 for fp16; with elem_f both take 64 (4 blocks per SM), and bf16
+// 16384x8192 went from 163.1 to 131.7 us (H200, session 5, `variants elem elem-cfg`).
 template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL>
 __global__ void __launch_bounds__(THREADS * ROWS, VPT == 1 ? 2048 / (THREADS * ROWS) : 1)
-rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, int d,
+rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, float inv_d,
                int64_t x_stride, int64_t o_stride, float eps) {
   __shared__ float red[ROWS][(THREADS + 31) / 32];
   pdl_wait<PDL>();
@@ -50,7 +53,7 @@ rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
       const int c = k * nthr + tid;
       if (active && c < nvec) {
         xv[k] = load_ro<T, N>(xr + (int64_t)c * N);
-        wv[k] = load_ro<T, N>(w + (int64_t)c * N);
+        wv[k] = load<T, N>(w + (int64_t)c * N);  // plain load: ptxas sank .nc ones past the row barrier
       }
     }
     float ss = 0.0f;
@@ -60,19 +63,19 @@ rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
       if (active && c < nvec) {
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          const float v = to_f(xv[k].e[e]);
+          const float v = elem_f(xv[k], e);
           ss += v * v;
         }
       }
     }
-    const float rstd = rsqrtf(row_sum<THREADS, ROWS, true>(ss, red) / (float)d + eps);
+    const float rstd = rsqrtf(row_sum<THREADS, ROWS, true>(ss, red) * inv_d + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int c = k * nthr + tid;
       if (active && c < nvec) {
         Vec<T, N> ov;
 #pragma unroll
-        for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(to_f(xv[k].e[e]) * rstd * to_f(wv[k].e[e]));
+        for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(xv[k], e) * rstd * elem_f(wv[k], e));
         store<T, N>(orow + (int64_t)c * N, ov);
       }
     }
@@ -83,7 +86,7 @@ rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
 // Loop path: any row width, one row per block of THREADS threads.
 template <typename T, int N, int THREADS, bool PDL>
 __global__ void __launch_bounds__(THREADS, 1)  // ", 1": ptxas otherwise capped 1024 threads at 32 regs and spilled
-rms_loop_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, int d,
+rms_loop_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, float inv_d,
                 int64_t x_stride, int64_t o_stride, float eps) {
   __shared__ float red[1][(THREADS + 31) / 32];
   pdl_wait<PDL>();
@@ -96,16 +99,16 @@ rms_loop_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
       const Vec<T, N> a = load_ro<T, N>(xr + (int64_t)c * N);
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        const float v = to_f(a.e[e]);
+        const float v = elem_f(a, e);
         ss += v * v;
       }
     }
-    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) / (float)d + eps);
+    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) * inv_d + eps);
     for (int c = threadIdx.x; c < nvec; c += THREADS) {
       const Vec<T, N> a = load_ro<T, N>(xr + (int64_t)c * N), wv = load_ro<T, N>(w + (int64_t)c * N);
       Vec<T, N> ov;
 #pragma unroll
-      for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(to_f(a.e[e]) * rstd * to_f(wv.e[e]));
+      for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(a, e) * rstd * elem_f(wv, e));
       store<T, N>(orow + (int64_t)c * N, ov);
     }
     __syncthreads();  // red is rewritten for the next row
@@ -119,7 +122,7 @@ rms_loop_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
 // 256x13824 and 512x14336, H200 2026-11-21, benchmarks/notes/kernels.md.)
 template <typename T, int N, int THREADS, int U, int MINB, bool PDL>
 __global__ void __launch_bounds__(THREADS, MINB)
-rms_cache_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, int d,
+rms_cache_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, float inv_d,
                  int64_t x_stride, int64_t o_stride, float eps) {
   extern __shared__ __align__(16) unsigned char cache_raw[];
   Vec<T, N>* cache = reinterpret_cast<Vec<T, N>*>(cache_raw);  // this block's row, nvec vectors
@@ -144,14 +147,14 @@ rms_cache_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict
         if (c < nvec) {
 #pragma unroll
           for (int e = 0; e < N; ++e) {
-            const float v = to_f(a[u].e[e]);
+            const float v = elem_f(a[u], e);
             ss += v * v;
           }
           cache[c] = a[u];  // read back below by this same thread
         }
       }
     }
-    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) / (float)d + eps);
+    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) * inv_d + eps);
     for (int c0 = tid; c0 < nvec; c0 += THREADS * U) {
       Vec<T, N> wv[U];
 #pragma unroll
@@ -166,7 +169,7 @@ rms_cache_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict
           const Vec<T, N> xv = cache[c];
           Vec<T, N> ov;
 #pragma unroll
-          for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(to_f(xv.e[e]) * rstd * to_f(wv[u].e[e]));
+          for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(xv, e) * rstd * elem_f(wv[u], e));
           store<T, N>(orow + (int64_t)c * N, ov);
         }
       }
@@ -189,6 +192,7 @@ static int run(const AstraTensor& in, const AstraTensor& w, const AstraTensor& o
   constexpr int V = THREADS * R >= 1024 && VPT > 2 ? 2 : (THREADS * R >= 512 && VPT > 4 ? 4 : VPT);
   const int64_t rows = in.shape[0];
   const int d = (int)in.shape[1], nvec = d / N;
+  const float inv_d = 1.0f / (float)d;  // the kernels multiply: no IEEE division (and its slow path) per row
   const T* x = static_cast<const T*>(in.data);
   const T* wp = static_cast<const T*>(w.data);
   T* o = static_cast<T*>(out.data);
@@ -200,7 +204,7 @@ static int run(const AstraTensor& in, const AstraTensor& w, const AstraTensor& o
     const int64_t blocks = (rows + R - 1) / R;
     return launch(rms_reg_kernel<T, N, THREADS, V, R, PDL != 0>, PDL != 0,
                   dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(nthr, R), 0, stream, x, wp, o, rows,
-                  nvec, d, in.stride[0], out.stride[0], eps);
+                  nvec, inv_d, in.stride[0], out.stride[0], eps);
   }
   constexpr int LT = THREADS < 256 ? 256 : THREADS;  // wide rows: at least 8 warps
   const dim3 grid((unsigned)(rows < kMaxGrid ? rows : kMaxGrid));
@@ -210,10 +214,10 @@ static int run(const AstraTensor& in, const AstraTensor& w, const AstraTensor& o
   constexpr auto cached = rms_cache_kernel<T, N, LT, WIDE, WIDE == 1 ? 2048 / LT : 1, PDL != 0>;
   const size_t bytes = (size_t)nvec * sizeof(Vec<T, N>);
   if (allow_smem<cached>(bytes))
-    return launch(cached, PDL != 0, grid, dim3(LT), bytes, stream, x, wp, o, rows, nvec, d, in.stride[0], out.stride[0],
+    return launch(cached, PDL != 0, grid, dim3(LT), bytes, stream, x, wp, o, rows, nvec, inv_d, in.stride[0], out.stride[0],
                   eps);
 #endif
-  return launch(rms_loop_kernel<T, N, LT, PDL != 0>, PDL != 0, grid, dim3(LT), 0, stream, x, wp, o, rows, nvec, d,
+  return launch(rms_loop_kernel<T, N, LT, PDL != 0>, PDL != 0, grid, dim3(LT), 0, stream, x, wp, o, rows, nvec, inv_d,
                 in.stride[0], out.stride[0], eps);
 }
 
@@ -291,6 +295,9 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 //    cut to the row, e.g. 160 of 256 (x 4 vectors) at d = 5120: 16384x5120 0.871 -> 1.240, 8192x5120 0.884
 //    -> 1.302, 2048x5120 0.905 -> 1.222, 640x6144 1.088 -> 1.304. At most 128 rows of 1025-1536 vectors:
 //    the register path, 768 x 2 fitted, 128x11008 1.061 -> 1.226 (cached path before).
+//  - Session 5 (elem_f, 64 registers at 256 x 4; `variants elem-cfg`, speedup vs flashinfer): 129-256 rows
+//    of 1025-2048 vectors take the register path 512 x 4 fitted (256x11008 1.144 vs 1.096 cached, 256x13824
+//    1.103 vs 1.069); more rows keep the cached path (512x14336 1.176 vs 1.113).
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
@@ -312,6 +319,7 @@ ASTRA_ENTRY {
   }
   if (nv <= 1024) ASTRA_GO(256, 4, 1, 1);
   if (nv <= 1536 && rows <= 128) ASTRA_GO(768, 2, 1, 1);  // the register path, fitted: 2 vectors a thread
+  if (nv <= 2048 && rows <= 256) ASTRA_GO(512, 4, 1, 1);  // the register path, fitted: 4 vectors a thread
   if (rows <= 128) ASTRA_GO(1024, 1, 1, 2);  // capacity < nv: the cached-row path
   ASTRA_GO(512, 1, 1, 1);
 #undef ASTRA_GO
