@@ -52,7 +52,15 @@ silu_and_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows,
       if (c < nvec) {
         Vec<T, N> ov;
 #pragma unroll
-        for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(silu_mul(to_f(gv[k].e[e]), to_f(uv[k].e[e])));
+        for (int e = 0; e < N; ++e) {
+          // 256-thread blocks read elements through their 32-bit words (elem_f), 64-thread ones per element:
+          // each form won in its own range (H200, session 5, `variants elem`, same build per block size:
+          // 128x11008 0.968 -> 1.032x and 128x14336 0.981 -> 1.020x with elem_f at 256 threads, 8x28672
+          // 1.145 -> 1.091x at 64 threads, where its build differed).
+          const float g = THREADS >= 256 ? elem_f(gv[k], e) : to_f(gv[k].e[e]);
+          const float u = THREADS >= 256 ? elem_f(uv[k], e) : to_f(uv[k].e[e]);
+          ov.e[e] = from_f<T>(silu_mul(g, u));
+        }
         store<T, N>(o + (int64_t)c * N, ov);
       }
     }
