@@ -144,6 +144,7 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     # (kernels.sh checks, variants do not): 16384x8192 ran 145.9 us in the first, 132.1 us in the second.
     "check-effect": [("rmsnorm", f"{label}{i}", "patches/rmsnorm/kernel.cu", {}, [(16384, 8192), (8192, 8192)],
                       ["bfloat16"], label == "checked") for i in (1, 2) for label in ("checked", "unchecked")],
+    "models-silu": [("silu_and_mul", "shipped", "patches/silu_and_mul/kernel.cu", {}, None, ["bfloat16"], False)],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],
