@@ -19,21 +19,6 @@ template <> __device__ __forceinline__ float from_f<float>(float x) { return x; 
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-// Element e of a vector as float, read through its 32-bit word (2-byte types): the vector stays in packed
-// registers. Per-element 16-bit reads (to_f(v.e[e])) made nvcc move every high half into a register of its
-// own right after the load: 16 more live registers in the norms' 4-vector register path (bf16 SASS, PRMT).
-template <typename T, int N> struct Vec;
-template <typename T, int N> __device__ __forceinline__ float elem_f(const Vec<T, N>& v, int e) {
-  if constexpr (sizeof(T) == 2 && N % 2 == 0) {
-    uint32_t w;
-    __builtin_memcpy(&w, &v.e[e & ~1], 4);
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(e & 1 ? w & 0xffff0000u : w << 16);
-    else return __half2float(__ushort_as_half((unsigned short)(e & 1 ? w >> 16 : w & 0xffffu)));
-  } else {
-    return to_f(v.e[e]);
-  }
-}
-
 // N elements of T moved as ONE access of N * sizeof(T) bytes (16 on the vector path, 8 on the half-vector
 // path for widths that are a multiple of 4 but not 8 elements, e.g. d = 4100). Explicit PTX
 // vector instructions: built from memcpy'd structs, nvcc split some 16-byte stores into 4-byte ones
@@ -87,6 +72,20 @@ template <typename T, int N> __device__ __forceinline__ void store(T* p, const V
   } else {
 #pragma unroll
     for (int e = 0; e < N; ++e) p[e] = v.e[e];
+  }
+}
+
+// Element e of a vector as float, read through its 32-bit word (2-byte types): the vector stays in packed
+// registers. Per-element 16-bit reads (to_f(v.e[e])) made nvcc move every high half into a register of its
+// own right after the load: 16 more live registers in the norms' 4-vector register path (bf16 SASS, PRMT).
+template <typename T, int N> __device__ __forceinline__ float elem_f(const Vec<T, N>& v, int e) {
+  if constexpr (sizeof(T) == 2 && N % 2 == 0) {
+    uint32_t w;
+    __builtin_memcpy(&w, &v.e[e & ~1], 4);
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(e & 1 ? w & 0xffff0000u : w << 16);
+    else return __half2float(__ushort_as_half((unsigned short)(e & 1 ? w >> 16 : w & 0xffffu)));
+  } else {
+    return to_f(v.e[e]);
   }
 }
 
