@@ -6,6 +6,7 @@
 #   memcheck | ncu | percall | peers   see benchmarks/memcheck.py, ncu_table.py, per_call.py, gpu/peers.sh
 #   percall-py        per_call.py with the C++ fast path switched off (ASTRA_SGLANG_FASTCALL=0): the Python path
 #   pytest PATH... -- the GPU-marked tests in PATHs (log in OUTDIR/pytest-gpu.txt)
+#   check-effect      benchmarks/gpu/check_effect.py (checked vs unchecked timing, GPU clocks; rmsnorm 16384x8192)
 # Usage (repo root, GPU machine, with the runtime kit in .stage): bash benchmarks/gpu/call_f.sh OUTDIR STEP...
 set -u
 OUTDIR=${1:?OUTDIR}; shift; mkdir -p "$OUTDIR"
@@ -26,6 +27,8 @@ while [ $# -gt 0 ]; do
       paths=(); while [ $# -gt 0 ] && [[ $1 != -- ]]; do paths+=("$1"); shift; done; [ $# -gt 0 ] && shift
       timeout ${PYTEST_TIMEOUT:-240} python3 -m pytest -m gpu -q -rs "${paths[@]}" > "$OUTDIR/pytest-gpu.txt" 2>&1
       echo "pytest exit code $?" >> "$OUTDIR/pytest-gpu.txt"; tail -8 "$OUTDIR/pytest-gpu.txt" ;;
+    check-effect)
+      timeout 240 python3 benchmarks/gpu/check_effect.py "$OUTDIR/check-effect" 2>&1 | tail -12 ;;
     percall)
       timeout 240 python3 benchmarks/per_call.py "$OUTDIR/percall" 2>&1 | tail -30 ;;
     percall-py)
