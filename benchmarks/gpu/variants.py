@@ -145,6 +145,11 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     "check-effect": [("rmsnorm", f"{label}{i}", "patches/rmsnorm/kernel.cu", {}, [(16384, 8192), (8192, 8192)],
                       ["bfloat16"], label == "checked") for i in (1, 2) for label in ("checked", "unchecked")],
     "models-silu": [("silu_and_mul", "shipped", "patches/silu_and_mul/kernel.cu", {}, None, ["bfloat16"], False)],
+    # merge: the value loads issued with the LSE loads instead of after the LSE math (SASS of the shipped
+    # build: LDG of the LSEs -> MUFU -> LDG.128 of the values, two dependent DRAM trips per thread).
+    "merge-early": [("merge_attn_states_lse", label, "patches/merge_attn_states_lse/kernel.cu", defines,
+                     _unique(resolve_shapes(get_spec("merge_attn_states_lse"), "paper+models")), ["bfloat16"],
+                     label == "early") for label, defines in (("shipped", {}), ("early", {"ASTRA_MERGE_EARLY": "1"}))],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],

@@ -34,8 +34,14 @@ __device__ __forceinline__ float lse_log(float x) { return logf(x); }
 #endif
 
 // Thread t serves pair t >> lg_g, lane t & (G - 1); vectors lane, lane + G, ... of the pair.
+#ifndef ASTRA_MERGE_EARLY
+#define ASTRA_MERGE_EARLY 0  // 1: value loads issued before the LSE math (SASS of 0: after it); not yet timed
+#endif
+constexpr bool EARLY = ASTRA_MERGE_EARLY != 0;
+
+// EARLY keeps more registers live (45 at bf16 256 x 1 unbounded; a full SM, 32, spilled 40 bytes): 3/4 SM.
 template <typename T, int N, int THREADS, int VPT, bool PDL>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, EARLY ? 1536 / THREADS : 0)
 merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __restrict__ vb,
              const float* __restrict__ sb, T* __restrict__ vo, float* __restrict__ so, int64_t pairs, int nvec,
              int lg_g) {
@@ -46,6 +52,18 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
   if (p >= pairs) return;
   const int g = 1 << lg_g;
   const int lane = (int)(t & (g - 1));
+  const int64_t base = p * (int64_t)nvec * N;
+  Vec<T, N> av[VPT], bv[VPT];
+  if constexpr (EARLY) {  // the first chunk's value loads leave with the LSE loads, not after the LSE math
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int c = lane + k * g;
+      if (c < nvec) {
+        av[k] = load<T, N>(va + base + (int64_t)c * N);
+        bv[k] = load<T, N>(vb + base + (int64_t)c * N);
+      }
+    }
+  }
   // LSE math once per lane, fp32, accurate expf/logf (a few dozen instructions against 2 * VPT loads).
   // exp(-inf) = 0 drops an empty state.
   const float a_raw = sa[p], b_raw = sb[p];
@@ -56,15 +74,15 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
   const float wa = empty ? 0.0f : lse_exp(a - m), wb = empty ? 0.0f : lse_exp(b - m);
   const float inv = empty ? 0.0f : 1.0f / (wa + wb);  // wa + wb >= 1: the max term is exp(0)
   const float ca = wa * inv, cb = wb * inv;
-  const int64_t base = p * (int64_t)nvec * N;
   for (int c0 = lane; c0 < nvec; c0 += g * VPT) {
-    Vec<T, N> av[VPT], bv[VPT];
+    if (!EARLY || c0 != lane) {
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int c = c0 + k * g;
-      if (c < nvec) {
-        av[k] = load_ro<T, N>(va + base + (int64_t)c * N);
-        bv[k] = load_ro<T, N>(vb + base + (int64_t)c * N);
+      for (int k = 0; k < VPT; ++k) {
+        const int c = c0 + k * g;
+        if (c < nvec) {
+          av[k] = load_ro<T, N>(va + base + (int64_t)c * N);
+          bv[k] = load_ro<T, N>(vb + base + (int64_t)c * N);
+        }
       }
     }
 #pragma unroll
@@ -74,7 +92,8 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
         Vec<T, N> ov;
 #pragma unroll
         for (int e = 0; e < N; ++e)
-          ov.e[e] = from_f<T>(empty ? 0.0f : to_f(av[k].e[e]) * ca + to_f(bv[k].e[e]) * cb);
+          ov.e[e] = from_f<T>(empty ? 0.0f : (EARLY ? elem_f(av[k], e) : to_f(av[k].e[e])) * ca +
+                                                 (EARLY ? elem_f(bv[k], e) : to_f(bv[k].e[e])) * cb);
         store<T, N>(vo + base + (int64_t)c * N, ov);
       }
     }
