@@ -39,7 +39,7 @@ __device__ __forceinline__ float lse_log(float x) { return logf(x); }
 #endif
 constexpr bool EARLY = ASTRA_MERGE_EARLY != 0;
 
-// EARLY keeps more registers live (45 at bf16 256 x 1 unbounded; a full SM, 32, spilled 40 bytes): 3/4 SM.
+// EARLY keeps more registers live (45 at bf16 256 x 1 unbounded; a full SM, 32, spilled 40 bytes): 3/4 SM, 39.
 template <typename T, int N, int THREADS, int VPT, bool PDL>
 __global__ void __launch_bounds__(THREADS, EARLY ? 1536 / THREADS : 0)
 merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __restrict__ vb,
@@ -52,15 +52,15 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
   if (p >= pairs) return;
   const int g = 1 << lg_g;
   const int lane = (int)(t & (g - 1));
-  const int64_t base = p * (int64_t)nvec * N;
-  Vec<T, N> av[VPT], bv[VPT];
+  Vec<T, N> a0[VPT], b0[VPT];
   if constexpr (EARLY) {  // the first chunk's value loads leave with the LSE loads, not after the LSE math
+    const int64_t base = p * (int64_t)nvec * N;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int c = lane + k * g;
       if (c < nvec) {
-        av[k] = load<T, N>(va + base + (int64_t)c * N);
-        bv[k] = load<T, N>(vb + base + (int64_t)c * N);
+        a0[k] = load<T, N>(va + base + (int64_t)c * N);
+        b0[k] = load<T, N>(vb + base + (int64_t)c * N);
       }
     }
   }
@@ -74,15 +74,15 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
   const float wa = empty ? 0.0f : lse_exp(a - m), wb = empty ? 0.0f : lse_exp(b - m);
   const float inv = empty ? 0.0f : 1.0f / (wa + wb);  // wa + wb >= 1: the max term is exp(0)
   const float ca = wa * inv, cb = wb * inv;
+  const int64_t base = p * (int64_t)nvec * N;
   for (int c0 = lane; c0 < nvec; c0 += g * VPT) {
-    if (!EARLY || c0 != lane) {
+    Vec<T, N> av[VPT], bv[VPT];
 #pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int c = c0 + k * g;
-        if (c < nvec) {
-          av[k] = load_ro<T, N>(va + base + (int64_t)c * N);
-          bv[k] = load_ro<T, N>(vb + base + (int64_t)c * N);
-        }
+    for (int k = 0; k < VPT; ++k) {
+      const int c = c0 + k * g;
+      if (c < nvec) {
+        av[k] = EARLY && c0 == lane ? a0[k] : load_ro<T, N>(va + base + (int64_t)c * N);
+        bv[k] = EARLY && c0 == lane ? b0[k] : load_ro<T, N>(vb + base + (int64_t)c * N);
       }
     }
 #pragma unroll
