@@ -2,16 +2,28 @@
 timed shapes, the range of per-shape speedups, the worst shape, and the largest shape's % of roofline,
 per (op, candidate, baseline, dtype). Rows written before the JSONL kept labels show "?" for them.
 
-Usage: python3 benchmarks/summarize.py RESULTS.jsonl|final.json [...]
+Usage: python3 benchmarks/summarize.py [--set NAME] [--detail] RESULTS.jsonl|final.json [...]
 (final.json: one evaluation as the tuner / agent loop saves it, e.g. RUN_DIR/final.json)
+--set NAME  only the rows of a spec shape set (paper, models, quick, ... joined with +)
+--detail    a second table per group: the shapes slower than the baseline (with their % of the copy roofline),
+            % of the copy roofline at the shapes moving >= 256 MiB, and time over the empty kernel at <= 64
+            tokens (rows)
 """
+import argparse
 import json
 import math
-import sys
 from collections import defaultdict
 
-from astra_sglang.specs.registry import get_spec
+from astra_sglang.specs.registry import get_spec, resolve_shapes
 
+LARGE_BYTES = 256 << 20  # the roofline target's size (issue: shapes moving >= 256 MiB)
+SMALL_TOKENS = 64  # the empty-kernel target's sizes (1-64 tokens)
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+ap.add_argument("paths", nargs="+")
+ap.add_argument("--set", dest="shape_set")
+ap.add_argument("--detail", action="store_true")
+args = ap.parse_args()
 groups = defaultdict(list)
 def rows_of(path):
     if path.endswith(".json"):  # an EvalResult: its shape rows, labelled like write_jsonl's
@@ -23,8 +35,11 @@ def rows_of(path):
         yield from (json.loads(line) for line in open(path))
 
 
-for path in sys.argv[1:]:
+for path in args.paths:
     for row in rows_of(path):
+        if args.shape_set and tuple(row.get("shape", ())) not in {
+                tuple(x) for x in resolve_shapes(get_spec(row["kernel"]), args.shape_set)}:
+            continue
         if row.get("type") == "shape" and row.get("speedup"):
             key = (row["kernel"], row.get("candidate_label", "?"), row.get("baseline_label", "?"), row["dtype"])
             groups[key].append(row)
@@ -45,3 +60,16 @@ for (op, cand, base, dtype), rows in sorted(groups.items()):
           f" | {geo([r['speedup'] for r in rows]):.3f}x ({len(rows)}) | {worst['speedup']:.3f}-"
           f"{max(r['speedup'] for r in rows):.3f} | {'x'.join(map(str, worst['shape']))} "
           f"{worst['speedup']:.3f}x | {'x'.join(map(str, largest['shape']))} {largest['pct_roofline']:.0f}% |")
+
+if args.detail:
+    print()
+    print("| op | kernel | dtype | slower than the baseline (% roofline) | % roofline at >= 256 MiB (n) | x empty kernel at <= 64 "
+          "tokens (n) |")
+    print("|---|---|---|---|---|---|")
+    for (op, cand, base, dtype), rows in sorted(groups.items()):
+        slower = ", ".join(f"{'x'.join(map(str, r['shape']))} {r['speedup']:.3f}x ({r['pct_roofline']:.0f}%)"
+                           for r in sorted(rows, key=lambda r: r["speedup"]) if r["speedup"] < 1.0) or "none"
+        large = [r["pct_roofline"] for r in rows if r["min_bytes"] >= LARGE_BYTES]
+        small = [r["candidate"]["median_us"] / r["empty_kernel_us"] for r in rows if r["shape"][0] <= SMALL_TOKENS]
+        span = lambda v, fmt: f"{fmt.format(min(v))}-{fmt.format(max(v))} ({len(v)})" if v else "-"  # noqa: E731
+        print(f"| {op} | {cand} | {dtype} | {slower} | {span(large, '{:.0f}%')} | {span(small, '{:.1f}x')} |")

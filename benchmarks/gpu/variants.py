@@ -138,7 +138,7 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     # The weight loads of the register path: plain ld.global (shipped) against ld.global.nc, which ptxas sank
     # past the row barrier; the session-4 file for reference. Same flags (no checks) for all three.
     "elem2": [("rmsnorm", label, src, {}, ELEM_SHAPES["rmsnorm"], ["bfloat16"], False)
-              for label, src in (("old", "work/old/rmsnorm.cu"), ("w-nc", "work/old/rmsnorm_wro.cu"),
+              for label, src in (("old", "work/old/rmsnorm.cu"), ("w-nc", "benchmarks/results/2026-11-21-h200-s5/sources/rmsnorm-w-nc.cu"),
                                  ("new", "patches/rmsnorm/kernel.cu"))],
     # The same build timed with and without the harness's checks before the timing in the same child
     # (kernels.sh checks, variants do not): 16384x8192 ran 145.9 us in the first, 132.1 us in the second.

@@ -1,0 +1,321 @@
+// rmsnorm (astra-sglang shipped kernel, hand-written): out = input * rsqrt(mean(input^2) + eps) * weight.
+// Tensors (spec order): input [T, d], weight [d], out [T, d]; scalars: eps.
+//
+// Design (3 * T * d elements moved, a few flops each: memory/latency bound):
+//  - Register path: one row per group of THREADS threads (ROWS groups per block), the whole row held in
+//    registers: input read ONCE, reduced, output written. All of a thread's input and weight loads
+//    (VPT 16-byte vectors each) are issued before the first use.
+//  - Cached-row path, for rows wider than the register path holds (d > THREADS * VPT * vector width):
+//    pass 1 reads the row once into shared memory and reduces; pass 2 reads it back and writes the output
+//    (WIDE knob: vectors in flight per thread). Rows too wide for the GPU's shared memory take the loop
+//    path, which re-reads them from L2 in pass 2.
+//  - 16-byte vectors when pointers, d and strides allow; else 8-byte ones; else one element per access.
+//  - Warp-shuffle reduction; one shared-memory exchange across the warps of a row.
+//  - Optional PDL: griddepcontrol.wait before any memory access keeps stream order exact.
+//
+// Tuner knobs (template parameters of astra_launch_cfg, in this order). The search space is pruned by
+// measurement (H200, benchmarks/notes/kernels.md run 2): PDL off cost ~0.6 us in every op; for the norms,
+// 32/64 threads and VPT 8 never won, and ROWS > 2 only matters below d = 1024 (no model shape).
+// astra:knob THREADS 128 256 512 1024
+// astra:knob VPT 1 2 4
+// astra:knob ROWS 1 2
+// astra:knob PDL 1
+// astra:knob WIDE 1 2
+// FIT 1: the register path uses the fewest whole warps that hold the row, not THREADS (session 4).
+// astra:knob FIT 0 1
+#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp/row sums, launch, smem opt-in
+
+namespace {
+
+// Register path: rows of up to THREADS * VPT vectors. blockDim = (THREADS, ROWS).
+// With one vector per thread, ask ptxas for a full SM (2048 threads, so <= 32 registers): unbounded, the
+// bf16 build took 42-45 registers at 1024 threads, one block per SM, and ran 2048x8192 in 45.2 us against
+// 35.6 us for the 32-register fp16 build (H200, 2026-11-21).
+template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL>
+__global__ void __launch_bounds__(THREADS * ROWS, VPT == 1 ? 2048 / (THREADS * ROWS) : 1)
+rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, float inv_d,
+               int64_t x_stride, int64_t o_stride, float eps) {
+  __shared__ float red[ROWS][(THREADS + 31) / 32];
+  pdl_wait<PDL>();
+  pdl_trigger<PDL>();
+  const int tid = threadIdx.x, nthr = blockDim.x;  // nthr: THREADS, or fewer whole warps (FIT)
+  for (int64_t base = (int64_t)blockIdx.x * ROWS; base < rows; base += (int64_t)gridDim.x * ROWS) {
+    const int64_t r = base + threadIdx.y;
+    const bool active = r < rows;  // inactive groups still join the barriers
+    const T* xr = x + r * x_stride;
+    T* orow = out + r * o_stride;
+    Vec<T, N> xv[VPT], wv[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int c = k * nthr + tid;
+      if (active && c < nvec) {
+        xv[k] = load_ro<T, N>(xr + (int64_t)c * N);
+        wv[k] = load_ro<T, N>(w + (int64_t)c * N);
+      }
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int c = k * nthr + tid;
+      if (active && c < nvec) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const float v = elem_f(xv[k], e);
+          ss += v * v;
+        }
+      }
+    }
+    const float rstd = rsqrtf(row_sum<THREADS, ROWS, true>(ss, red) * inv_d + eps);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int c = k * nthr + tid;
+      if (active && c < nvec) {
+        Vec<T, N> ov;
+#pragma unroll
+        for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(xv[k], e) * rstd * elem_f(wv[k], e));
+        store<T, N>(orow + (int64_t)c * N, ov);
+      }
+    }
+    if (base + (int64_t)gridDim.x * ROWS < rows) __syncthreads();  // red is rewritten next row
+  }
+}
+
+// Loop path: any row width, one row per block of THREADS threads.
+template <typename T, int N, int THREADS, bool PDL>
+__global__ void __launch_bounds__(THREADS, 1)  // ", 1": ptxas otherwise capped 1024 threads at 32 regs and spilled
+rms_loop_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, float inv_d,
+                int64_t x_stride, int64_t o_stride, float eps) {
+  __shared__ float red[1][(THREADS + 31) / 32];
+  pdl_wait<PDL>();
+  pdl_trigger<PDL>();
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * x_stride;
+    T* orow = out + r * o_stride;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < nvec; c += THREADS) {
+      const Vec<T, N> a = load_ro<T, N>(xr + (int64_t)c * N);
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float v = elem_f(a, e);
+        ss += v * v;
+      }
+    }
+    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) * inv_d + eps);
+    for (int c = threadIdx.x; c < nvec; c += THREADS) {
+      const Vec<T, N> a = load_ro<T, N>(xr + (int64_t)c * N), wv = load_ro<T, N>(w + (int64_t)c * N);
+      Vec<T, N> ov;
+#pragma unroll
+      for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(a, e) * rstd * elem_f(wv, e));
+      store<T, N>(orow + (int64_t)c * N, ov);
+    }
+    __syncthreads();  // red is rewritten for the next row
+  }
+}
+
+// Cached-row path, for rows wider than the register path holds: pass 1 reads the row ONCE (U vectors
+// per thread in flight before the first use) and keeps it in shared memory; pass 2 reads it back from
+// shared memory instead of re-reading it from L2. 1024 threads at <= 32 registers, so two blocks (two
+// rows) fit an SM. (This replaced a thread-block-cluster split of each row, which was 30-65% SLOWER at
+// 256x13824 and 512x14336, H200 2026-11-21, benchmarks/notes/kernels.md.)
+template <typename T, int N, int THREADS, int U, int MINB, bool PDL>
+__global__ void __launch_bounds__(THREADS, MINB)
+rms_cache_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, float inv_d,
+                 int64_t x_stride, int64_t o_stride, float eps) {
+  extern __shared__ __align__(16) unsigned char cache_raw[];
+  Vec<T, N>* cache = reinterpret_cast<Vec<T, N>*>(cache_raw);  // this block's row, nvec vectors
+  __shared__ float red[1][(THREADS + 31) / 32];
+  pdl_wait<PDL>();
+  pdl_trigger<PDL>();
+  const int tid = threadIdx.x;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = x + r * x_stride;
+    T* orow = out + r * o_stride;
+    float ss = 0.0f;
+    for (int c0 = tid; c0 < nvec; c0 += THREADS * U) {
+      Vec<T, N> a[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * THREADS;
+        if (c < nvec) a[u] = load_ro<T, N>(xr + (int64_t)c * N);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * THREADS;
+        if (c < nvec) {
+#pragma unroll
+          for (int e = 0; e < N; ++e) {
+            const float v = elem_f(a[u], e);
+            ss += v * v;
+          }
+          cache[c] = a[u];  // read back below by this same thread
+        }
+      }
+    }
+    const float rstd = rsqrtf(row_sum<THREADS, 1>(ss, red) * inv_d + eps);
+    for (int c0 = tid; c0 < nvec; c0 += THREADS * U) {
+      Vec<T, N> wv[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * THREADS;
+        if (c < nvec) wv[u] = load_ro<T, N>(w + (int64_t)c * N);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = c0 + u * THREADS;
+        if (c < nvec) {
+          const Vec<T, N> xv = cache[c];
+          Vec<T, N> ov;
+#pragma unroll
+          for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(xv, e) * rstd * elem_f(wv[u], e));
+          store<T, N>(orow + (int64_t)c * N, ov);
+        }
+      }
+    }
+    __syncthreads();  // red is rewritten for the next row
+  }
+}
+
+constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride beyond this many blocks
+
+#ifndef ASTRA_ROW_CACHE
+#define ASTRA_ROW_CACHE 1  // 0: wide rows take the re-reading loop path (the kernel before 2026-11-21, session 3)
+#endif
+
+// Knob combinations that cannot launch or would spill are clamped here, so every combination is valid:
+// at most 1024 threads per block; at 1024 threads (64 registers a thread) at most 2 vectors per thread.
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, typename T, int N>
+static int run(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, float eps, cudaStream_t stream) {
+  constexpr int R = THREADS * ROWS > 1024 ? 1024 / THREADS : ROWS;
+  constexpr int V = THREADS * R >= 1024 && VPT > 2 ? 2 : (THREADS * R >= 512 && VPT > 4 ? 4 : VPT);
+  const int64_t rows = in.shape[0];
+  const int d = (int)in.shape[1], nvec = d / N;
+  const float inv_d = 1.0f / (float)d;  // the kernels multiply: no IEEE division (and its slow path) per row
+  const T* x = static_cast<const T*>(in.data);
+  const T* wp = static_cast<const T*>(w.data);
+  T* o = static_cast<T*>(out.data);
+  if (nvec <= THREADS * V) {
+    // FIT 1: the fewest whole warps that hold the row at V vectors a thread, not THREADS (at d = 5120,
+    // 640 vectors, THREADS 1024 x 1 left 384 threads of every block idle).
+    const int per = (nvec + V - 1) / V, fitted = (per + 31) / 32 * 32;
+    const int nthr = FIT && fitted < THREADS ? fitted : THREADS;
+    const int64_t blocks = (rows + R - 1) / R;
+    return launch(rms_reg_kernel<T, N, THREADS, V, R, PDL != 0>, PDL != 0,
+                  dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(nthr, R), 0, stream, x, wp, o, rows,
+                  nvec, inv_d, in.stride[0], out.stride[0], eps);
+  }
+  constexpr int LT = THREADS < 256 ? 256 : THREADS;  // wide rows: at least 8 warps
+  const dim3 grid((unsigned)(rows < kMaxGrid ? rows : kMaxGrid));
+#if ASTRA_ROW_CACHE
+  // WIDE = vectors of each operand in flight per thread and step. 1: <= 32 registers, two 1024-thread
+  // blocks (rows) per SM; 2: more loads in flight but ~62 registers, one block per SM: for fewer rows than SMs.
+  constexpr auto cached = rms_cache_kernel<T, N, LT, WIDE, WIDE == 1 ? 2048 / LT : 1, PDL != 0>;
+  const size_t bytes = (size_t)nvec * sizeof(Vec<T, N>);
+  if (allow_smem<cached>(bytes))
+    return launch(cached, PDL != 0, grid, dim3(LT), bytes, stream, x, wp, o, rows, nvec, inv_d, in.stride[0], out.stride[0],
+                  eps);
+#endif
+  return launch(rms_loop_kernel<T, N, LT, PDL != 0>, PDL != 0, grid, dim3(LT), 0, stream, x, wp, o, rows, nvec, inv_d,
+                in.stride[0], out.stride[0], eps);
+}
+
+// N-element vectors need N-aligned bases and every row start (d, strides) a whole number of vectors.
+static bool vec_ok(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, int64_t elems, int bytes) {
+  return ((uintptr_t)in.data % bytes == 0) && ((uintptr_t)w.data % bytes == 0) && ((uintptr_t)out.data % bytes == 0) &&
+         in.shape[1] % elems == 0 &&
+         (in.shape[0] == 1 || (in.stride[0] % elems == 0 && out.stride[0] % elems == 0));
+}
+
+// 16-byte vectors where the layout allows, else 8-byte ones, else one element per access.
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, typename T>
+static int run_any(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, float eps,
+                   cudaStream_t stream) {
+  constexpr int V16 = 16 / (int)sizeof(T);
+  if (vec_ok(in, w, out, V16, 16)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, V16>(in, w, out, eps, stream);
+  if (vec_ok(in, w, out, V16 / 2, 8)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, V16 / 2>(in, w, out, eps, stream);
+  return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, 1>(in, w, out, eps, stream);
+}
+
+static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars) {
+  if (num_tensors != 3 || num_scalars != 1) return ASTRA_UNSUPPORTED;
+  const AstraTensor& in = tensors[0];
+  const AstraTensor& w = tensors[1];
+  const AstraTensor& out = tensors[2];
+  if (in.ndim != 2 || out.ndim != 2 || w.ndim != 1) return ASTRA_UNSUPPORTED;
+  if (in.dtype != w.dtype || in.dtype != out.dtype) return ASTRA_UNSUPPORTED;
+  if (out.shape[0] != in.shape[0] || out.shape[1] != in.shape[1] || w.shape[0] != in.shape[1]) return ASTRA_UNSUPPORTED;
+  if (in.shape[1] > 1 && (in.stride[1] != 1 || out.stride[1] != 1 || w.stride[0] != 1)) return ASTRA_UNSUPPORTED;
+  if (in.shape[1] >= (int64_t)1 << 31) return ASTRA_UNSUPPORTED;  // column index is 32-bit
+  return ASTRA_OK;
+}
+
+}  // namespace
+
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT>
+static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const double* scalars, int num_scalars,
+                            cudaStream_t stream) {
+  const int bad = validate(tensors, num_tensors, num_scalars);
+  if (bad != ASTRA_OK) return bad;
+  const AstraTensor& in = tensors[0];
+  const AstraTensor& w = tensors[1];
+  const AstraTensor& out = tensors[2];
+  if (in.shape[0] == 0 || in.shape[1] == 0) return ASTRA_OK;  // empty output: launch nothing
+  const float eps = (float)scalars[0];
+  switch (in.dtype) {
+    case ASTRA_FLOAT32: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, float>(in, w, out, eps, stream);
+    case ASTRA_FLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, __half>(in, w, out, eps, stream);
+    case ASTRA_BFLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, __nv_bfloat16>(in, w, out, eps, stream);
+    default: return ASTRA_UNSUPPORTED;
+  }
+}
+
+#ifndef ASTRA_NO_DEFAULT_ENTRY
+#ifndef ASTRA_DEFAULT_FIT
+#define ASTRA_DEFAULT_FIT 1
+#endif
+#ifndef ASTRA_DEFAULT_PDL
+#define ASTRA_DEFAULT_PDL 1
+#endif
+// Hand-chosen dispatch on the row width in vectors (nv, of the width the layout allows), from the knob
+// sweep (H200, bf16, 2026-11-21; us, ours vs sgl_kernel):
+//  - rows up to 1024 vectors (d <= 8192 at 2 bytes): whole row in registers, up to 4 vectors of each
+//    operand per thread (8 loads in flight), the fewest threads that hold it; narrow rows pack several
+//    rows per block. 8192x4096: 36.96 (128 x 4) vs 47.95 (512 x 1); 2048x8192: 21.6 (256 x 4) vs 37.3
+//    (1024 x 1); sgl_kernel 45.6 and 26.9.
+//  - few short rows (<= 128 rows, d 2049-4096): 256 threads x 2 vectors, 2.08 vs 2.23 (128 x 4) at
+//    128x4096.
+//  - wider rows: the cached-row path; at most 128 rows: 1024 threads, WIDE 2 (more loads in flight, one
+//    block per SM): 3.78 / 4.17 at 128x11008, 3.42 / 3.95 at 64x13824, 2.70 / 2.94 at 7x8200; more rows:
+//    512 threads, WIDE 1: 6.38 / 6.11 at 256x13824, 10.58 / 11.39 at 512x14336, 66.0 / 80.2 at 4096x14336
+//    (benchmarks/results/2026-11-21-h200-s3/variants). The two-pass loop path before it (second read
+//    from L2, 256 threads): 6.43 / 6.05 at 256x13824, 4.37 / 4.20 at 128x11008.
+//  - FIT (session 4, benchmarks/results/2026-11-21-h200-s4, `variants fit`; speedup vs flashinfer): threads
+//    cut to the row, e.g. 160 of 256 (x 4 vectors) at d = 5120: 16384x5120 0.871 -> 1.240, 8192x5120 0.884
+//    -> 1.302, 2048x5120 0.905 -> 1.222, 640x6144 1.088 -> 1.304. At most 128 rows of 1025-1536 vectors:
+//    the register path, 768 x 2 fitted, 128x11008 1.061 -> 1.226 (cached path before).
+ASTRA_ENTRY {
+  const int bad = validate(tensors, num_tensors, num_scalars);
+  if (bad != ASTRA_OK) return bad;
+  const AstraTensor& in = tensors[0];
+  const int64_t size = in.dtype == ASTRA_FLOAT32 ? 4 : 2;
+  const int64_t vec = vec_ok(in, tensors[1], tensors[2], 16 / size, 16) ? 16 / size
+                      : vec_ok(in, tensors[1], tensors[2], 8 / size, 8) ? 8 / size : 1;
+  const int64_t nv = (in.shape[1] + vec - 1) / vec, rows = in.shape[0];
+  constexpr int P = ASTRA_DEFAULT_PDL;
+#define ASTRA_GO(TH, V, R, W) \
+  return astra_launch_cfg<TH, V, R, P, W, ASTRA_DEFAULT_FIT>(tensors, num_tensors, scalars, num_scalars, stream)
+  if (nv <= 32) ASTRA_GO(32, 1, 4, 1);
+  if (nv <= 64) ASTRA_GO(32, 2, 4, 1);
+  if (nv <= 128) ASTRA_GO(32, 4, 2, 1);
+  if (nv <= 256) ASTRA_GO(64, 4, 1, 1);
+  if (nv <= 512) {
+    if (rows <= 128) ASTRA_GO(256, 2, 1, 1);
+    ASTRA_GO(128, 4, 1, 1);
+  }
+  if (nv <= 1024) ASTRA_GO(256, 4, 1, 1);
+  if (nv <= 1536 && rows <= 128) ASTRA_GO(768, 2, 1, 1);  // the register path, fitted: 2 vectors a thread
+  if (nv <= 2048 && rows <= 256) ASTRA_GO(512, 4, 1, 1);  // the register path, fitted: 4 vectors a thread
+  if (rows <= 128) ASTRA_GO(1024, 1, 1, 2);  // capacity < nv: the cached-row path
+  ASTRA_GO(512, 1, 1, 1);
+#undef ASTRA_GO
+}
+#endif

@@ -1,0 +1,79 @@
+"""Per kernel instantiation: do two builds compile to the same SASS? The check behind the notes' "same device
+code as the timed build" claims (a timed number stays valid for an unchanged instantiation). CPU only; needs
+cuobjdump on PATH (a CUDA toolkit's, or the bin folder of the `nvidia-cuda-cuobjdump` wheel).
+
+Usage:
+    python3 benchmarks/sass_diff.py NEW OLD [-D NAME=VALUE] [--old-define NAME=VALUE] [--grep TEXT]
+NEW / OLD: a file, or GIT_REV:PATH (read with `git show`), e.g.
+    python3 benchmarks/sass_diff.py patches/silu_and_mul/kernel.cu cacc5fc:patches/silu_and_mul/kernel.cu
+Prints one line per kernel (same / differs / only in one build) and the counts.
+"""
+import argparse
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from astra_sglang.harness.build import build_library
+
+
+def source(spec: str, folder: Path, name: str) -> Path:
+    if Path(spec).is_file():
+        return Path(spec)
+    if ":" not in spec:
+        raise SystemExit(f"sass_diff: no such file or GIT_REV:PATH: {spec}")
+    rev, path = spec.split(":", 1)
+    text = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True)
+    if text.returncode != 0:
+        raise SystemExit(f"sass_diff: git show {spec}: {text.stderr.strip()[:200]}")
+    out = folder / name
+    out.write_text(text.stdout)
+    return out
+
+
+def sass(path: Path, defines: dict[str, str]) -> dict[str, list[str]]:
+    build = build_library(path, defines)
+    if not build.ok:
+        raise SystemExit(f"sass_diff: build of {path} failed: {build.log[-300:]}")
+    return parse(subprocess.run(["cuobjdump", "-sass", build.library], capture_output=True, text=True,
+                                check=True).stdout)
+
+
+def parse(dump: str) -> dict[str, list[str]]:
+    """Kernel (anonymous-namespace hash removed: it differs per file) -> its instructions, without addresses
+    and encodings."""
+    kernels = {}
+    for m in re.finditer(r"Function : (\S+)\n(.*?)(?=\n\s*Function : |\Z)", dump, re.S):
+        name = re.sub(r"_GLOBAL__N__\w+?_kernel_cu_[0-9a-f]+", "", m.group(1))
+        kernels[name] = [line.split("*/", 1)[1].split(";")[0].strip() for line in m.group(2).splitlines()
+                         if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
+    return kernels
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("new")
+    ap.add_argument("old")
+    ap.add_argument("-D", dest="defines", action="append", default=[], help="NAME=VALUE for the NEW build")
+    ap.add_argument("--old-define", action="append", default=[], help="NAME=VALUE for the OLD build")
+    ap.add_argument("--grep", default="", help="only kernels whose mangled name contains this")
+    args = ap.parse_args()
+    if not shutil.which("cuobjdump"):
+        raise SystemExit("sass_diff: cuobjdump not on PATH (CUDA toolkit, or the nvidia-cuda-cuobjdump wheel)")
+    with tempfile.TemporaryDirectory() as tmp:
+        new = sass(source(args.new, Path(tmp), "new.cu"), dict(d.split("=", 1) for d in args.defines))
+        old = sass(source(args.old, Path(tmp), "old.cu"), dict(d.split("=", 1) for d in args.old_define))
+    counts = {"same": 0, "differs": 0, "only in one build": 0}
+    for name in sorted(set(new) | set(old)):
+        if args.grep not in name:
+            continue
+        verdict = ("only in one build" if name not in new or name not in old
+                   else "same" if new[name] == old[name] else "differs")
+        counts[verdict] += 1
+        print(f"{verdict:17s} {name}")
+    print(", ".join(f"{v} {k}" for k, v in counts.items()))
+
+
+if __name__ == "__main__":
+    main()

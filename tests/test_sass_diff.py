@@ -1,0 +1,29 @@
+"""benchmarks/sass_diff.py's parsing of `cuobjdump -sass` (no GPU, no cuobjdump needed)."""
+import importlib.util
+from pathlib import Path
+
+
+def _module():
+    path = Path(__file__).parent.parent / "benchmarks" / "sass_diff.py"
+    spec = importlib.util.spec_from_file_location("sass_diff", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _dump(hash_: str, second_op: str) -> str:
+    # Two files' builds: the anonymous-namespace hash differs, addresses and encodings are per line.
+    name = f"_ZN41_GLOBAL__N__{hash_}_9_kernel_cu_8fbcd36619silu_and_mul_kernelI6__halfLi8ELi64ELi1ELb1EEEvPKT_"
+    return (f"\n\t\tFunction : {name}\n"
+            "        /*0000*/                   LDC R1, c[0x0][0x28] ;            /* 0x00000a00ff017b82 */\n"
+            f"        /*0010*/                   {second_op} ;                      /* 0x000fe20000000f00 */\n"
+            "\t\t..........\n")
+
+
+def test_same_code_in_two_files_compares_equal_and_a_changed_instruction_does_not():
+    sass_diff = _module()
+    a, b = sass_diff.parse(_dump("6db16129", "EXIT")), sass_diff.parse(_dump("b6750a33", "EXIT"))
+    assert list(a) == list(b) and len(a) == 1
+    assert next(iter(a.values())) == ["LDC R1, c[0x0][0x28]", "EXIT"]
+    assert a == b
+    assert sass_diff.parse(_dump("b6750a33", "BRA 0x10")) != a
