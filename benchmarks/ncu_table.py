@@ -1,11 +1,12 @@
 """Nsight Compute numbers per shape: our shipped patch vs SGLang's own op, one launch each, L2 flushed.
 
 Usage (GPU machine, repo root, after `source benchmarks/gpu/setup.sh`):
-    python3 benchmarks/ncu_table.py OUTDIR [op:TxD ...]
+    python3 benchmarks/ncu_table.py OUTDIR [paper] [op:TxD ...]
     python3 benchmarks/ncu_table.py --from-jsonl OUTDIR/ncu.jsonl   (the table again, anywhere)
 Writes OUTDIR/ncu.jsonl (every section fact) and prints a markdown table of the facts that explain a
 memory-bound kernel's gap: duration, DRAM throughput (% of peak and GB/s), achieved occupancy, registers,
-grid/block, warp cycles per issued instruction. Default shapes: every paper shape of the four shipped ops.
+grid/block, warp cycles per issued instruction. Default shapes: every paper shape of the four shipped ops;
+the item `paper` adds them to op:TxD items.
 All shapes of one (op, side) share one ncu process (NcuProfiler.profile_many): 8 processes, not 52.
 """
 import json
@@ -78,13 +79,17 @@ def from_jsonl(path: Path) -> str:
 
 
 def wanted_shapes(items: list[str]) -> dict[str, list[tuple[int, ...]]]:
-    """op:TxD items (or every paper shape of the four ops) grouped by op, in the order given."""
-    if not items:
-        return {op: resolve_shapes(get_spec(op), "paper") for op in DEFAULT_OPS}
+    """op:TxD items (and with `paper` or no items, every paper shape of the four ops) grouped by op."""
     grouped: dict[str, list[tuple[int, ...]]] = {}
+    if not items or "paper" in items:
+        grouped = {op: list(resolve_shapes(get_spec(op), "paper")) for op in DEFAULT_OPS}
     for item in items:
+        if item == "paper":
+            continue
         op, shape_text = item.split(":")
-        grouped.setdefault(op, []).append(tuple(int(n) for n in shape_text.split("x")))
+        shape = tuple(int(n) for n in shape_text.split("x"))
+        if shape not in grouped.setdefault(op, []):
+            grouped[op].append(shape)
     return grouped
 
 

@@ -97,6 +97,8 @@ def test_ncu_table_defaults_to_every_paper_shape_and_reads_dram_bytes_per_second
     assert list(wanted) == ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse"]
     assert sum(map(len, wanted.values())) == 26
     assert table.wanted_shapes(["rmsnorm:256x13824", "rmsnorm:512x14336"]) == {"rmsnorm": [(256, 13824), (512, 14336)]}
+    more = table.wanted_shapes(["paper", "rmsnorm:128x4096", "rmsnorm:16384x8192"])  # a paper shape is not repeated
+    assert more["rmsnorm"] == wanted["rmsnorm"] + [(16384, 8192)] and more["silu_and_mul"] == wanted["silu_and_mul"]
     facts = {"GPU Speed Of Light Throughput: Memory Throughput (%)": 35.0,
              "Memory Workload Analysis: Memory Throughput (Tbyte/s)": 1.45,
              "GPU Speed Of Light Throughput: Duration (usecond)": 9.8}
