@@ -6,7 +6,11 @@ Usage:
     python3 benchmarks/sass_diff.py NEW OLD [-D NAME=VALUE] [--old-define NAME=VALUE] [--grep TEXT]
 NEW / OLD: a file, or GIT_REV:PATH (read with `git show`), e.g.
     python3 benchmarks/sass_diff.py patches/silu_and_mul/kernel.cu cacc5fc:patches/silu_and_mul/kernel.cu
-Prints one line per kernel (same / differs / only in one build) and the counts.
+Prints one line per kernel (same / differs / only in one build) and the counts. `--rename REGEX=TEXT` rewrites
+NEW's kernel names before matching, for a build that gained a template parameter, e.g. merge's ORDER:
+    python3 benchmarks/sass_diff.py patches/merge_attn_states_lse/kernel.cu \
+        benchmarks/results/2026-11-21-h200-s6/sources/merge-x.cu --old-define ASTRA_MERGE_EARLY=1 \
+        --grep ELi1EEEv --rename "ELi1EEEv=EEEv"
 """
 import argparse
 import re
@@ -51,23 +55,31 @@ def parse(dump: str) -> dict[str, list[str]]:
     return kernels
 
 
+def rename(name: str, rules: list[str]) -> str:
+    for rule in rules:
+        pattern, text = rule.split("=", 1)
+        name = re.sub(pattern, text, name)
+    return name
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("new")
     ap.add_argument("old")
     ap.add_argument("-D", dest="defines", action="append", default=[], help="NAME=VALUE for the NEW build")
     ap.add_argument("--old-define", action="append", default=[], help="NAME=VALUE for the OLD build")
-    ap.add_argument("--grep", default="", help="only kernels whose mangled name contains this")
+    ap.add_argument("--grep", default="", help="only kernels whose mangled name contains this (NEW's name)")
+    ap.add_argument("--rename", action="append", default=[], help="REGEX=TEXT applied to NEW's kernel names")
     args = ap.parse_args()
     if not shutil.which("cuobjdump"):
         raise SystemExit("sass_diff: cuobjdump not on PATH (CUDA toolkit, or the nvidia-cuda-cuobjdump wheel)")
     with tempfile.TemporaryDirectory() as tmp:
         new = sass(source(args.new, Path(tmp), "new.cu"), dict(d.split("=", 1) for d in args.defines))
         old = sass(source(args.old, Path(tmp), "old.cu"), dict(d.split("=", 1) for d in args.old_define))
+    new = {name: code for name, code in new.items() if args.grep in name}
+    new = {rename(name, args.rename): code for name, code in new.items()}
     counts = {"same": 0, "differs": 0, "only in one build": 0}
-    for name in sorted(set(new) | set(old)):
-        if args.grep not in name:
-            continue
+    for name in sorted(set(new) | ({n for n in old if args.grep in n} if not args.rename else set())):
         verdict = ("only in one build" if name not in new or name not in old
                    else "same" if new[name] == old[name] else "differs")
         counts[verdict] += 1

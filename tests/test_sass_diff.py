@@ -27,3 +27,10 @@ def test_same_code_in_two_files_compares_equal_and_a_changed_instruction_does_no
     assert next(iter(a.values())) == ["LDC R1, c[0x0][0x28]", "EXIT"]
     assert a == b
     assert sass_diff.parse(_dump("b6750a33", "BRA 0x10")) != a
+
+
+def test_rename_maps_a_new_template_parameter_onto_the_old_name():
+    sass_diff = _module()
+    new = "merge_kernelI13__nv_bfloat16Li8ELi128ELi1ELb1ELi2EEEvPKT_"
+    assert sass_diff.rename(new, ["ELi2EEEv=EEEv"]) == "merge_kernelI13__nv_bfloat16Li8ELi128ELi1ELb1EEEvPKT_"
+    assert sass_diff.rename(new, []) == new

@@ -9,11 +9,23 @@ OUTDIR/check_effect.jsonl ours / SGLang's median, the speedup, and the GPU's clo
   after-check         unchecked timing right after them
   after-fp64          unchecked timing right after an fp64 workload like the reference's (square, row mean)
   sleep-10            10 s idle, then unchecked timing: does a lingering clock or power state explain it?
+  (session 6: none of the above moved it, ~131 us each)
+  check+time          checks and timing in one evaluate_shape call, as kernels.sh runs them
+  check+time-noedge   the same without the edge cases (odd views, offsets) in the checks
+  check+time-emptied  the same with gc + the allocator cache emptied between checks and timing
+  (session 6: all three ~144 us; the steps above ~131 us. What differs between "check" + "after-check" and
+  these: a new evaluate_shape call and the nvidia-smi query in between, so:)
+  check+sleep+time    checks, 0.5 s idle, timing, in one call
+  check+smi+time      checks, the nvidia-smi query, timing, in one call
+  check, time-nosmi   the two steps back to back with no nvidia-smi query between them
+  time-long           unchecked timing with 10x the replays (does the effect fade within one timing?)
+  check+time-long     checks and that long timing in one call
 Usage (GPU machine, repo root, after `source benchmarks/gpu/setup.sh`):
     python3 benchmarks/gpu/check_effect.py OUTDIR [OP [SHAPE]]      # default: rmsnorm 16384x8192
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -22,6 +34,7 @@ import time
 
 import torch
 
+from astra_sglang.harness import gpu_eval
 from astra_sglang.harness.build import build_library
 from astra_sglang.harness.gpu_eval import GpuSession
 from astra_sglang.harness.records import EvalRequest, KernelSource
@@ -59,9 +72,9 @@ def main(out: str, op: str = "rmsnorm", shape_text: str = "16384x8192", dtype: s
     session = GpuSession(spec, build.library, KERNEL_BASELINES[op], probes.library, req)
     progress = Progress(None)
 
-    def step(name: str, check: bool, time_it: bool) -> None:
-        session.req = req.model_copy(update={"check": check, "time": time_it})
-        state = gpu_state()
+    def step(name: str, check: bool, time_it: bool, query: bool = True, **update) -> None:
+        session.req = req.model_copy(update={"check": check, "time": time_it, **update})
+        state = gpu_state() if query else "not queried"
         row = session.evaluate_shape(shape, dtype, progress)
         rec = {"step": name, "op": op, "shape": shape, "dtype": dtype, "gpu_state_before": state,
                "ours_us": row.candidate.median_us if row.candidate else None,
@@ -69,7 +82,7 @@ def main(out: str, op: str = "rmsnorm", shape_text: str = "16384x8192", dtype: s
                "pct_roofline": row.pct_roofline, "correct": row.correct}
         with open(f"{out}/check_effect.jsonl", "a") as fh:
             fh.write(json.dumps(rec) + "\n")
-        print(f"{name:12s} ours {rec['ours_us'] or 0:8.2f} us  SGLang {rec['sglang_us'] or 0:8.2f} us  "
+        print(f"{name:18s} ours {rec['ours_us'] or 0:8.2f} us  SGLang {rec['sglang_us'] or 0:8.2f} us  "
               f"x{rec['speedup'] or 0:6.3f}  roof {rec['pct_roofline'] or 0:5.1f}%  [{QUERY}: {state}]", flush=True)
 
     step("time-1", False, True)
@@ -80,6 +93,39 @@ def main(out: str, op: str = "rmsnorm", shape_text: str = "16384x8192", dtype: s
     step("after-fp64", False, True)
     time.sleep(10)
     step("sleep-10", False, True)
+    step("check+time", True, True)
+    step("check+time-noedge", True, True, edge_cases=False)
+    checks = session._check
+
+    def check_then_empty(*args) -> None:
+        checks(*args)
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+    def check_then(after):
+        def run(*args) -> None:
+            checks(*args)
+            torch.cuda.synchronize()
+            after()
+        return run
+
+    session._check = check_then_empty
+    step("check+time-emptied", True, True)
+    session._check = checks
+    step("check+time-2", True, True)
+    session._check = check_then(lambda: time.sleep(0.5))
+    step("check+sleep+time", True, True)
+    session._check = check_then(gpu_state)
+    step("check+smi+time", True, True)
+    session._check = checks
+    step("check-2", True, False)
+    step("time-nosmi", False, True, query=False)
+    replays = gpu_eval.interleaved.__defaults__
+    gpu_eval.interleaved.__defaults__ = (200, 3)  # replays, warmup
+    step("time-long", False, True)
+    step("check+time-long", True, True)
+    gpu_eval.interleaved.__defaults__ = replays
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import math
 import os
 import sys
 import time
+from pathlib import Path
 
 from astra_sglang.harness.isolate import evaluate, prebuild
 from astra_sglang.harness.records import EvalRequest, KernelSource
@@ -63,21 +64,28 @@ def write_generated() -> None:
         with open(path, "w") as fh:
             fh.write("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + body + f"\nASTRA_ENTRY {{ return astra_launch_cfg<{threads}, "
                      f"{vpt}, 1>(tensors, num_tensors, scalars, num_scalars, stream); }}\n")
-    for path, (op, knobs) in NORM_CFGS.items():
-        with open(f"patches/{op}/kernel.cu") as fh:
+    for path, (src, knobs) in NORM_CFGS.items():
+        with open(src) as fh:
             body = strip_dispatch(fh.read())
         with open(path, "w") as fh:
             fh.write("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + body + "\nASTRA_ENTRY { return astra_launch_cfg<"
                      + ", ".join(map(str, knobs)) + ">(tensors, num_tensors, scalars, num_scalars, stream); }\n")
 
 
-NORM_CFGS: dict[str, tuple[str, tuple[int, ...]]] = {}  # work/cfg/*.cu -> (op, knob values), written by main()
+NORM_CFGS: dict[str, tuple[str, tuple[int, ...]]] = {}  # work/cfg/*.cu -> (source, knob values), written by main()
 
 
 def norm_config(op: str, threads: int, vpt: int, rows: int, wide: int, fit: int) -> str:
     """The shipped norm with one fixed knob configuration (THREADS, VPT, ROWS, PDL 1, WIDE, FIT)."""
     path = f"work/cfg/{op}_{threads}_{vpt}_{rows}_{wide}_{fit}.cu"
-    NORM_CFGS[path] = (op, (threads, vpt, rows, 1, wide, fit))
+    NORM_CFGS[path] = (f"patches/{op}/kernel.cu", (threads, vpt, rows, 1, wide, fit))
+    return path
+
+
+def op_config(op: str, *knobs: int, src: str | None = None) -> str:
+    """The shipped patch of any op (or `src`) with one fixed knob configuration (its astra_launch_cfg parameters)."""
+    path = f"work/cfg/{op}_" + "_".join(map(str, knobs)) + ("" if src is None else "_" + Path(src).stem) + ".cu"
+    NORM_CFGS[path] = (src or f"patches/{op}/kernel.cu", knobs)
     return path
 
 
@@ -107,6 +115,12 @@ ELEM_SHAPES = {op: _unique(resolve_shapes(get_spec(op), "paper"), resolve_shapes
 ELEM_CFG_SHAPES = [(1024, 8192), (2048, 8192), (8192, 8192), (16384, 8192), (8192, 4096), (16384, 5120),
                    (128, 11008), (256, 13824), (512, 14336), (4096, 14336), (256, 11008), (1024, 13824)]
 ELEM_CFGS = [(256, 4, 1), (512, 2, 1), (1024, 1, 1), (768, 2, 1), (512, 1, 1), (1024, 1, 2), (512, 4, 1), (1024, 2, 1)]
+MERGE_X = "benchmarks/results/2026-11-21-h200-s6/sources/merge-x.cu"  # session 6's merge-early / merge-x file
+# Either side of the ORDER 2 band (lanes in (2^15, 2^17]; 16 lanes per pair at head_dim 128, 32 at 256) and
+# of ORDER 0 (> 2^24 elements).
+MERGE_BAND = [(32, 64, 128), (48, 32, 128), (64, 32, 128), (96, 32, 128), (64, 40, 128), (192, 40, 128),
+              (256, 32, 128), (320, 32, 128), (384, 32, 128), (64, 32, 256), (128, 32, 256), (256, 32, 256),
+              (4096, 32, 128), (4096, 40, 128), (2048, 64, 128), (4096, 64, 128)]
 CHECKED = ("u1t1024",)  # the new path's default: full checks (edge cases included) besides the timing
 PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     "wide": [(op, label, src, defs, WIDE_SHAPES, ["bfloat16"], label in CHECKED)
@@ -147,9 +161,30 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     "models-silu": [("silu_and_mul", "shipped", "patches/silu_and_mul/kernel.cu", {}, None, ["bfloat16"], False)],
     # merge: the value loads issued with the LSE loads instead of after the LSE math (SASS of the shipped
     # build: LDG of the LSEs -> MUFU -> LDG.128 of the values, two dependent DRAM trips per thread).
-    "merge-early": [("merge_attn_states_lse", label, "patches/merge_attn_states_lse/kernel.cu", defines,
+    "merge-early": [("merge_attn_states_lse", label, MERGE_X, defines,
                      _unique(resolve_shapes(get_spec("merge_attn_states_lse"), "paper+models")), ["bfloat16"],
                      label == "early") for label, defines in (("shipped", {}), ("early", {"ASTRA_MERGE_EARLY": "1"}))],
+    # Session 6, after merge-early (both plans build the file of that run, whose default and EARLY=1 builds
+    # have the SASS of the session-5 file, `git show 19e5e3d:patches/merge_attn_states_lse/kernel.cu`) (EARLY won 1-32 and 512-2048 tokens, lost 2-5% at 128 tokens and 2-9% at
+    # >= 8192 tokens, where its 3/4-SM launch bound shows): which part of EARLY costs at 128 tokens (plain
+    # vs read-only early loads, LSE loads first), and 128-thread blocks at the large shapes (SGLang's size).
+    "merge-x": [("merge_attn_states_lse", label, src, defines,
+                 _unique(resolve_shapes(get_spec("merge_attn_states_lse"), "paper+models")), ["bfloat16"], False)
+                for label, src, defines in (
+                    ("shipped", MERGE_X, {}),
+                    ("early", MERGE_X, {"ASTRA_MERGE_EARLY": "1"}),
+                    ("early-ro", MERGE_X, {"ASTRA_MERGE_EARLY": "1", "ASTRA_MERGE_EARLY_RO": "1"}),
+                    ("early-lse1", MERGE_X, {"ASTRA_MERGE_EARLY": "1", "ASTRA_MERGE_LSE_FIRST": "1"}),
+                    ("128x1", op_config("merge_attn_states_lse", 128, 1, 1, src=MERGE_X), {}),
+                    ("early-128x1", op_config("merge_attn_states_lse", 128, 1, 1, src=MERGE_X),
+                     {"ASTRA_MERGE_EARLY": "1"}))],
+    # The shipped merge (ORDER by size, 128 threads) over paper + model shapes and shapes either side of its
+    # ORDER band; each ORDER fixed on the band's shapes, to see whether the edges sit right.
+    "merge-final": [("merge_attn_states_lse", "shipped", "patches/merge_attn_states_lse/kernel.cu", {},
+                     _unique(resolve_shapes(get_spec("merge_attn_states_lse"), "paper+models"), MERGE_BAND),
+                     ["bfloat16"], True)]
+                   + [("merge_attn_states_lse", f"order{o}", op_config("merge_attn_states_lse", 128, 1, 1, o), {},
+                       MERGE_BAND, ["bfloat16"], False) for o in (0, 1, 2)],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],

@@ -9,7 +9,8 @@
 //  - A group of G lanes (G a power of two <= 32, the fewest that cover head_dim with VPT vectors each)
 //    per (token, head) pair; no shuffles, no barriers: every lane loads the pair's two LSEs itself (one
 //    broadcast transaction per warp) and does the LSE math once, in fp32, then merges its vectors.
-//  - All of a lane's value loads (VPT 16-byte vectors of v_a and of v_b) issued before the first use.
+//  - All of a lane's value loads (VPT 16-byte vectors of v_a and of v_b) issued before the first use; with
+//    ORDER 1-2 also before the LSE math (one DRAM round trip per lane, not two), in the order the knob says.
 //  - 16-byte vectors when pointers and head_dim allow; else one element per access.
 //  - Optional PDL: griddepcontrol.wait before any memory access keeps stream order exact.
 //
@@ -18,6 +19,7 @@
 // astra:knob THREADS 64 128 256 512
 // astra:knob VPT 1 2 4
 // astra:knob PDL 1
+// astra:knob ORDER 0 1 2
 #include <math.h>
 #include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp_sum, launch
 
@@ -34,17 +36,18 @@ __device__ __forceinline__ float lse_log(float x) { return logf(x); }
 #endif
 
 // Thread t serves pair t >> lg_g, lane t & (G - 1); vectors lane, lane + G, ... of the pair.
-#ifndef ASTRA_MERGE_EARLY
-#define ASTRA_MERGE_EARLY 0  // 1: value loads issued before the LSE math (SASS of 0: after it); not yet timed
-#endif
-constexpr bool EARLY = ASTRA_MERGE_EARLY != 0;
-
-// EARLY keeps more registers live (45 at bf16 256 x 1 unbounded; a full SM, 32, spilled 40 bytes): 3/4 SM, 39.
-template <typename T, int N, int THREADS, int VPT, bool PDL>
-__global__ void __launch_bounds__(THREADS, EARLY ? 1536 / THREADS : 0)
+// ORDER, when the first chunk's value loads are issued (SASS order of the LDGs):
+//   0  after the LSE math, which waits on the LSE loads: two dependent DRAM round trips per lane
+//   1  before the LSE loads ("early"): one round trip
+//   2  after the LSE loads, before the math ("LSE first"): one round trip, the LSEs first in the queue
+// ORDER 1-2 keep more registers live (45 at bf16 256 x 1 unbounded; a full SM, 32, spilled 40 bytes):
+// 3/4 of an SM, 40 registers at 128 threads.
+template <typename T, int N, int THREADS, int VPT, bool PDL, int ORDER>
+__global__ void __launch_bounds__(THREADS, ORDER ? 1536 / THREADS : 0)
 merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __restrict__ vb,
              const float* __restrict__ sb, T* __restrict__ vo, float* __restrict__ so, int64_t pairs, int nvec,
              int lg_g) {
+  constexpr bool EARLY = ORDER != 0;
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
   const int64_t t = (int64_t)blockIdx.x * THREADS + threadIdx.x;
@@ -53,7 +56,9 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
   const int g = 1 << lg_g;
   const int lane = (int)(t & (g - 1));
   Vec<T, N> a0[VPT], b0[VPT];
-  if constexpr (EARLY) {  // the first chunk's value loads leave with the LSE loads, not after the LSE math
+  float a_raw, b_raw;
+  if constexpr (ORDER == 2) a_raw = sa[p], b_raw = sb[p];
+  if constexpr (EARLY) {
     const int64_t base = p * (int64_t)nvec * N;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -64,9 +69,9 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
       }
     }
   }
+  if constexpr (ORDER != 2) a_raw = sa[p], b_raw = sb[p];
   // LSE math once per lane, fp32, accurate expf/logf (a few dozen instructions against 2 * VPT loads).
   // exp(-inf) = 0 drops an empty state.
-  const float a_raw = sa[p], b_raw = sb[p];
   const float a = isinf(a_raw) ? -INFINITY : a_raw;
   const float b = isinf(b_raw) ? -INFINITY : b_raw;
   const float m = fmaxf(a, b);
@@ -101,7 +106,7 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
   if (lane == 0) so[p] = empty ? -INFINITY : m + lse_log(wa + wb);
 }
 
-template <typename T, int N, int THREADS, int VPT, int PDL>
+template <typename T, int N, int THREADS, int VPT, int PDL, int ORDER>
 static int run(const AstraTensor* t, int64_t pairs, int64_t head_dim, cudaStream_t stream) {
   const int nvec = (int)(head_dim / N);
   int lg = 0;
@@ -109,7 +114,7 @@ static int run(const AstraTensor* t, int64_t pairs, int64_t head_dim, cudaStream
   const int64_t threads = pairs << lg;
   const int64_t blocks = (threads + THREADS - 1) / THREADS;
   if (blocks > 0x7fffffff) return ASTRA_UNSUPPORTED;
-  return launch(merge_kernel<T, N, THREADS, VPT, PDL != 0>, PDL != 0, dim3((unsigned)blocks), dim3(THREADS), 0, stream,
+  return launch(merge_kernel<T, N, THREADS, VPT, PDL != 0, ORDER>, PDL != 0, dim3((unsigned)blocks), dim3(THREADS), 0, stream,
                 static_cast<const T*>(t[0].data), static_cast<const float*>(t[1].data),
                 static_cast<const T*>(t[2].data), static_cast<const float*>(t[3].data), static_cast<T*>(t[4].data),
                 static_cast<float*>(t[5].data), pairs, nvec, lg);
@@ -150,7 +155,7 @@ static bool vec_ok(const AstraTensor* t, int64_t elems) {
 
 }  // namespace
 
-template <int THREADS, int VPT, int PDL>
+template <int THREADS, int VPT, int PDL, int ORDER>
 static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const double* scalars, int num_scalars,
                             cudaStream_t stream) {
   (void)scalars;
@@ -161,14 +166,14 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
   if (pairs == 0) return ASTRA_OK;  // nothing to do: launch nothing
   switch (v.dtype) {
     case ASTRA_FLOAT32:
-      return vec_ok(tensors, 4) ? run<float, 4, THREADS, VPT, PDL>(tensors, pairs, head_dim, stream)
-                                : run<float, 1, THREADS, VPT, PDL>(tensors, pairs, head_dim, stream);
+      return vec_ok(tensors, 4) ? run<float, 4, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream)
+                                : run<float, 1, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream);
     case ASTRA_FLOAT16:
-      return vec_ok(tensors, 8) ? run<__half, 8, THREADS, VPT, PDL>(tensors, pairs, head_dim, stream)
-                                : run<__half, 1, THREADS, VPT, PDL>(tensors, pairs, head_dim, stream);
+      return vec_ok(tensors, 8) ? run<__half, 8, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream)
+                                : run<__half, 1, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream);
     case ASTRA_BFLOAT16:
-      return vec_ok(tensors, 8) ? run<__nv_bfloat16, 8, THREADS, VPT, PDL>(tensors, pairs, head_dim, stream)
-                                : run<__nv_bfloat16, 1, THREADS, VPT, PDL>(tensors, pairs, head_dim, stream);
+      return vec_ok(tensors, 8) ? run<__nv_bfloat16, 8, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream)
+                                : run<__nv_bfloat16, 1, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream);
     default:
       return ASTRA_UNSUPPORTED;
   }
@@ -178,16 +183,28 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 #ifndef ASTRA_DEFAULT_PDL
 #define ASTRA_DEFAULT_PDL 1
 #endif
-// Hand-chosen dispatch: one vector per lane (all loads at once; fused_add_rmsnorm on an H200,
-// 2026-11-21: one vector per thread beat 4 per thread), 128-thread blocks up to 2^21 value elements per
-// tensor, 256 above.
+// Hand-chosen dispatch, 128-thread blocks and one vector per lane everywhere; ORDER by size (H200,
+// 2026-11-21, session 6, variants merge-x: bf16, paper + model shapes, speedup vs SGLang's merge_state_v2):
+//  - above 2^24 value elements (>= 8192 tokens x 28-64 heads x 128): ORDER 0, whose lighter blocks fill the
+//    SM (0.989-1.002x; ORDER 1 at 128 threads 0.970-1.004x; the former 256-thread blocks 0.976-0.989x).
+//  - a lane count (threads) in (2^15, 2^17], one partial wave of 3-8 blocks per SM (128 tokens x 28-64
+//    heads x 128): ORDER 2 (1.194-1.256x; ORDER 1 1.102-1.229x, ORDER 0 1.144-1.209x). Why the LSEs must go
+//    first only here is not understood; the band's edges are placed between the shapes measured.
+//  - everything else: ORDER 1 (1-32 tokens 1.41-1.57x vs 1.24-1.33x; 512-2048 tokens 1.026-1.168x vs
+//    1.009-1.110x).
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
   const AstraTensor& v = tensors[0];
-  const int64_t elems = v.shape[0] * v.shape[1] * v.shape[2];
+  const int64_t pairs = v.shape[0] * v.shape[1], elems = pairs * v.shape[2];
+  const int64_t vec = v.dtype == ASTRA_FLOAT32 ? 4 : 8, nvec = vec_ok(tensors, vec) ? v.shape[2] / vec : v.shape[2];
+  int64_t lanes = 1;  // as run() counts them at VPT 1
+  while (lanes < 32 && lanes < nvec) lanes *= 2;
+  const int64_t threads = pairs * lanes;
   constexpr int P = ASTRA_DEFAULT_PDL;
-  if (elems <= ((int64_t)1 << 21)) return astra_launch_cfg<128, 1, P>(tensors, num_tensors, scalars, num_scalars, stream);
-  return astra_launch_cfg<256, 1, P>(tensors, num_tensors, scalars, num_scalars, stream);
+  if (elems > ((int64_t)1 << 24)) return astra_launch_cfg<128, 1, P, 0>(tensors, num_tensors, scalars, num_scalars, stream);
+  if (threads > (1 << 15) && threads <= (1 << 17))
+    return astra_launch_cfg<128, 1, P, 2>(tensors, num_tensors, scalars, num_scalars, stream);
+  return astra_launch_cfg<128, 1, P, 1>(tensors, num_tensors, scalars, num_scalars, stream);
 }
 #endif
