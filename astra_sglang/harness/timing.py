@@ -22,6 +22,12 @@ MIN_REPLAY_US = 300.0  # one replay lasts at least this long, so event resolutio
 MAX_LAUNCHES = 2000
 MAX_SETS = 512
 SET_BUDGET_BYTES = 1 << 30
+# Unrecorded replays first, by time: right after the checks, rmsnorm 16384x8192 (104% of the copy probe)
+# timed 146 us over 3 warm-up + 20 recorded replays (~25 ms), but 131 us over 200 replays and 131 us when
+# nothing ran before it; SGLang's kernel (70% of the probe) moved ~1%. A transient of under ~100 ms that
+# slows a kernel at the DRAM limit (H200, session 6, benchmarks/gpu/check_effect.py). 0.2 s covers it;
+# Triton's do_bench warms up for 25 ms.
+WARMUP_S = 0.2
 
 
 def rotation_sets(set_bytes: int) -> int:
@@ -78,8 +84,10 @@ def blame(who: str, step):
         raise RuntimeError(f"in the {who}: {text.splitlines()[0] if text else type(exc).__name__}") from exc
 
 
-def interleaved(fns: dict[str, LaunchFn], sets: int, replays: int = 20, warmup: int = 3) -> dict[str, list[float]]:
-    """Per-launch microseconds of each fn, one sample per replay, replays interleaved across fns.
+def interleaved(fns: dict[str, LaunchFn], sets: int, replays: int = 20, warmup: int = 3,
+                warmup_s: float = WARMUP_S) -> dict[str, list[float]]:
+    """Per-launch microseconds of each fn, one sample per replay, replays interleaved across fns, after at
+    least `warmup` rounds and `warmup_s` seconds of unrecorded ones.
 
     Every capture and replay ends in a sync, so a fault is raised naming the fn whose launches made it
     (e.g. "in the baseline: ..."): an original op that faults only here is not blamed on the candidate."""
@@ -87,11 +95,14 @@ def interleaved(fns: dict[str, LaunchFn], sets: int, replays: int = 20, warmup: 
     graphs = {name: blame(name, lambda: capture(fn, launches, sets)) for name, fn in fns.items()}
     order = list(graphs)
     samples: dict[str, list[float]] = {name: [] for name in order}
-    for r in range(warmup + replays):
+    start, r = time.perf_counter(), 0
+    while len(samples[order[0]]) < replays:
+        recorded = r >= warmup and time.perf_counter() - start >= warmup_s
         for name in (order if r % 2 == 0 else order[::-1]):
             us = blame(name, lambda: _replay_us(graphs[name])) / launches
-            if r >= warmup:
+            if recorded:
                 samples[name].append(us)
+        r += 1
     return samples
 
 

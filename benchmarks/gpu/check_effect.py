@@ -20,6 +20,10 @@ OUTDIR/check_effect.jsonl ours / SGLang's median, the speedup, and the GPU's clo
   check, time-nosmi   the two steps back to back with no nvidia-smi query between them
   time-long           unchecked timing with 10x the replays (does the effect fade within one timing?)
   check+time-long     checks and that long timing in one call
+  (session 6: check+sleep+time, check+smi+time and time-nosmi ~146 us; time-long and check+time-long ~131 us:
+  a transient the short timing sat in. The harness now warms up for WARMUP_S seconds first:)
+  check+time-nowarm   checks and timing as before WARMUP_S (3 rounds of warm-up)
+  check+time-warm     checks and timing with the harness's defaults
 Usage (GPU machine, repo root, after `source benchmarks/gpu/setup.sh`):
     python3 benchmarks/gpu/check_effect.py OUTDIR [OP [SHAPE]]      # default: rmsnorm 16384x8192
 """
@@ -121,11 +125,14 @@ def main(out: str, op: str = "rmsnorm", shape_text: str = "16384x8192", dtype: s
     session._check = checks
     step("check-2", True, False)
     step("time-nosmi", False, True, query=False)
-    replays = gpu_eval.interleaved.__defaults__
-    gpu_eval.interleaved.__defaults__ = (200, 3)  # replays, warmup
+    defaults = gpu_eval.interleaved.__defaults__  # replays, warmup rounds, warmup seconds
+    gpu_eval.interleaved.__defaults__ = (200, 3, 0.0)
     step("time-long", False, True)
     step("check+time-long", True, True)
-    gpu_eval.interleaved.__defaults__ = replays
+    gpu_eval.interleaved.__defaults__ = (20, 3, 0.0)  # the harness before WARMUP_S
+    step("check+time-nowarm", True, True)
+    gpu_eval.interleaved.__defaults__ = defaults
+    step("check+time-warm", True, True)
 
 
 if __name__ == "__main__":
