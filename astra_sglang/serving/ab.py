@@ -20,6 +20,7 @@ import click
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.cli import PATCHES_OPTION, _errors, patched_server
+from astra_sglang.patching.stats import ENV_STATS_INTERVAL
 
 HOST = "127.0.0.1"
 PROBE_PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
@@ -31,6 +32,11 @@ METRICS = ("request_throughput", "output_throughput", "input_throughput", "total
            "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms",
            "median_e2e_latency_ms", "p99_e2e_latency_ms")
 
+
+# The patched arm writes its stats every STATS_INTERVAL_S seconds and run_arm waits one more write before the
+# stop: SGLang's processes die on SIGTERM without their atexit write, and with the default 10 s period a
+# benchmark of a few seconds was missing from the counts (session 6: the stats ended before it started).
+STATS_INTERVAL_S = 2.0
 
 def server_command(model_path: str, port: int, load_format: str | None = None, extra=(),
                    python: str = sys.executable) -> list[str]:
@@ -173,6 +179,8 @@ def run_arm(arm: str, run: int, argv: list[str], env: dict, opts: dict, out: Pat
             raise AstraError(f"benchmark failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
         metrics = read_bench(bench_file)
         outputs = parity_probe(opts["port"], "--skip-tokenizer-init" in opts["extra"])
+        if ENV_STATS_INTERVAL in env:  # one more stats write, so the counters include the benchmark
+            time.sleep(float(env[ENV_STATS_INTERVAL]) + 1.0)
     finally:
         stop_server(proc)
     nan = float("nan")
@@ -262,6 +270,7 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
             else:
                 stats = out / "stats" / f"B-{run}"
                 env, command, _ = patched_server(patches, stats_dir=stats, no_build=True, server_args=argv[3:])
+                env = {**env, ENV_STATS_INTERVAL: str(STATS_INTERVAL_S)}
                 stats_dirs.append(stats)
             row = run_arm(arm, run, command, env, opts, out)
             if stats:

@@ -188,6 +188,8 @@ def test_warmup_starts_are_run_first_and_not_recorded(tmp_path, monkeypatch):
 
     def fake_run_arm(arm, run, argv, env, opts, out):
         calls.append((arm, run, opts["num_prompts"], "ASTRA_SGLANG_PATCHES" in env))
+        # the patched arm flushes its stats often enough that the benchmark's calls are counted
+        assert env.get("ASTRA_SGLANG_STATS_INTERVAL") == (str(ab_mod.STATS_INTERVAL_S) if arm == "B" else None)
         return {"arm": arm, "run": run, "metrics": {"output_throughput": 1.0}, "outputs": []}
 
     monkeypatch.setattr(ab_mod, "sglang_available", lambda: True)
