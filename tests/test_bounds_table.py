@@ -1,0 +1,42 @@
+"""benchmarks/bounds_table.py: the streaming reference and the bound labels (no GPU)."""
+import importlib.util
+import json
+from pathlib import Path
+
+
+def _module():
+    path = Path(__file__).parent.parent / "benchmarks" / "bounds_table.py"
+    spec = importlib.util.spec_from_file_location("bounds_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(kernel, nbytes, ours_us, base_us, roofline_gbps=4000.0, dtype="bfloat16"):
+    return {"type": "shape", "kernel": kernel, "dtype": dtype, "shape": [1], "min_bytes": nbytes,
+            "roofline_gbps": roofline_gbps, "speedup": base_us / ours_us, "pct_roofline": None,
+            "candidate": {"median_us": ours_us}, "baseline": {"median_us": base_us}}
+
+
+def test_streaming_reference_takes_the_faster_side_and_interpolates_in_log_bytes(tmp_path):
+    bt = _module()
+    rows = [_row("silu_and_mul", 4_000_000, 2.0, 4.0),  # 1 us at the roofline: 50% (ours)
+            _row("silu_and_mul", 16_000_000, 8.0, 5.0),  # 4 us: 80% (SGLang's side is faster)
+            _row("rmsnorm", 8_000_000, 1.0, 1.0), _row("silu_and_mul", 8_000_000, 1.0, 1.0, dtype="float16")]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    points = bt.streaming_points([str(path)], "bfloat16")
+    assert [round(p, 6) for _, p in points] == [50.0, 80.0]
+    assert abs(bt.streaming_at(points, 8_000_000) - 65.0) < 1e-9  # halfway in log(bytes)
+    assert bt.streaming_at(points, 1_000_000) is None and bt.streaming_at(points, 32_000_000) is None
+
+
+def test_bound_labels():
+    bt = _module()
+    norm = {"kernel": "rmsnorm", "speedup": 1.1, "min_bytes": 16 << 20}
+    assert bt.bound({**norm, "speedup": 1.4}, 90, 80) == "none: 1.32x met"
+    assert bt.bound(norm, 104, 95).startswith("bandwidth")
+    assert bt.bound(norm, 84, 81).startswith("size")
+    assert bt.bound(norm, 75, 83) == "open: a streaming kernel gets there at this size"
+    assert bt.bound({**norm, "min_bytes": 4 << 20}, 42, 46).endswith("(latency range)")
+    assert bt.bound({**norm, "kernel": "silu_and_mul", "min_bytes": 1 << 20}, 8, 7).startswith("latency")
