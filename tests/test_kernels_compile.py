@@ -29,3 +29,22 @@ def test_kernel_compiles(source: Path, tmp_path: Path) -> None:
     assert build.returncode == 0, f"nvcc failed on {source.name}:\n{build.stderr}"
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True)
     assert any(line.split()[-1] == "astra_launch" for line in symbols.stdout.splitlines() if line.strip())
+
+
+# The merge patch's corner knob configurations: ORDER 1-2 cap registers at 40 only for one vector per lane
+# (VPT 1); with VPT 4 that cap spilled 848 bytes, which the tuner would then have timed.
+MERGE_CORNERS = [(512, 4, 1, 1), (64, 4, 1, 2), (256, 2, 1, 1), (128, 1, 1, 2), (128, 1, 1, 0)]
+
+
+def test_merge_knob_corners_build_without_spills(tmp_path: Path, monkeypatch) -> None:
+    from astra_sglang.harness.build import build_library
+
+    monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path / "cache"))
+    calls = "\n".join(f"    case {i}: return astra_launch_cfg<{', '.join(map(str, k))}>(tensors, num_tensors, scalars, "
+                      "num_scalars, stream);" for i, k in enumerate(MERGE_CORNERS))
+    source = tmp_path / "merge_corners.cu"
+    source.write_text("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + (ROOT / "patches/merge_attn_states_lse/kernel.cu").read_text()
+                      + f"\nASTRA_ENTRY {{\n  switch (num_tensors - 6) {{\n{calls}\n    default: return ASTRA_UNSUPPORTED;\n  }}\n}}\n")
+    build = build_library(source, arch="sm_90")
+    assert build.ok, build.log[-2000:]
+    assert build.spill_bytes in (None, 0), build.log[-2000:]

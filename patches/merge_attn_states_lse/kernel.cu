@@ -41,9 +41,9 @@ __device__ __forceinline__ float lse_log(float x) { return logf(x); }
 //   1  before the LSE loads ("early"): one round trip
 //   2  after the LSE loads, before the math ("LSE first"): one round trip, the LSEs first in the queue
 // ORDER 1-2 keep more registers live (45 at bf16 256 x 1 unbounded; a full SM, 32, spilled 40 bytes):
-// 3/4 of an SM, 40 registers at 128 threads.
+// 3/4 of an SM, 40 registers at 128 threads. With VPT > 1 that cap spilled 192-848 bytes: unbounded there.
 template <typename T, int N, int THREADS, int VPT, bool PDL, int ORDER>
-__global__ void __launch_bounds__(THREADS, ORDER ? 1536 / THREADS : 0)
+__global__ void __launch_bounds__(THREADS, ORDER && VPT == 1 ? 1536 / THREADS : 0)
 merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __restrict__ vb,
              const float* __restrict__ sb, T* __restrict__ vo, float* __restrict__ so, int64_t pairs, int nvec,
              int lg_g) {
