@@ -115,6 +115,10 @@ ELEM_SHAPES = {op: _unique(resolve_shapes(get_spec(op), "paper"), resolve_shapes
 ELEM_CFG_SHAPES = [(1024, 8192), (2048, 8192), (8192, 8192), (16384, 8192), (8192, 4096), (16384, 5120),
                    (128, 11008), (256, 13824), (512, 14336), (4096, 14336), (256, 11008), (1024, 13824)]
 ELEM_CFGS = [(256, 4, 1), (512, 2, 1), (1024, 1, 1), (768, 2, 1), (512, 1, 1), (1024, 1, 2), (512, 4, 1), (1024, 2, 1)]
+OPEN_NORM_SHAPES = [(128, 4096), (256, 4096), (1024, 4096), (128, 11008), (256, 13824), (512, 14336), (1024, 8192),
+                    (512, 4096), (2048, 4096)]
+OPEN_NORM_CFGS = [(128, 4, 1), (256, 2, 1), (512, 1, 1), (128, 4, 2), (256, 2, 2), (256, 4, 1), (512, 2, 1),
+                  (512, 4, 1), (1024, 2, 1)]  # (THREADS, VPT, ROWS); WIDE 1, FIT 1
 MERGE_X = "benchmarks/results/2026-11-21-h200-s6/sources/merge-x.cu"  # session 6's merge-early / merge-x file
 # Either side of the ORDER 2 band (lanes in (2^15, 2^17]; 16 lanes per pair at head_dim 128, 32 at 256) and
 # of ORDER 0 (> 2^24 elements).
@@ -185,6 +189,11 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                      ["bfloat16"], True)]
                    + [("merge_attn_states_lse", f"order{o}", op_config("merge_attn_states_lse", 128, 1, 1, o), {},
                        MERGE_BAND, ["bfloat16"], False) for o in (0, 1, 2)],
+    # Session 6's open norm shapes (bounds.md: a streaming kernel of the same size reaches what 1.32x needs):
+    # the shipped dispatch against other register-path shapes of the block at those sizes (not yet run).
+    "open-norms": [(op, label, src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False) for op in ("rmsnorm", "fused_add_rmsnorm")
+                   for label, src in [("shipped", f"patches/{op}/kernel.cu")]
+                   + [(f"{t}x{v}r{r}", norm_config(op, t, v, r, 1, 1)) for t, v, r in OPEN_NORM_CFGS]],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],
