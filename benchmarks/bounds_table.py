@@ -78,7 +78,8 @@ def bound(r: dict, needed_pct: float, streaming_pct: float | None = None) -> str
         return "open"
     if streaming_pct is not None and needed_pct > streaming_pct:
         return "size: 1.32x needs more than a streaming kernel reaches at this size"
-    return "open: a streaming kernel gets there at this size" + (" (latency range)" if r["min_bytes"] < LATENCY_BYTES else "")
+    latency = " (latency range)" if r["min_bytes"] < LATENCY_BYTES else ""
+    return "open: a streaming kernel gets there at this size" + latency
 
 
 def main(kernels: str, ncu: str, dtype: str = "bfloat16", *stream: str) -> None:

@@ -69,7 +69,8 @@ def main() -> None:
     ap.add_argument("-D", dest="defines", action="append", default=[], help="NAME=VALUE for the NEW build")
     ap.add_argument("--old-define", action="append", default=[], help="NAME=VALUE for the OLD build")
     ap.add_argument("--grep", default="", help="only kernels whose mangled name contains this (NEW's name)")
-    ap.add_argument("--rename", action="append", default=[], help="REGEX=TEXT applied to NEW's kernel names")
+    ap.add_argument("--rename", action="append", default=[],
+                    help="REGEX=TEXT applied to NEW's kernel names; OLD's kernels are then listed only where they match")
     args = ap.parse_args()
     if not shutil.which("cuobjdump"):
         raise SystemExit("sass_diff: cuobjdump not on PATH (CUDA toolkit, or the nvidia-cuda-cuobjdump wheel)")

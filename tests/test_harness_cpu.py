@@ -220,3 +220,26 @@ def test_blame_names_the_side_once():
     with pytest.raises(RuntimeError, match=r"^in the baseline: CUDA error"):
         blame("timing", lambda: blame("baseline", fault))
     assert blame("candidate", lambda: 3) == 3
+
+
+def test_timing_rounds_record_only_after_the_warmup_rounds_and_seconds():
+    from astra_sglang.harness.timing import rounds
+
+    now = [0.0]
+    calls = []
+
+    def fn(name):
+        def replay():
+            calls.append(name)
+            now[0] += 0.05  # each replay takes 50 ms of the fake clock
+            return now[0]
+        return replay
+
+    out = rounds({"a": fn("a"), "b": fn("b")}, replays=3, warmup=1, warmup_s=0.29, clock=lambda: now[0])
+    # 0.29 s of warm-up takes 3 rounds of 0.1 s (more than the 1 round asked); then 3 recorded rounds
+    assert len(calls) == 12 and calls[:4] == ["a", "b", "b", "a"]
+    assert out["b"] == [pytest.approx(t) for t in (0.35, 0.50, 0.55)]  # round 3 is odd: b first
+    assert out["a"] == [pytest.approx(t) for t in (0.40, 0.45, 0.60)]
+    calls.clear()
+    assert len(rounds({"a": fn("a")}, replays=2, warmup=3, warmup_s=0.0, clock=lambda: now[0])["a"]) == 2
+    assert len(calls) == 5  # the 3 warm-up rounds still run when no seconds are asked for

@@ -43,8 +43,9 @@ def test_merge_knob_corners_build_without_spills(tmp_path: Path, monkeypatch) ->
     calls = "\n".join(f"    case {i}: return astra_launch_cfg<{', '.join(map(str, k))}>(tensors, num_tensors, scalars, "
                       "num_scalars, stream);" for i, k in enumerate(MERGE_CORNERS))
     source = tmp_path / "merge_corners.cu"
-    source.write_text("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + (ROOT / "patches/merge_attn_states_lse/kernel.cu").read_text()
-                      + f"\nASTRA_ENTRY {{\n  switch (num_tensors - 6) {{\n{calls}\n    default: return ASTRA_UNSUPPORTED;\n  }}\n}}\n")
+    entry = f"\nASTRA_ENTRY {{\n  switch (num_tensors - 6) {{\n{calls}\n    default: return ASTRA_UNSUPPORTED;\n  }}\n}}\n"
+    kernel = (ROOT / "patches/merge_attn_states_lse/kernel.cu").read_text()
+    source.write_text("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + kernel + entry)
     build = build_library(source, arch="sm_90")
     assert build.ok, build.log[-2000:]
     assert build.spill_bytes in (None, 0), build.log[-2000:]

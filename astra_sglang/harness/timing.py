@@ -93,13 +93,21 @@ def interleaved(fns: dict[str, LaunchFn], sets: int, replays: int = 20, warmup: 
     (e.g. "in the baseline: ..."): an original op that faults only here is not blamed on the candidate."""
     launches = max(blame(name, lambda: launches_for(fn, sets)) for name, fn in fns.items())
     graphs = {name: blame(name, lambda: capture(fn, launches, sets)) for name, fn in fns.items()}
-    order = list(graphs)
+    return rounds({name: (lambda g=g: _replay_us(g) / launches) for name, g in graphs.items()}, replays, warmup,
+                  warmup_s)
+
+
+def rounds(replay: dict[str, Callable[[], float]], replays: int, warmup: int, warmup_s: float,
+           clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+    """One sample per fn per round, the order flipped every round; rounds are recorded once at least `warmup`
+    of them and `warmup_s` seconds have passed, until each fn has `replays` samples."""
+    order = list(replay)
     samples: dict[str, list[float]] = {name: [] for name in order}
-    start, r = time.perf_counter(), 0
+    start, r = clock(), 0
     while len(samples[order[0]]) < replays:
-        recorded = r >= warmup and time.perf_counter() - start >= warmup_s
+        recorded = r >= warmup and clock() - start >= warmup_s
         for name in (order if r % 2 == 0 else order[::-1]):
-            us = blame(name, lambda: _replay_us(graphs[name])) / launches
+            us = blame(name, replay[name])
             if recorded:
                 samples[name].append(us)
         r += 1

@@ -38,6 +38,7 @@ METRICS = ("request_throughput", "output_throughput", "input_throughput", "total
 # benchmark of a few seconds was missing from the counts (session 6: the stats ended before it started).
 STATS_INTERVAL_S = 2.0
 
+
 def server_command(model_path: str, port: int, load_format: str | None = None, extra=(),
                    python: str = sys.executable) -> list[str]:
     """argv of a plain (unpatched) SGLang server on loopback."""

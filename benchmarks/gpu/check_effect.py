@@ -35,6 +35,8 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
+from unittest import mock
 
 import torch
 
@@ -42,6 +44,7 @@ from astra_sglang.harness import gpu_eval
 from astra_sglang.harness.build import build_library
 from astra_sglang.harness.gpu_eval import GpuSession
 from astra_sglang.harness.records import EvalRequest, KernelSource
+from astra_sglang.harness.timing import interleaved
 from astra_sglang.harness.worker import Progress
 from astra_sglang.ops.adapters import KERNEL_BASELINES
 from astra_sglang.paths import templates_dir
@@ -101,12 +104,6 @@ def main(out: str, op: str = "rmsnorm", shape_text: str = "16384x8192", dtype: s
     step("check+time-noedge", True, True, edge_cases=False)
     checks = session._check
 
-    def check_then_empty(*args) -> None:
-        checks(*args)
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-
     def check_then(after):
         def run(*args) -> None:
             checks(*args)
@@ -114,7 +111,7 @@ def main(out: str, op: str = "rmsnorm", shape_text: str = "16384x8192", dtype: s
             after()
         return run
 
-    session._check = check_then_empty
+    session._check = check_then(lambda: (gc.collect(), torch.cuda.empty_cache()))
     step("check+time-emptied", True, True)
     session._check = checks
     step("check+time-2", True, True)
@@ -125,13 +122,11 @@ def main(out: str, op: str = "rmsnorm", shape_text: str = "16384x8192", dtype: s
     session._check = checks
     step("check-2", True, False)
     step("time-nosmi", False, True, query=False)
-    defaults = gpu_eval.interleaved.__defaults__  # replays, warmup rounds, warmup seconds
-    gpu_eval.interleaved.__defaults__ = (200, 3, 0.0)
-    step("time-long", False, True)
-    step("check+time-long", True, True)
-    gpu_eval.interleaved.__defaults__ = (20, 3, 0.0)  # the harness before WARMUP_S
-    step("check+time-nowarm", True, True)
-    gpu_eval.interleaved.__defaults__ = defaults
+    with mock.patch.object(gpu_eval, "interleaved", partial(interleaved, replays=200, warmup_s=0.0)):
+        step("time-long", False, True)
+        step("check+time-long", True, True)
+    with mock.patch.object(gpu_eval, "interleaved", partial(interleaved, warmup_s=0.0)):  # before WARMUP_S
+        step("check+time-nowarm", True, True)
     step("check+time-warm", True, True)
 
 

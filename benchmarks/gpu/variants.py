@@ -64,7 +64,7 @@ def write_generated() -> None:
         with open(path, "w") as fh:
             fh.write("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + body + f"\nASTRA_ENTRY {{ return astra_launch_cfg<{threads}, "
                      f"{vpt}, 1>(tensors, num_tensors, scalars, num_scalars, stream); }}\n")
-    for path, (src, knobs) in NORM_CFGS.items():
+    for path, (src, knobs) in CFG_FILES.items():
         with open(src) as fh:
             body = strip_dispatch(fh.read())
         with open(path, "w") as fh:
@@ -72,21 +72,19 @@ def write_generated() -> None:
                      + ", ".join(map(str, knobs)) + ">(tensors, num_tensors, scalars, num_scalars, stream); }\n")
 
 
-NORM_CFGS: dict[str, tuple[str, tuple[int, ...]]] = {}  # work/cfg/*.cu -> (source, knob values), written by main()
-
-
-def norm_config(op: str, threads: int, vpt: int, rows: int, wide: int, fit: int) -> str:
-    """The shipped norm with one fixed knob configuration (THREADS, VPT, ROWS, PDL 1, WIDE, FIT)."""
-    path = f"work/cfg/{op}_{threads}_{vpt}_{rows}_{wide}_{fit}.cu"
-    NORM_CFGS[path] = (f"patches/{op}/kernel.cu", (threads, vpt, rows, 1, wide, fit))
-    return path
+CFG_FILES: dict[str, tuple[str, tuple[int, ...]]] = {}  # work/cfg/*.cu -> (source, knob values), written by main()
 
 
 def op_config(op: str, *knobs: int, src: str | None = None) -> str:
     """The shipped patch of any op (or `src`) with one fixed knob configuration (its astra_launch_cfg parameters)."""
     path = f"work/cfg/{op}_" + "_".join(map(str, knobs)) + ("" if src is None else "_" + Path(src).stem) + ".cu"
-    NORM_CFGS[path] = (src or f"patches/{op}/kernel.cu", knobs)
+    CFG_FILES[path] = (src or f"patches/{op}/kernel.cu", knobs)
     return path
+
+
+def norm_config(op: str, threads: int, vpt: int, rows: int, wide: int, fit: int) -> str:
+    """The shipped norm with one fixed knob configuration (THREADS, VPT, ROWS, PDL 1, WIDE, FIT)."""
+    return op_config(op, threads, vpt, rows, 1, wide, fit)
 
 
 # Rows of 448-1024 vectors (d 3584-8192, the models' hidden sizes) and the wide rows left slower than SGLang.
@@ -168,10 +166,11 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     "merge-early": [("merge_attn_states_lse", label, MERGE_X, defines,
                      _unique(resolve_shapes(get_spec("merge_attn_states_lse"), "paper+models")), ["bfloat16"],
                      label == "early") for label, defines in (("shipped", {}), ("early", {"ASTRA_MERGE_EARLY": "1"}))],
-    # Session 6, after merge-early (both plans build the file of that run, whose default and EARLY=1 builds
-    # have the SASS of the session-5 file, `git show 19e5e3d:patches/merge_attn_states_lse/kernel.cu`) (EARLY won 1-32 and 512-2048 tokens, lost 2-5% at 128 tokens and 2-9% at
-    # >= 8192 tokens, where its 3/4-SM launch bound shows): which part of EARLY costs at 128 tokens (plain
-    # vs read-only early loads, LSE loads first), and 128-thread blocks at the large shapes (SGLang's size).
+    # Session 6, after merge-early (EARLY won at 1-32 and 512-2048 tokens, lost at 128 and >= 8192 tokens):
+    # which part of EARLY costs at 128 tokens (plain vs read-only early loads, LSE loads first), and 128-thread
+    # blocks at the large shapes (SGLang's size).
+    # Both plans build that run's file (MERGE_X), whose default and EARLY=1 builds have the SASS of the
+    # session-5 file, `git show 19e5e3d:patches/merge_attn_states_lse/kernel.cu`.
     "merge-x": [("merge_attn_states_lse", label, src, defines,
                  _unique(resolve_shapes(get_spec("merge_attn_states_lse"), "paper+models")), ["bfloat16"], False)
                 for label, src, defines in (
@@ -191,7 +190,8 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                        MERGE_BAND, ["bfloat16"], False) for o in (0, 1, 2)],
     # Session 6's open norm shapes (bounds.md: a streaming kernel of the same size reaches what 1.32x needs):
     # the shipped dispatch against other register-path shapes of the block at those sizes (not yet run).
-    "open-norms": [(op, label, src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False) for op in ("rmsnorm", "fused_add_rmsnorm")
+    "open-norms": [(op, label, src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False)
+                   for op in ("rmsnorm", "fused_add_rmsnorm")
                    for label, src in [("shipped", f"patches/{op}/kernel.cu")]
                    + [(f"{t}x{v}r{r}", norm_config(op, t, v, r, 1, 1)) for t, v, r in OPEN_NORM_CFGS]],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),

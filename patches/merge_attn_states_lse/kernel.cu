@@ -106,11 +106,17 @@ merge_kernel(const T* __restrict__ va, const float* __restrict__ sa, const T* __
   if (lane == 0) so[p] = empty ? -INFINITY : m + lse_log(wa + wb);
 }
 
+// log2 of the lanes per pair: the fewest (at most 32) that cover its nvec vectors with VPT each.
+static int lanes_lg(int64_t nvec, int vpt) {
+  int lg = 0;
+  while ((1 << lg) < 32 && (int64_t)(1 << lg) * vpt < nvec) ++lg;
+  return lg;
+}
+
 template <typename T, int N, int THREADS, int VPT, int PDL, int ORDER>
 static int run(const AstraTensor* t, int64_t pairs, int64_t head_dim, cudaStream_t stream) {
   const int nvec = (int)(head_dim / N);
-  int lg = 0;
-  while ((1 << lg) < 32 && (int64_t)(1 << lg) * VPT < nvec) ++lg;  // fewest lanes covering the pair
+  const int lg = lanes_lg(nvec, VPT);
   const int64_t threads = pairs << lg;
   const int64_t blocks = (threads + THREADS - 1) / THREADS;
   if (blocks > 0x7fffffff) return ASTRA_UNSUPPORTED;
@@ -188,12 +194,12 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 //  - above 2^24 value elements (>= 8192 tokens x 28-64 heads x 128): ORDER 0, whose lighter blocks fill the
 //    SM (0.989-1.002x; ORDER 1 at 128 threads 0.970-1.004x; the former 256-thread blocks 0.976-0.989x).
 //  - a lane count (threads) in (2^15, 2^17], one partial wave of 3-8 blocks per SM (128 tokens x 28-64
-//    heads x 128): ORDER 2 (1.194-1.256x; ORDER 1 1.102-1.229x, ORDER 0 1.144-1.209x). Why the LSEs must go
+//    heads x 128): ORDER 2 (1.194-1.256x; ORDER 1 1.102-1.229x, ORDER 0 1.137-1.209x). Why the LSEs must go
 //    first only here is not understood. Session 6's merge-final run (each ORDER fixed) puts the best edges
 //    at (49152, 163840] instead (ORDER 1 at 64x40x128 1.344 vs 1.281x, 96x32x128 1.299 vs 1.269x; ORDER 2 at
 //    320x32x128 1.178 vs 1.138x; agreeing inside and above: 64x32x256, 256x32x128, 384x32x128). Not moved
 //    yet: the held-out 300x8x96 would change ORDER, and this build's checks and memcheck ran with these edges.
-//  - everything else: ORDER 1 (1-32 tokens 1.41-1.57x vs 1.24-1.33x; 512-2048 tokens 1.026-1.168x vs
+//  - everything else: ORDER 1 (1-32 tokens 1.33-1.56x vs 1.24-1.33x; 512-2048 tokens 1.026-1.168x vs
 //    1.009-1.110x).
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
@@ -201,11 +207,10 @@ ASTRA_ENTRY {
   const AstraTensor& v = tensors[0];
   const int64_t pairs = v.shape[0] * v.shape[1], elems = pairs * v.shape[2];
   const int64_t vec = v.dtype == ASTRA_FLOAT32 ? 4 : 8, nvec = vec_ok(tensors, vec) ? v.shape[2] / vec : v.shape[2];
-  int64_t lanes = 1;  // as run() counts them at VPT 1
-  while (lanes < 32 && lanes < nvec) lanes *= 2;
-  const int64_t threads = pairs * lanes;
+  const int64_t threads = pairs << lanes_lg(nvec, 1);
   constexpr int P = ASTRA_DEFAULT_PDL;
-  if (elems > ((int64_t)1 << 24)) return astra_launch_cfg<128, 1, P, 0>(tensors, num_tensors, scalars, num_scalars, stream);
+  if (elems > ((int64_t)1 << 24))
+    return astra_launch_cfg<128, 1, P, 0>(tensors, num_tensors, scalars, num_scalars, stream);
   if (threads > (1 << 15) && threads <= (1 << 17))
     return astra_launch_cfg<128, 1, P, 2>(tensors, num_tensors, scalars, num_scalars, stream);
   return astra_launch_cfg<128, 1, P, 1>(tensors, num_tensors, scalars, num_scalars, stream);
