@@ -2,7 +2,7 @@
 # GPU calls of the third and fourth sessions (kernel variants, tables, per-call cost). Steps in order:
 #   variants PLAN...  benchmarks/gpu/variants.py (variants of a patch side by side, each vs SGLang)
 #   time | check      benchmarks/gpu/kernels.sh time-bf16 time-fp16 / check on the shipped patches
-#   models            the spec's model shape sets, bf16, shipped patches vs SGLang (time only)
+#                     (plan `models`: the spec's model shape sets, bf16, shipped patches vs SGLang, time only)
 #   memcheck | ncu | percall | peers   see benchmarks/memcheck.py, ncu_table.py, per_call.py, gpu/peers.sh
 #   percall-py        per_call.py with the C++ fast path switched off (ASTRA_SGLANG_FASTCALL=0): the Python path
 #   pytest PATH... -- the GPU-marked tests in PATHs (log in OUTDIR/pytest-gpu.txt)

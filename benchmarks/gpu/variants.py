@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -64,22 +65,44 @@ def write_generated() -> None:
         with open(path, "w") as fh:
             fh.write("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + body + f"\nASTRA_ENTRY {{ return astra_launch_cfg<{threads}, "
                      f"{vpt}, 1>(tensors, num_tensors, scalars, num_scalars, stream); }}\n")
-    for path, (src, knobs) in CFG_FILES.items():
+    for path, (src, knobs, probe) in CFG_FILES.items():
         with open(src) as fh:
-            body = strip_dispatch(fh.read())
+            body = fh.read()
+        if knobs:
+            body = ("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + strip_dispatch(body) + "\nASTRA_ENTRY { return astra_launch_cfg<"
+                    + ", ".join(map(str, knobs)) + ">(tensors, num_tensors, scalars, num_scalars, stream); }\n")
         with open(path, "w") as fh:
-            fh.write("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + body + "\nASTRA_ENTRY { return astra_launch_cfg<"
-                     + ", ".join(map(str, knobs)) + ">(tensors, num_tensors, scalars, num_scalars, stream); }\n")
+            fh.write(barrier_probe(body) if probe else body)
 
 
-CFG_FILES: dict[str, tuple[str, tuple[int, ...]]] = {}  # work/cfg/*.cu -> (source, knob values), written by main()
+CFG_FILES: dict[str, tuple[str, tuple[int, ...], bool]] = {}  # work/cfg/*.cu -> (source, knobs, probe), by main()
 
 
-def op_config(op: str, *knobs: int, src: str | None = None) -> str:
-    """The shipped patch of any op (or `src`) with one fixed knob configuration (its astra_launch_cfg parameters)."""
-    path = f"work/cfg/{op}_" + "_".join(map(str, knobs)) + ("" if src is None else "_" + Path(src).stem) + ".cu"
-    CFG_FILES[path] = (src or f"patches/{op}/kernel.cu", knobs)
+def op_config(op: str, *knobs: int, src: str | None = None, probe: bool = False) -> str:
+    """The shipped patch of any op (or `src`) with one fixed knob configuration (its astra_launch_cfg parameters;
+    none: its own dispatch); `probe`: with its row reduction cut to one barrier (`barrier_probe`)."""
+    path = (f"work/cfg/{op}_" + "_".join(map(str, knobs)) + ("" if src is None else "_" + Path(src).stem)
+            + ("_probe" if probe else "") + ".cu")
+    CFG_FILES[path] = (src or f"patches/{op}/kernel.cu", knobs, probe)
     return path
+
+
+# The row-dependency probe (session 7): every output element of a norm waits for its whole row's loads. The
+# probe keeps a norm kernel's loads, stores, launch shape and math but replaces its row reduction (warp
+# shuffles, shared-memory exchange, barrier) by one barrier-reduction (BAR.RED.POPC), whose predicate depends on
+# each thread's loaded values: the least a kernel holding a row in one block must wait for. Its output is not
+# a norm (never checked); its time bounds what any reduction could reach in that kernel's shape.
+PROBE_HEAD = """// astra-sglang row-dependency probe (benchmarks/gpu/variants.py): not a norm, timing only.
+__device__ __forceinline__ float probe_barrier(float v) { return (float)__syncthreads_count(v != 0.0f); }
+"""
+ROW_SUM_CALL = re.compile(r"row_sum<[^>]*>\(ss, red\)")
+
+
+def barrier_probe(source: str) -> str:
+    body, n = ROW_SUM_CALL.subn("probe_barrier(ss)", source)
+    if n == 0:  # the kernel no longer reduces through row_sum(ss, red): the probe would silently be the kernel
+        raise SystemExit("barrier_probe: no row_sum<...>(ss, red) call to replace")
+    return PROBE_HEAD + body
 
 
 def norm_config(op: str, threads: int, vpt: int, rows: int, wide: int, fit: int) -> str:
@@ -189,11 +212,16 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                    + [("merge_attn_states_lse", f"order{o}", op_config("merge_attn_states_lse", 128, 1, 1, o), {},
                        MERGE_BAND, ["bfloat16"], False) for o in (0, 1, 2)],
     # Session 6's open norm shapes (bounds.md: a streaming kernel of the same size reaches what 1.32x needs):
-    # the shipped dispatch against other register-path shapes of the block at those sizes (not yet run).
+    # the shipped dispatch against other register-path shapes of the block at those sizes.
     "open-norms": [(op, label, src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False)
                    for op in ("rmsnorm", "fused_add_rmsnorm")
                    for label, src in [("shipped", f"patches/{op}/kernel.cu")]
                    + [(f"{t}x{v}r{r}", norm_config(op, t, v, r, 1, 1)) for t, v, r in OPEN_NORM_CFGS]],
+    # The same kernels with their reduction cut to one barrier (barrier_probe): labels "probe-*".
+    "open-probe": [(op, f"probe-{label}", src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False)
+                   for op in ("rmsnorm", "fused_add_rmsnorm")
+                   for label, src in [("shipped", op_config(op, probe=True))]
+                   + [(f"{t}x{v}r{r}", op_config(op, t, v, r, 1, 1, 1, probe=True)) for t, v, r in OPEN_NORM_CFGS]],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],
