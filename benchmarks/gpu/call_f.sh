@@ -8,6 +8,7 @@
 #   pytest PATH... -- the GPU-marked tests in PATHs (log in OUTDIR/pytest-gpu.txt)
 #   check-effect      benchmarks/gpu/check_effect.py (checked vs unchecked timing, GPU clocks; rmsnorm 16384x8192)
 # Usage (repo root, GPU machine, with the runtime kit in .stage): bash benchmarks/gpu/call_f.sh OUTDIR STEP...
+# OPS="op ..." limits time, check and memcheck to those ops.
 set -u
 OUTDIR=${1:?OUTDIR}; shift; mkdir -p "$OUTDIR"
 source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt"; cat "$OUTDIR/env.txt"
@@ -43,7 +44,7 @@ while [ $# -gt 0 ]; do
       grep -E "passed|FAILED|fail|\\[" "$OUTDIR/check/kernels.log" | tail -20 ;;
     memcheck)
       CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-      timeout 300 "$CS" --tool memcheck --error-exitcode 9 --print-limit 20 python3 benchmarks/memcheck.py \
+      timeout 300 "$CS" --tool memcheck --error-exitcode 9 --print-limit 20 python3 benchmarks/memcheck.py ${OPS:-} \
         > "$OUTDIR/memcheck.txt" 2>&1; echo "compute-sanitizer exit code $?" | tee -a "$OUTDIR/memcheck.txt"
       grep -E "^memcheck|ERROR SUMMARY|exit code" "$OUTDIR/memcheck.txt" ;;
     *) echo "unknown step $step" ;;

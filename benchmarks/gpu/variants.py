@@ -140,6 +140,9 @@ OPEN_NORM_SHAPES = [(128, 4096), (256, 4096), (1024, 4096), (128, 11008), (256, 
                     (512, 4096), (2048, 4096)]
 OPEN_NORM_CFGS = [(128, 4, 1), (256, 2, 1), (512, 1, 1), (128, 4, 2), (256, 2, 2), (256, 4, 1), (512, 2, 1),
                   (512, 4, 1), (1024, 2, 1)]  # (THREADS, VPT, ROWS); WIDE 1, FIT 1
+TIE_SHAPES = _unique(resolve_shapes(get_spec("rmsnorm"), "paper+models"), OPEN_NORM_SHAPES,
+                     [(16384, 8192), (8192, 4096), (4096, 8192), (64, 4096), (16, 4096), (1, 4096), (200, 6000)])
+TIE_PROBE_CFGS = [(256, 2, 1), (256, 4, 1), (512, 1, 1), (512, 4, 1), (1024, 2, 1)]
 MERGE_X = "benchmarks/results/2026-11-21-h200-s6/sources/merge-x.cu"  # session 6's merge-early / merge-x file
 # Either side of the ORDER 2 band (lanes in (2^15, 2^17]; 16 lanes per pair at head_dim 128, 32 at 256) and
 # of ORDER 0 (> 2^24 elements).
@@ -222,6 +225,14 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                    for op in ("rmsnorm", "fused_add_rmsnorm")
                    for label, src in [("shipped", op_config(op, probe=True))]
                    + [(f"{t}x{v}r{r}", op_config(op, t, v, r, 1, 1, 1, probe=True)) for t, v, r in OPEN_NORM_CFGS]],
+    # Session 7: rmsnorm's weight loads tied into the row sum, so ptxas issues them with x's (VPT > 1 builds);
+    # the file before it is work/old/rmsnorm.cu (`git show 3ad6cd4:patches/rmsnorm/kernel.cu`). Then the probe
+    # of the new file and of the configurations whose probes led in `open-probe`.
+    "tie": [("rmsnorm", label, src, {}, TIE_SHAPES, ["bfloat16"], False)
+            for label, src in (("old", "work/old/rmsnorm.cu"), ("new", "patches/rmsnorm/kernel.cu"))]
+           + [("rmsnorm", f"probe-{label}", src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False)
+              for label, src in [("shipped", op_config("rmsnorm", probe=True))]
+              + [(f"{t}x{v}r{r}", op_config("rmsnorm", t, v, r, 1, 1, 1, probe=True)) for t, v, r in TIE_PROBE_CFGS]],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],

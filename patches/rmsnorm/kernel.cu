@@ -27,17 +27,29 @@
 
 namespace {
 
+// The first (up to) 32 bits of a vector, as an integer: a cheap use of a load's result.
+template <typename T, int N> __device__ __forceinline__ uint32_t word(const Vec<T, N>& v) {
+  uint32_t w = 0;
+  __builtin_memcpy(&w, &v, sizeof(v) < 4 ? sizeof(v) : 4);
+  return w;
+}
+
 // Register path: rows of up to THREADS * VPT vectors. blockDim = (THREADS, ROWS).
 // With one vector per thread, ask ptxas for a full SM (2048 threads, so <= 32 registers): unbounded, the
 // bf16 build took 42-45 registers at 1024 threads, one block per SM, and ran 2048x8192 in 45.2 us against
-// 35.6 us for the 32-register fp16 build (H200, 2026-11-21).
+// 35.6 us for the 32-register fp16 build (H200, 2026-11-21). With more, half an SM (<= 64 registers): the
+// weight loads issued up front (`zero` below) took bf16 256 x 4 from 64 to 68 registers, 3 blocks per SM
+// instead of 4; capped, it is 63 with no spill and the loads still up front (SASS, session 7).
+constexpr int reg_min_blocks(int threads, int vpt) {
+  return (vpt == 1 ? 2048 : 1024) / threads > 0 ? (vpt == 1 ? 2048 : 1024) / threads : 1;
+}
 // Elements are read through their 32-bit words (elem_f): per-element reads cost the bf16 256 x 4 build 94
 // registers (2 blocks per SM) against 62 for fp16; with elem_f both take 64 (4 blocks per SM), and bf16
 // 16384x8192 went from 163.1 to 131.7 us (H200, session 5, `variants elem elem-cfg`).
 template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL>
-__global__ void __launch_bounds__(THREADS * ROWS, VPT == 1 ? 2048 / (THREADS * ROWS) : 1)
+__global__ void __launch_bounds__(THREADS * ROWS, reg_min_blocks(THREADS * ROWS, VPT))
 rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, float inv_d,
-               int64_t x_stride, int64_t o_stride, float eps) {
+               int64_t x_stride, int64_t o_stride, float eps, uint32_t zero) {
   __shared__ float red[ROWS][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
@@ -57,10 +69,12 @@ rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
       }
     }
     float ss = 0.0f;
+    uint32_t tie = 0;  // see `zero` below
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int c = k * nthr + tid;
       if (active && c < nvec) {
+        if constexpr (VPT > 1) tie |= word(wv[k]);
 #pragma unroll
         for (int e = 0; e < N; ++e) {
           const float v = elem_f(xv[k], e);
@@ -68,6 +82,11 @@ rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
         }
       }
     }
+    // `zero` is 0 (from the host), so this adds +0.0f; it makes the row sum depend on the weight loads, so
+    // ptxas issues them with x's. Without it, every VPT > 1 build issued them only after x's FMAs (SASS:
+    // LDG x4, FFMA x32, then the weight LDGs among the shuffles): one L2 round trip after each row's DRAM
+    // loads, on its critical path (session 7). VPT 1 builds issued them up front already (SASS unchanged).
+    if constexpr (VPT > 1) ss += __uint_as_float(tie & zero);
     const float rstd = rsqrtf(row_sum<THREADS, ROWS, true>(ss, red) * inv_d + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -204,7 +223,7 @@ static int run(const AstraTensor& in, const AstraTensor& w, const AstraTensor& o
     const int64_t blocks = (rows + R - 1) / R;
     return launch(rms_reg_kernel<T, N, THREADS, V, R, PDL != 0>, PDL != 0,
                   dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(nthr, R), 0, stream, x, wp, o, rows,
-                  nvec, inv_d, in.stride[0], out.stride[0], eps);
+                  nvec, inv_d, in.stride[0], out.stride[0], eps, 0u);
   }
   constexpr int LT = THREADS < 256 ? 256 : THREADS;  // wide rows: at least 8 warps
   const dim3 grid((unsigned)(rows < kMaxGrid ? rows : kMaxGrid));
