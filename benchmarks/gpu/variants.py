@@ -226,8 +226,9 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                    for label, src in [("shipped", op_config(op, probe=True))]
                    + [(f"{t}x{v}r{r}", op_config(op, t, v, r, 1, 1, 1, probe=True)) for t, v, r in OPEN_NORM_CFGS]],
     # Session 7: rmsnorm's weight loads tied into the row sum, so ptxas issues them with x's (VPT > 1 builds);
-    # the file before it is work/old/rmsnorm.cu (`git show 3ad6cd4:patches/rmsnorm/kernel.cu`). Then the probe
-    # of the new file and of the configurations whose probes led in `open-probe`.
+    # the file before it is work/old/rmsnorm.cu (`git show 3ad6cd4:patches/rmsnorm/kernel.cu`). "new" is the
+    # shipped file: in call 2 f253450 (every VPT > 1 path tied), from call 3 on the TIE knob split by size.
+    # Then the probe of the new file and of the configurations whose probes led in `open-probe`.
     "tie": [("rmsnorm", label, src, {}, TIE_SHAPES, ["bfloat16"], False)
             for label, src in (("old", "work/old/rmsnorm.cu"), ("new", "patches/rmsnorm/kernel.cu"))]
            + [("rmsnorm", f"probe-{label}", src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False)

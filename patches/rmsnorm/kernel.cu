@@ -23,6 +23,8 @@
 // astra:knob WIDE 1 2
 // FIT 1: the register path uses the fewest whole warps that hold the row, not THREADS (session 4).
 // astra:knob FIT 0 1
+// TIE 1: the register path's weight loads are issued with x's (see rms_reg_kernel; session 7).
+// astra:knob TIE 0 1
 #include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp/row sums, launch, smem opt-in
 
 namespace {
@@ -37,17 +39,18 @@ template <typename T, int N> __device__ __forceinline__ uint32_t word(const Vec<
 // Register path: rows of up to THREADS * VPT vectors. blockDim = (THREADS, ROWS).
 // With one vector per thread, ask ptxas for a full SM (2048 threads, so <= 32 registers): unbounded, the
 // bf16 build took 42-45 registers at 1024 threads, one block per SM, and ran 2048x8192 in 45.2 us against
-// 35.6 us for the 32-register fp16 build (H200, 2026-11-21). With more, half an SM (<= 64 registers): the
-// weight loads issued up front (`zero` below) took bf16 256 x 4 from 64 to 68 registers, 3 blocks per SM
-// instead of 4; capped, it is 63 with no spill and the loads still up front (SASS, session 7).
-constexpr int reg_min_blocks(int threads, int vpt) {
-  return (vpt == 1 ? 2048 : 1024) / threads > 0 ? (vpt == 1 ? 2048 : 1024) / threads : 1;
+// 35.6 us for the 32-register fp16 build (H200, 2026-11-21). With TIE, half an SM (<= 64 registers): the
+// weight loads issued up front took bf16 256 x 4 from 64 to 68 registers, 3 blocks per SM instead of 4;
+// capped, it is 63 with no spill and the loads still up front (SASS, session 7).
+constexpr int reg_min_blocks(int threads, int vpt, bool tie) {
+  const int want = vpt == 1 ? 2048 / threads : tie ? 1024 / threads : 1;
+  return want > 0 ? want : 1;
 }
 // Elements are read through their 32-bit words (elem_f): per-element reads cost the bf16 256 x 4 build 94
 // registers (2 blocks per SM) against 62 for fp16; with elem_f both take 64 (4 blocks per SM), and bf16
 // 16384x8192 went from 163.1 to 131.7 us (H200, session 5, `variants elem elem-cfg`).
-template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL>
-__global__ void __launch_bounds__(THREADS * ROWS, reg_min_blocks(THREADS * ROWS, VPT))
+template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL, bool TIE>
+__global__ void __launch_bounds__(THREADS * ROWS, reg_min_blocks(THREADS * ROWS, VPT, TIE))
 rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, float inv_d,
                int64_t x_stride, int64_t o_stride, float eps, uint32_t zero) {
   __shared__ float red[ROWS][(THREADS + 31) / 32];
@@ -74,7 +77,7 @@ rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
     for (int k = 0; k < VPT; ++k) {
       const int c = k * nthr + tid;
       if (active && c < nvec) {
-        if constexpr (VPT > 1) tie |= word(wv[k]);
+        if constexpr (TIE) tie |= word(wv[k]);
 #pragma unroll
         for (int e = 0; e < N; ++e) {
           const float v = elem_f(xv[k], e);
@@ -82,11 +85,11 @@ rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
         }
       }
     }
-    // `zero` is 0 (from the host), so this adds +0.0f; it makes the row sum depend on the weight loads, so
-    // ptxas issues them with x's. Without it, every VPT > 1 build issued them only after x's FMAs (SASS:
-    // LDG x4, FFMA x32, then the weight LDGs among the shuffles): one L2 round trip after each row's DRAM
-    // loads, on its critical path (session 7). VPT 1 builds issued them up front already (SASS unchanged).
-    if constexpr (VPT > 1) ss += __uint_as_float(tie & zero);
+    // TIE: `zero` is 0 (from the host), so this adds +0.0f; it makes the row sum depend on the weight loads,
+    // so ptxas issues them with x's. Without it, every VPT > 1 build issues them only after x's FMAs (SASS:
+    // LDG x4, FFMA x32, then the weight LDGs among the shuffles): a round trip after each row's loads, on
+    // its critical path. VPT 1 builds issue them up front anyway (TIE is off there: same SASS as before).
+    if constexpr (TIE) ss += __uint_as_float(tie & zero);
     const float rstd = rsqrtf(row_sum<THREADS, ROWS, true>(ss, red) * inv_d + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -205,7 +208,7 @@ constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride beyond this many blocks
 
 // Knob combinations that cannot launch or would spill are clamped here, so every combination is valid:
 // at most 1024 threads per block; at 1024 threads (64 registers a thread) at most 2 vectors per thread.
-template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, typename T, int N>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, int TIE, typename T, int N>
 static int run(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, float eps, cudaStream_t stream) {
   constexpr int R = THREADS * ROWS > 1024 ? 1024 / THREADS : ROWS;
   constexpr int V = THREADS * R >= 1024 && VPT > 2 ? 2 : (THREADS * R >= 512 && VPT > 4 ? 4 : VPT);
@@ -221,7 +224,7 @@ static int run(const AstraTensor& in, const AstraTensor& w, const AstraTensor& o
     const int per = (nvec + V - 1) / V, fitted = (per + 31) / 32 * 32;
     const int nthr = FIT && fitted < THREADS ? fitted : THREADS;
     const int64_t blocks = (rows + R - 1) / R;
-    return launch(rms_reg_kernel<T, N, THREADS, V, R, PDL != 0>, PDL != 0,
+    return launch(rms_reg_kernel<T, N, THREADS, V, R, PDL != 0, (TIE != 0 && V > 1)>, PDL != 0,
                   dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(nthr, R), 0, stream, x, wp, o, rows,
                   nvec, inv_d, in.stride[0], out.stride[0], eps, 0u);
   }
@@ -248,13 +251,13 @@ static bool vec_ok(const AstraTensor& in, const AstraTensor& w, const AstraTenso
 }
 
 // 16-byte vectors where the layout allows, else 8-byte ones, else one element per access.
-template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, typename T>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, int TIE, typename T>
 static int run_any(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, float eps,
                    cudaStream_t stream) {
   constexpr int V16 = 16 / (int)sizeof(T);
-  if (vec_ok(in, w, out, V16, 16)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, V16>(in, w, out, eps, stream);
-  if (vec_ok(in, w, out, V16 / 2, 8)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, V16 / 2>(in, w, out, eps, stream);
-  return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, 1>(in, w, out, eps, stream);
+  if (vec_ok(in, w, out, V16, 16)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, T, V16>(in, w, out, eps, stream);
+  if (vec_ok(in, w, out, V16 / 2, 8)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, T, V16 / 2>(in, w, out, eps, stream);
+  return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, T, 1>(in, w, out, eps, stream);
 }
 
 static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars) {
@@ -272,7 +275,7 @@ static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars
 
 }  // namespace
 
-template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, int TIE = 1>
 static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const double* scalars, int num_scalars,
                             cudaStream_t stream) {
   const int bad = validate(tensors, num_tensors, num_scalars);
@@ -283,9 +286,9 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
   if (in.shape[0] == 0 || in.shape[1] == 0) return ASTRA_OK;  // empty output: launch nothing
   const float eps = (float)scalars[0];
   switch (in.dtype) {
-    case ASTRA_FLOAT32: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, float>(in, w, out, eps, stream);
-    case ASTRA_FLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, __half>(in, w, out, eps, stream);
-    case ASTRA_BFLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, __nv_bfloat16>(in, w, out, eps, stream);
+    case ASTRA_FLOAT32: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, float>(in, w, out, eps, stream);
+    case ASTRA_FLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, __half>(in, w, out, eps, stream);
+    case ASTRA_BFLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, __nv_bfloat16>(in, w, out, eps, stream);
     default: return ASTRA_UNSUPPORTED;
   }
 }
@@ -317,6 +320,12 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 //  - Session 5 (elem_f, 64 registers at 256 x 4; `variants elem-cfg`, speedup vs flashinfer): 129-256 rows
 //    of 1025-2048 vectors take the register path 512 x 4 fitted (256x11008 1.144 vs 1.096 cached, 256x13824
 //    1.103 vs 1.069); more rows keep the cached path (512x14336 1.176 vs 1.113).
+//  - TIE (session 7, benchmarks/results/2026-11-21-h200-s7, `variants tie`, us untied / tied, every VPT > 1
+//    path tied): above 2^21 elements faster at all 18 shapes on those paths, 1024x4096 6.01 / 5.55,
+//    1024x8192 10.94 / 10.09, 2048x8192 19.02 / 18.09, 2048x4096 10.59 / 9.68, 512x8192 6.16 / 5.76,
+//    256x13824 5.50 / 5.40, >= 8192 rows 1-2%; at or below it, 1-4% slower at 11 of 23 shapes (512x4096
+//    3.97 / 4.05, 512x3584 3.62 / 3.75, 128x8192 2.85 / 2.94, 1x4096 1.22 / 1.26) and 2-4% faster at the
+//    four 8-row shapes (8x5120 2.01 / 1.93): untied there.
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
@@ -326,8 +335,12 @@ ASTRA_ENTRY {
                       : vec_ok(in, tensors[1], tensors[2], 8 / size, 8) ? 8 / size : 1;
   const int64_t nv = (in.shape[1] + vec - 1) / vec, rows = in.shape[0];
   constexpr int P = ASTRA_DEFAULT_PDL;
-#define ASTRA_GO(TH, V, R, W) \
-  return astra_launch_cfg<TH, V, R, P, W, ASTRA_DEFAULT_FIT>(tensors, num_tensors, scalars, num_scalars, stream)
+  const bool tie = rows * in.shape[1] > ((int64_t)1 << 21);
+#define ASTRA_GO(TH, V, R, W)                                                                                 \
+  return tie ? astra_launch_cfg<TH, V, R, P, W, ASTRA_DEFAULT_FIT, 1>(tensors, num_tensors, scalars, num_scalars, \
+                                                                      stream)                                \
+             : astra_launch_cfg<TH, V, R, P, W, ASTRA_DEFAULT_FIT, 0>(tensors, num_tensors, scalars, num_scalars, \
+                                                                      stream)
   if (nv <= 32) ASTRA_GO(32, 1, 4, 1);
   if (nv <= 64) ASTRA_GO(32, 2, 4, 1);
   if (nv <= 128) ASTRA_GO(32, 4, 2, 1);
