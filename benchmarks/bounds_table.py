@@ -1,7 +1,9 @@
 """Per paper shape: what stands between a shipped kernel and the 1.32x target, from committed data only.
 
 Usage: python3 benchmarks/bounds_table.py KERNELS_JSONL NCU_JSONL [DTYPE] [STREAM_JSONL...]
-The ncu columns are only as current as NCU_JSONL: join rows and facts of the same builds.
+           [--kernels JSONL...] [--ncu JSONL...] [--probe JSONL...]
+--kernels / --ncu: more rows, which replace those of the same op and shape (a later run of one op's new build).
+The ncu columns are only as current as the ncu files: join rows and facts of the same builds.
 "streaming here" is what a kernel with no dependencies between its loads and stores reaches at the same
 byte count: the better of ours and SGLang's silu_and_mul (read 2, write 1, nothing else) in KERNELS_JSONL
 and STREAM_JSONL (e.g. a model-set run), as % of its run's copy roofline, interpolated in log(bytes). A small
@@ -13,12 +15,16 @@ and empty-kernel time) with Nsight Compute facts of the same kernels (one launch
 cache control), and prints a markdown table. "at 1.32x" is the copy-roofline fraction a kernel would need
 to run 1.32x faster than SGLang's: above 100% the target is past the bandwidth bound; "x empty" is our
 time over the empty kernel in a graph, the launch floor that small shapes sit on.
+"probe" (--probe, `variants.py` plans open-probe / tie) is the best speedup over SGLang, in its own run, of
+the norm kernels with their row reduction cut to one barrier (BAR.RED) over the configurations tried: a norm
+of that shape cannot get past it, since every output waits for its row's loads. Below 1.32x the bound is
+the row dependency; at or above it, the reduction is what is left.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
-import sys
 
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
@@ -31,17 +37,33 @@ def ncu_value(facts: dict, needle: str) -> float | None:
     return next((v for k, v in facts.items() if k.endswith(needle) or needle + " (" in k), None)
 
 
-def load(kernels: str, ncu: str, dtype: str):
+def load(kernels: list[str], ncu: list[str], dtype: str):
+    """Harness rows and ncu facts by (op, shape[, side]); a later file's row replaces an earlier one's."""
     rows = {}
-    for line in open(kernels):
-        r = json.loads(line)
-        if r.get("type") == "shape" and r.get("speedup") and r["dtype"] == dtype:
-            rows[(r["kernel"], tuple(r["shape"]))] = r
+    for path in kernels:
+        for line in open(path):
+            r = json.loads(line)
+            if r.get("type") == "shape" and r.get("speedup") and r["dtype"] == dtype:
+                rows[(r["kernel"], tuple(r["shape"]))] = r
     facts = {}
-    for line in open(ncu):
-        r = json.loads(line)
-        facts[(r["op"], tuple(r["shape"]), r["side"])] = r["facts"]
+    for path in ncu:
+        for line in open(path):
+            r = json.loads(line)
+            facts[(r["op"], tuple(r["shape"]), r["side"])] = r["facts"]
     return rows, facts
+
+
+def probe_best(paths: list[str], dtype: str) -> dict[tuple[str, tuple], float]:
+    """(op, shape) -> the best speedup of any ":probe-" variant row (the reduction cut to one barrier)."""
+    best: dict[tuple[str, tuple], float] = {}
+    for path in paths:
+        for line in open(path):
+            r = json.loads(line)
+            if r.get("type") == "shape" and r.get("speedup") and r["dtype"] == dtype \
+                    and ":probe-" in (r.get("candidate_label") or ""):
+                key = (r["kernel"], tuple(r["shape"]))
+                best[key] = max(best.get(key, 0.0), r["speedup"])
+    return best
 
 
 def streaming_points(paths: list[str], dtype: str) -> list[tuple[float, float]]:
@@ -67,7 +89,7 @@ def streaming_at(points: list[tuple[float, float]], nbytes: int) -> float | None
     return None
 
 
-def bound(r: dict, needed_pct: float, streaming_pct: float | None = None) -> str:
+def bound(r: dict, needed_pct: float, streaming_pct: float | None = None, probe: float | None = None) -> str:
     if r["speedup"] >= TARGET:
         return "none: 1.32x met"
     if needed_pct > 100:
@@ -78,16 +100,22 @@ def bound(r: dict, needed_pct: float, streaming_pct: float | None = None) -> str
         return "open"
     if streaming_pct is not None and needed_pct > streaming_pct:
         return "size: 1.32x needs more than a streaming kernel reaches at this size"
+    if probe is not None and probe < TARGET:
+        return "row dependency: with its reduction cut to one barrier the kernel still misses 1.32x"
     latency = " (latency range)" if r["min_bytes"] < LATENCY_BYTES else ""
+    if probe is not None:
+        return "open: the row reduction costs the rest (the barrier-only kernel gets there)" + latency
     return "open: a streaming kernel gets there at this size" + latency
 
 
-def main(kernels: str, ncu: str, dtype: str = "bfloat16", *stream: str) -> None:
+def main(kernels: list[str], ncu: list[str], dtype: str = "bfloat16", stream: tuple[str, ...] = (),
+         probes: tuple[str, ...] = ()) -> None:
     rows, facts = load(kernels, ncu, dtype)
-    points = streaming_points([kernels, *stream], dtype)
+    points = streaming_points([*kernels, *stream], dtype)
+    probe = probe_best(list(probes), dtype)
     print("| op | shape | MB moved | ours us | SGLang us | speedup | % copy roofline | at 1.32x | streaming here | "
-          "x empty | ncu DRAM % ours / SGLang | ncu occupancy % ours / SGLang | regs ours / SGLang | bound |")
-    print("|---" * 14 + "|")
+          "probe | x empty | ncu DRAM % ours / SGLang | ncu occupancy % ours / SGLang | regs ours / SGLang | bound |")
+    print("|---" * 15 + "|")
     for op in OPS:
         for shape in resolve_shapes(get_spec(op), "paper"):
             r = rows.get((op, tuple(shape)))
@@ -103,12 +131,23 @@ def main(kernels: str, ncu: str, dtype: str = "bfloat16", *stream: str) -> None:
                 return "/".join("-" if v is None else f"{v:.0f}" for v in (a, b))
 
             streaming = streaming_at(points, r["min_bytes"])
+            p = probe.get((op, tuple(shape)))
             print(f"| {op} | {'x'.join(map(str, shape))} | {r['min_bytes'] / 1e6:.1f} | {ours:.2f} | {base:.2f} | "
                   f"{r['speedup']:.3f} | {pct:.0f}% | {needed:.0f}% | "
-                  f"{'-' if streaming is None else f'{streaming:.0f}%'} | {ours / r['empty_kernel_us']:.1f} | "
+                  f"{'-' if streaming is None else f'{streaming:.0f}%'} | {'-' if p is None else f'{p:.3f}'} | "
+                  f"{ours / r['empty_kernel_us']:.1f} | "
                   f"{pair(': DRAM Throughput')} | {pair(': Achieved Occupancy')} | {pair(': Registers Per Thread')} | "
-                  f"{bound(r, needed, streaming)} |")
+                  f"{bound(r, needed, streaming, p)} |")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("kernels_jsonl")
+    ap.add_argument("ncu_jsonl")
+    ap.add_argument("dtype", nargs="?", default="bfloat16")
+    ap.add_argument("stream_jsonl", nargs="*", help="more silu_and_mul rows for the streaming reference")
+    ap.add_argument("--kernels", nargs="+", default=[], help="more harness rows, replacing those of the same shape")
+    ap.add_argument("--ncu", nargs="+", default=[], help="more ncu facts, replacing those of the same shape")
+    ap.add_argument("--probe", nargs="+", default=[], help="variants rows with :probe- labels")
+    a = ap.parse_args()
+    main([a.kernels_jsonl, *a.kernels], [a.ncu_jsonl, *a.ncu], a.dtype, tuple(a.stream_jsonl), tuple(a.probe))

@@ -108,15 +108,23 @@ __device__ __forceinline__ float warp_sum(float v) {
 // w taking warp w's sum, so every thread ends with the same total (one smem read, 5 shuffles). The
 // 32 unrolled smem reads of the fixed-width form cost the 32-register fitted builds a spill (session 4);
 // the loop and cached-row kernels keep that form, where the butterfly made the 1024-thread build spill.
-template <int THREADS, int ROWS, bool FITTED = false>
+// LDS (fitted only, at most 8 warps): every thread sums the warp sums read from shared memory, in warp order,
+// instead of 5 more dependent shuffles; the reads issue back to back (rmsnorm, session 7).
+template <int THREADS, int ROWS, bool FITTED = false, bool LDS = false>
 __device__ __forceinline__ float row_sum(float v, float (*red)[(THREADS + 31) / 32]) {
   v = warp_sum(v);
   if constexpr (THREADS > 32) {
     constexpr int WARPS = THREADS / 32;
     static_assert(WARPS <= 32, "one warp reduces the warp sums");
+    static_assert(!LDS || (FITTED && WARPS <= 8), "LDS: the fitted register path with at most 8 warps");
     if (threadIdx.x % 32 == 0) red[threadIdx.y][threadIdx.x / 32] = v;
     __syncthreads();
-    if constexpr (FITTED) {
+    if constexpr (LDS) {
+      const int nwarps = (int)(blockDim.x / 32);
+      v = red[threadIdx.y][0];
+#pragma unroll
+      for (int w = 1; w < WARPS; ++w) v += w < nwarps ? red[threadIdx.y][w] : 0.0f;
+    } else if constexpr (FITTED) {
       const int lane = threadIdx.x % 32;
       v = warp_sum(lane < (int)(blockDim.x / 32) ? red[threadIdx.y][lane] : 0.0f);
     } else {

@@ -143,6 +143,9 @@ OPEN_NORM_CFGS = [(128, 4, 1), (256, 2, 1), (512, 1, 1), (128, 4, 2), (256, 2, 2
 TIE_SHAPES = _unique(resolve_shapes(get_spec("rmsnorm"), "paper+models"), OPEN_NORM_SHAPES,
                      [(16384, 8192), (8192, 4096), (4096, 8192), (64, 4096), (16, 4096), (1, 4096), (200, 6000)])
 TIE_PROBE_CFGS = [(256, 2, 1), (256, 4, 1), (512, 1, 1), (512, 4, 1), (1024, 2, 1)]
+LDS_SHAPES = _unique(resolve_shapes(get_spec("rmsnorm"), "paper"),
+                     [(1, 4096), (8, 4096), (32, 4096), (64, 4096), (128, 3584), (128, 5120), (128, 8192), (512, 4096),
+                      (512, 3584), (200, 6000), (2048, 4096), (8192, 4096)])
 MERGE_X = "benchmarks/results/2026-11-21-h200-s6/sources/merge-x.cu"  # session 6's merge-early / merge-x file
 # Either side of the ORDER 2 band (lanes in (2^15, 2^17]; 16 lanes per pair at head_dim 128, 32 at 256) and
 # of ORDER 0 (> 2^24 elements).
@@ -234,6 +237,10 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
            + [("rmsnorm", f"probe-{label}", src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False)
               for label, src in [("shipped", op_config("rmsnorm", probe=True))]
               + [(f"{t}x{v}r{r}", op_config("rmsnorm", t, v, r, 1, 1, 1, probe=True)) for t, v, r in TIE_PROBE_CFGS]],
+    # Session 7, after `tie`: the fitted row sum's second stage from shared memory (row_sum LDS, <= 8 warps)
+    # instead of 5 more shuffles; the file before it is work/old/rmsnorm-tie.cu (`git show 34e95bd:...`).
+    "lds": [("rmsnorm", label, src, {}, LDS_SHAPES, ["bfloat16"], False)
+            for label, src in (("tie", "work/old/rmsnorm-tie.cu"), ("lds", "patches/rmsnorm/kernel.cu"))],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],

@@ -90,7 +90,7 @@ rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
     // LDG x4, FFMA x32, then the weight LDGs among the shuffles): a round trip after each row's loads, on
     // its critical path. VPT 1 builds issue them up front anyway (TIE is off there: same SASS as before).
     if constexpr (TIE) ss += __uint_as_float(tie & zero);
-    const float rstd = rsqrtf(row_sum<THREADS, ROWS, true>(ss, red) * inv_d + eps);
+    const float rstd = rsqrtf(row_sum<THREADS, ROWS, true, (THREADS > 32 && THREADS <= 256)>(ss, red) * inv_d + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int c = k * nthr + tid;
