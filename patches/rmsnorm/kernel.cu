@@ -25,6 +25,8 @@
 // astra:knob FIT 0 1
 // TIE 1: the register path's weight loads are issued with x's (see rms_reg_kernel; session 7).
 // astra:knob TIE 0 1
+// LDS 1: the register path's row sum ends with shared-memory reads at <= 256 threads (row_sum LDS; session 7).
+// astra:knob LDS 0 1
 #include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp/row sums, launch, smem opt-in
 
 namespace {
@@ -49,7 +51,7 @@ constexpr int reg_min_blocks(int threads, int vpt, bool tie) {
 // Elements are read through their 32-bit words (elem_f): per-element reads cost the bf16 256 x 4 build 94
 // registers (2 blocks per SM) against 62 for fp16; with elem_f both take 64 (4 blocks per SM), and bf16
 // 16384x8192 went from 163.1 to 131.7 us (H200, session 5, `variants elem elem-cfg`).
-template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL, bool TIE>
+template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL, bool TIE, bool LDS>
 __global__ void __launch_bounds__(THREADS * ROWS, reg_min_blocks(THREADS * ROWS, VPT, TIE))
 rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, float inv_d,
                int64_t x_stride, int64_t o_stride, float eps, uint32_t zero) {
@@ -90,7 +92,7 @@ rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
     // LDG x4, FFMA x32, then the weight LDGs among the shuffles): a round trip after each row's loads, on
     // its critical path. VPT 1 builds issue them up front anyway (TIE is off there: same SASS as before).
     if constexpr (TIE) ss += __uint_as_float(tie & zero);
-    const float rstd = rsqrtf(row_sum<THREADS, ROWS, true, (THREADS > 32 && THREADS <= 256)>(ss, red) * inv_d + eps);
+    const float rstd = rsqrtf(row_sum<THREADS, ROWS, true, LDS>(ss, red) * inv_d + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int c = k * nthr + tid;
@@ -208,7 +210,7 @@ constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride beyond this many blocks
 
 // Knob combinations that cannot launch or would spill are clamped here, so every combination is valid:
 // at most 1024 threads per block; at 1024 threads (64 registers a thread) at most 2 vectors per thread.
-template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, int TIE, typename T, int N>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, int TIE, int LDS, typename T, int N>
 static int run(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, float eps, cudaStream_t stream) {
   constexpr int R = THREADS * ROWS > 1024 ? 1024 / THREADS : ROWS;
   constexpr int V = THREADS * R >= 1024 && VPT > 2 ? 2 : (THREADS * R >= 512 && VPT > 4 ? 4 : VPT);
@@ -224,7 +226,8 @@ static int run(const AstraTensor& in, const AstraTensor& w, const AstraTensor& o
     const int per = (nvec + V - 1) / V, fitted = (per + 31) / 32 * 32;
     const int nthr = FIT && fitted < THREADS ? fitted : THREADS;
     const int64_t blocks = (rows + R - 1) / R;
-    return launch(rms_reg_kernel<T, N, THREADS, V, R, PDL != 0, (TIE != 0 && V > 1)>, PDL != 0,
+    return launch(rms_reg_kernel<T, N, THREADS, V, R, PDL != 0, (TIE != 0 && V > 1),
+                                 (LDS != 0 && THREADS > 32 && THREADS <= 256)>, PDL != 0,
                   dim3((unsigned)(blocks < kMaxGrid ? blocks : kMaxGrid)), dim3(nthr, R), 0, stream, x, wp, o, rows,
                   nvec, inv_d, in.stride[0], out.stride[0], eps, 0u);
   }
@@ -251,13 +254,13 @@ static bool vec_ok(const AstraTensor& in, const AstraTensor& w, const AstraTenso
 }
 
 // 16-byte vectors where the layout allows, else 8-byte ones, else one element per access.
-template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, int TIE, typename T>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, int TIE, int LDS, typename T>
 static int run_any(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, float eps,
                    cudaStream_t stream) {
   constexpr int V16 = 16 / (int)sizeof(T);
-  if (vec_ok(in, w, out, V16, 16)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, T, V16>(in, w, out, eps, stream);
-  if (vec_ok(in, w, out, V16 / 2, 8)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, T, V16 / 2>(in, w, out, eps, stream);
-  return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, T, 1>(in, w, out, eps, stream);
+  if (vec_ok(in, w, out, V16, 16)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, T, V16>(in, w, out, eps, stream);
+  if (vec_ok(in, w, out, V16 / 2, 8)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, T, V16 / 2>(in, w, out, eps, stream);
+  return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, T, 1>(in, w, out, eps, stream);
 }
 
 static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars) {
@@ -275,7 +278,7 @@ static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars
 
 }  // namespace
 
-template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, int TIE = 1>
+template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, int TIE = 1, int LDS = 1>
 static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const double* scalars, int num_scalars,
                             cudaStream_t stream) {
   const int bad = validate(tensors, num_tensors, num_scalars);
@@ -286,9 +289,9 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
   if (in.shape[0] == 0 || in.shape[1] == 0) return ASTRA_OK;  // empty output: launch nothing
   const float eps = (float)scalars[0];
   switch (in.dtype) {
-    case ASTRA_FLOAT32: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, float>(in, w, out, eps, stream);
-    case ASTRA_FLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, __half>(in, w, out, eps, stream);
-    case ASTRA_BFLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, __nv_bfloat16>(in, w, out, eps, stream);
+    case ASTRA_FLOAT32: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, float>(in, w, out, eps, stream);
+    case ASTRA_FLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, __half>(in, w, out, eps, stream);
+    case ASTRA_BFLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, __nv_bfloat16>(in, w, out, eps, stream);
     default: return ASTRA_UNSUPPORTED;
   }
 }
@@ -326,6 +329,11 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 //    256x13824 5.50 / 5.40, >= 8192 rows 1-2%; at or below it, 1-4% slower at 11 of 23 shapes (512x4096
 //    3.97 / 4.05, 512x3584 3.62 / 3.75, 128x8192 2.85 / 2.94, 1x4096 1.22 / 1.26) and 2-4% faster at the
 //    four 8-row shapes (8x5120 2.01 / 1.93): untied there.
+//  - LDS (session 7, call 5, `variants lds`, us without / with, on top of TIE): faster at 17 of 20 shapes,
+//    128x4096 2.15 / 2.08 (1.299 -> 1.355x), 256x4096 2.83 / 2.69, 128x3584 2.10 / 1.96, 1024x4096 5.70 /
+//    5.49, 2048x4096 9.92 / 9.51, 8x4096 1.76 / 1.68; even at 512x14336 (cached path, unchanged); slower at
+//    512x4096 3.92 / 4.16 and 512x3584 3.58 / 3.82 (the untied 128 x 4 build; the time step agrees, 3.89 /
+//    4.13), where it is off: above 256 rows on that path (256x4096 gains on it).
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
@@ -347,6 +355,9 @@ ASTRA_ENTRY {
   if (nv <= 256) ASTRA_GO(64, 4, 1, 1);
   if (nv <= 512) {
     if (rows <= 128) ASTRA_GO(256, 2, 1, 1);
+    if (rows > 256 && !tie)  // LDS off (session 7, below)
+      return astra_launch_cfg<128, 4, 1, P, 1, ASTRA_DEFAULT_FIT, 0, 0>(tensors, num_tensors, scalars, num_scalars,
+                                                                        stream);
     ASTRA_GO(128, 4, 1, 1);
   }
   if (nv <= 1024) ASTRA_GO(256, 4, 1, 1);
