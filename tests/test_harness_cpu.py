@@ -243,3 +243,13 @@ def test_timing_rounds_record_only_after_the_warmup_rounds_and_seconds():
     calls.clear()
     assert len(rounds({"a": fn("a")}, replays=2, warmup=3, warmup_s=0.0, clock=lambda: now[0])["a"]) == 2
     assert len(calls) == 5  # the 3 warm-up rounds still run when no seconds are asked for
+
+
+def test_launch_count_ignores_one_slow_probe_replay():
+    from astra_sglang.harness.timing import MIN_REPLAY_US, launch_count
+
+    # A 1-launch probe of the empty kernel: ~2.5 us a replay (graph launch included), one hiccup of 50 us.
+    assert launch_count([2.5, 50.0, 2.6, 2.5, 2.7], sets=1) == int(-(-MIN_REPLAY_US // 2.5))
+    assert launch_count([50.0] * 5, sets=1) == int(-(-MIN_REPLAY_US // 50.0))  # slow every time: believed
+    assert launch_count([0.1] * 5, sets=1) == int(-(-MIN_REPLAY_US // 0.5))  # per launch at least 0.5 us
+    assert launch_count([1e5] * 5, sets=64) == 64  # every input set at least once

@@ -62,13 +62,21 @@ def _replay_us(graph: torch.cuda.CUDAGraph) -> float:
     return start.elapsed_time(end) * 1000.0
 
 
-def launches_for(fn: LaunchFn, sets: int) -> int:
-    """Launches per graph: every set at least once and >= MIN_REPLAY_US per replay."""
+def launch_count(probe_replays_us: list[float], sets: int) -> int:
+    """Launches per graph from replays of a `sets`-launch probe graph: every set at least once and
+    >= MIN_REPLAY_US per replay. The fastest probe replay, not the last: one slow replay (a host or clock
+    hiccup) made a 1-launch probe read tens of us, so the empty kernel's graph got a handful of launches and
+    its per-launch time carried the graph's own overhead (1.0-2.0 us against 0.60-0.64 us in the other
+    evaluations of session 7, which flatters "x empty kernel")."""
+    per_launch = max(min(probe_replays_us) / sets, 0.5)
+    return int(min(MAX_LAUNCHES, max(sets, -(-MIN_REPLAY_US // per_launch))))
+
+
+def launches_for(fn: LaunchFn, sets: int, probes: int = 5) -> int:
     probe = capture(fn, sets, sets)
     for _ in range(2):
         _replay_us(probe)
-    per_launch = max(_replay_us(probe) / sets, 0.5)
-    return int(min(MAX_LAUNCHES, max(sets, -(-MIN_REPLAY_US // per_launch))))
+    return launch_count([_replay_us(probe) for _ in range(probes)], sets)
 
 
 def blame(who: str, step):
