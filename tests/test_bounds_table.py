@@ -40,3 +40,18 @@ def test_bound_labels():
     assert bt.bound(norm, 75, 83) == "open: a streaming kernel gets there at this size"
     assert bt.bound({**norm, "min_bytes": 4 << 20}, 42, 46).endswith("(latency range)")
     assert bt.bound({**norm, "kernel": "silu_and_mul", "min_bytes": 1 << 20}, 8, 7).startswith("latency")
+
+
+def test_probe_rows_give_the_row_dependency_bound(tmp_path):
+    bt = _module()
+    norm = {"kernel": "rmsnorm", "speedup": 1.2, "min_bytes": 4 << 20}
+    assert bt.bound(norm, 42, 46, probe=1.29).startswith("row dependency")
+    assert bt.bound(norm, 42, 46, probe=1.38).startswith("open: the row reduction costs the rest")
+    assert bt.bound(norm, 50, 46, probe=1.10).startswith("size")  # the size bound comes first
+    rows = [{**_row("rmsnorm", 1, 2.0, 2.6), "shape": [128, 4096], "candidate_label": f"{plan}:{label}"}
+            for plan, label in (("open-probe", "probe-shipped"), ("tie", "probe-512x4r1"), ("tie", "new"))]
+    rows[1]["speedup"] = 1.4  # the best probe row wins; the non-probe row is not a probe
+    rows[2]["speedup"] = 2.0
+    path = tmp_path / "v.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert bt.probe_best([str(path)], "bfloat16") == {("rmsnorm", (128, 4096)): 1.4}

@@ -64,10 +64,10 @@ def _replay_us(graph: torch.cuda.CUDAGraph) -> float:
 
 def launch_count(probe_replays_us: list[float], sets: int) -> int:
     """Launches per graph from replays of a `sets`-launch probe graph: every set at least once and
-    >= MIN_REPLAY_US per replay. The fastest probe replay, not the last: one slow replay (a host or clock
-    hiccup) made a 1-launch probe read tens of us, so the empty kernel's graph got a handful of launches and
-    its per-launch time carried the graph's own overhead (1.0-2.0 us against 0.60-0.64 us in the other
-    evaluations of session 7, which flatters "x empty kernel")."""
+    >= MIN_REPLAY_US per replay. The fastest probe replay, not the last: with the last one, two evaluations
+    of session 7 read the empty kernel at 1.0-2.0 us against 0.60-0.64 us in all others (which flatters
+    "x empty kernel"). The likely cause: one slow replay of the 1-launch probe (tens of us) left the graph a
+    handful of launches, whose per-launch time then carries the graph's own launch overhead."""
     per_launch = max(min(probe_replays_us) / sets, 0.5)
     return int(min(MAX_LAUNCHES, max(sets, -(-MIN_REPLAY_US // per_launch))))
 
