@@ -69,8 +69,9 @@ def write_generated() -> None:
         with open(src) as fh:
             body = fh.read()
         if knobs:
-            body = ("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + strip_dispatch(body) + "\nASTRA_ENTRY { return astra_launch_cfg<"
-                    + ", ".join(map(str, knobs)) + ">(tensors, num_tensors, scalars, num_scalars, stream); }\n")
+            body = ("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + strip_dispatch(body)
+                    + "\nASTRA_ENTRY { return astra_launch_cfg<" + ", ".join(map(str, knobs))
+                    + ">(tensors, num_tensors, scalars, num_scalars, stream); }\n")
         with open(path, "w") as fh:
             fh.write(barrier_probe(body) if probe else body)
 

@@ -258,8 +258,10 @@ template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, int TIE, i
 static int run_any(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, float eps,
                    cudaStream_t stream) {
   constexpr int V16 = 16 / (int)sizeof(T);
-  if (vec_ok(in, w, out, V16, 16)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, T, V16>(in, w, out, eps, stream);
-  if (vec_ok(in, w, out, V16 / 2, 8)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, T, V16 / 2>(in, w, out, eps, stream);
+  if (vec_ok(in, w, out, V16, 16))
+    return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, T, V16>(in, w, out, eps, stream);
+  if (vec_ok(in, w, out, V16 / 2, 8))
+    return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, T, V16 / 2>(in, w, out, eps, stream);
   return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, T, 1>(in, w, out, eps, stream);
 }
 
@@ -291,7 +293,8 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
   switch (in.dtype) {
     case ASTRA_FLOAT32: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, float>(in, w, out, eps, stream);
     case ASTRA_FLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, __half>(in, w, out, eps, stream);
-    case ASTRA_BFLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, __nv_bfloat16>(in, w, out, eps, stream);
+    case ASTRA_BFLOAT16:
+      return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, __nv_bfloat16>(in, w, out, eps, stream);
     default: return ASTRA_UNSUPPORTED;
   }
 }
