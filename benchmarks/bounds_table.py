@@ -1,8 +1,10 @@
 """Per paper shape: what stands between a shipped kernel and the 1.32x target, from committed data only.
 
 Usage: python3 benchmarks/bounds_table.py KERNELS_JSONL NCU_JSONL [DTYPE] [STREAM_JSONL...]
-           [--kernels JSONL...] [--ncu JSONL...] [--probe JSONL...]
+           [--kernels JSONL...] [--ncu JSONL...] [--probe JSONL...] [--set SET] [--label LABEL]
 --kernels / --ncu: more rows, which replace those of the same op and shape (a later run of one op's new build).
+--set: the spec shape set (default paper; e.g. models); --label: only harness rows of that candidate label
+(a variants file holds several, e.g. "models:shipped").
 The ncu columns are only as current as the ncu files: join rows and facts of the same builds.
 "streaming here" is what a kernel with no dependencies between its loads and stores reaches at the same
 byte count: the better of ours and SGLang's silu_and_mul (read 2, write 1, nothing else) in KERNELS_JSONL
@@ -37,13 +39,14 @@ def ncu_value(facts: dict, needle: str) -> float | None:
     return next((v for k, v in facts.items() if k.endswith(needle) or needle + " (" in k), None)
 
 
-def load(kernels: list[str], ncu: list[str], dtype: str):
+def load(kernels: list[str], ncu: list[str], dtype: str, label: str | None = None):
     """Harness rows and ncu facts by (op, shape[, side]); a later file's row replaces an earlier one's."""
     rows = {}
     for path in kernels:
         for line in open(path):
             r = json.loads(line)
-            if r.get("type") == "shape" and r.get("speedup") and r["dtype"] == dtype:
+            if r.get("type") == "shape" and r.get("speedup") and r["dtype"] == dtype \
+                    and label in (None, r.get("candidate_label")):
                 rows[(r["kernel"], tuple(r["shape"]))] = r
     facts = {}
     for path in ncu:
@@ -109,15 +112,15 @@ def bound(r: dict, needed_pct: float, streaming_pct: float | None = None, probe:
 
 
 def main(kernels: list[str], ncu: list[str], dtype: str = "bfloat16", stream: tuple[str, ...] = (),
-         probes: tuple[str, ...] = ()) -> None:
-    rows, facts = load(kernels, ncu, dtype)
+         probes: tuple[str, ...] = (), shape_set: str = "paper", label: str | None = None) -> None:
+    rows, facts = load(kernels, ncu, dtype, label)
     points = streaming_points([*kernels, *stream], dtype)
     probe = probe_best(list(probes), dtype)
     print("| op | shape | MB moved | ours us | SGLang us | speedup | % copy roofline | at 1.32x | streaming here | "
           "probe | x empty | ncu DRAM % ours / SGLang | ncu occupancy % ours / SGLang | regs ours / SGLang | bound |")
     print("|---" * 15 + "|")
     for op in OPS:
-        for shape in resolve_shapes(get_spec(op), "paper"):
+        for shape in resolve_shapes(get_spec(op), shape_set):
             r = rows.get((op, tuple(shape)))
             if r is None:
                 continue
@@ -149,5 +152,8 @@ if __name__ == "__main__":
     ap.add_argument("--kernels", nargs="+", default=[], help="more harness rows, replacing those of the same shape")
     ap.add_argument("--ncu", nargs="+", default=[], help="more ncu facts, replacing those of the same shape")
     ap.add_argument("--probe", nargs="+", default=[], help="variants rows with :probe- labels")
+    ap.add_argument("--set", default="paper", help="spec shape set: paper, models, ...")
+    ap.add_argument("--label", default=None, help="only harness rows with this candidate label")
     a = ap.parse_args()
-    main([a.kernels_jsonl, *a.kernels], [a.ncu_jsonl, *a.ncu], a.dtype, tuple(a.stream_jsonl), tuple(a.probe))
+    main([a.kernels_jsonl, *a.kernels], [a.ncu_jsonl, *a.ncu], a.dtype, tuple(a.stream_jsonl), tuple(a.probe),
+         a.set, a.label)

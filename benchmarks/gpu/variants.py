@@ -242,6 +242,13 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     # instead of 5 more shuffles; the file before it is work/old/rmsnorm-tie.cu (`git show 34e95bd:...`).
     "lds": [("rmsnorm", label, src, {}, LDS_SHAPES, ["bfloat16"], False)
             for label, src in (("tie", "work/old/rmsnorm-tie.cu"), ("lds", "patches/rmsnorm/kernel.cu"))],
+    # Session 7, prepared for the next call: the probe over the norms' model sets (bounds-models.md has 28 norm
+    # shapes "open" for want of one), the shipped dispatch and the configurations whose probes led.
+    "models-probe": [(op, f"probe-{label}", src, {}, None, ["bfloat16"], False)
+                     for op in ("rmsnorm", "fused_add_rmsnorm")
+                     for label, src in [("shipped", op_config(op, probe=True))]
+                     + [(f"{t}x{v}r{r}", op_config(op, t, v, r, 1, 1, 1, probe=True)) for t, v, r in
+                        ((256, 2, 1), (512, 1, 1), (512, 4, 1), (1024, 2, 1))]],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],
