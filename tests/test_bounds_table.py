@@ -55,3 +55,17 @@ def test_probe_rows_give_the_row_dependency_bound(tmp_path):
     path = tmp_path / "v.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert bt.probe_best([str(path)], "bfloat16") == {("rmsnorm", (128, 4096)): 1.4}
+
+
+def test_label_keeps_one_candidate_and_a_later_file_replaces_a_row(tmp_path):
+    bt = _module()
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    rows = [{**_row("rmsnorm", 1, 2.0, 2.6), "candidate_label": label} for label in ("models:shipped", "tie:old")]
+    a.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    b.write_text(json.dumps({**_row("rmsnorm", 1, 1.0, 2.6), "candidate_label": "models:shipped"}) + "\n")
+    ncu = tmp_path / "ncu.jsonl"
+    ncu.write_text("")
+    kept, _ = bt.load([str(a)], [str(ncu)], "bfloat16", "tie:old")
+    assert [r["candidate_label"] for r in kept.values()] == ["tie:old"]
+    kept, _ = bt.load([str(a), str(b)], [str(ncu)], "bfloat16", "models:shipped")
+    assert [r["candidate"]["median_us"] for r in kept.values()] == [1.0]
