@@ -1,7 +1,23 @@
-"""Markers: `gpu` tests are skipped without CUDA; `nvcc` tests (compile-only, run in CI) without nvcc."""
+"""Markers: `gpu` tests are skipped without CUDA; `nvcc` tests (compile-only, run in CI) without nvcc.
+Fixture `bench_script`: a script under benchmarks/ loaded as a module (they are scripts, not a package)."""
+import importlib.util
 import shutil
+from pathlib import Path
 
 import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bench_script():
+    """bench_script("bounds_table") or bench_script("gpu/variants"): the module, freshly executed."""
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(Path(name).name, BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load
 
 
 def _has_cuda() -> bool:

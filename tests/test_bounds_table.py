@@ -1,15 +1,5 @@
 """benchmarks/bounds_table.py: the streaming reference and the bound labels (no GPU)."""
-import importlib.util
 import json
-from pathlib import Path
-
-
-def _module():
-    path = Path(__file__).parent.parent / "benchmarks" / "bounds_table.py"
-    spec = importlib.util.spec_from_file_location("bounds_table", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _row(kernel, nbytes, ours_us, base_us, roofline_gbps=4000.0, dtype="bfloat16"):
@@ -18,8 +8,8 @@ def _row(kernel, nbytes, ours_us, base_us, roofline_gbps=4000.0, dtype="bfloat16
             "candidate": {"median_us": ours_us}, "baseline": {"median_us": base_us}}
 
 
-def test_streaming_reference_takes_the_faster_side_and_interpolates_in_log_bytes(tmp_path):
-    bt = _module()
+def test_streaming_reference_takes_the_faster_side_and_interpolates_in_log_bytes(tmp_path, bench_script):
+    bt = bench_script("bounds_table")
     rows = [_row("silu_and_mul", 4_000_000, 2.0, 4.0),  # 1 us at the roofline: 50% (ours)
             _row("silu_and_mul", 16_000_000, 8.0, 5.0),  # 4 us: 80% (SGLang's side is faster)
             _row("rmsnorm", 8_000_000, 1.0, 1.0), _row("silu_and_mul", 8_000_000, 1.0, 1.0, dtype="float16")]
@@ -31,8 +21,8 @@ def test_streaming_reference_takes_the_faster_side_and_interpolates_in_log_bytes
     assert bt.streaming_at(points, 1_000_000) is None and bt.streaming_at(points, 32_000_000) is None
 
 
-def test_bound_labels():
-    bt = _module()
+def test_bound_labels(bench_script):
+    bt = bench_script("bounds_table")
     norm = {"kernel": "rmsnorm", "speedup": 1.1, "min_bytes": 16 << 20}
     assert bt.bound({**norm, "speedup": 1.4}, 90, 80) == "none: 1.32x met"
     assert bt.bound(norm, 104, 95).startswith("bandwidth")
@@ -42,8 +32,8 @@ def test_bound_labels():
     assert bt.bound({**norm, "kernel": "silu_and_mul", "min_bytes": 1 << 20}, 8, 7).startswith("latency")
 
 
-def test_probe_rows_give_the_row_dependency_bound(tmp_path):
-    bt = _module()
+def test_probe_rows_give_the_row_dependency_bound(tmp_path, bench_script):
+    bt = bench_script("bounds_table")
     norm = {"kernel": "rmsnorm", "speedup": 1.2, "min_bytes": 4 << 20}
     assert bt.bound(norm, 42, 46, probe=1.29).startswith("row dependency")
     assert bt.bound(norm, 42, 46, probe=1.38).startswith("open: the row reduction costs the rest")
@@ -57,8 +47,8 @@ def test_probe_rows_give_the_row_dependency_bound(tmp_path):
     assert bt.probe_best([str(path)], "bfloat16") == {("rmsnorm", (128, 4096)): 1.4}
 
 
-def test_label_keeps_one_candidate_and_a_later_file_replaces_a_row(tmp_path):
-    bt = _module()
+def test_label_keeps_one_candidate_and_a_later_file_replaces_a_row(tmp_path, bench_script):
+    bt = bench_script("bounds_table")
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     rows = [{**_row("rmsnorm", 1, 2.0, 2.6), "candidate_label": label} for label in ("models:shipped", "tie:old")]
     a.write_text("".join(json.dumps(r) + "\n" for r in rows))

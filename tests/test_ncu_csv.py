@@ -1,8 +1,6 @@
 """ncu's CSV with several profiled launches: grouping by ID, attribution to shapes (no GPU needed)."""
 import csv
-import importlib.util
 import io
-from pathlib import Path
 
 from astra_sglang.harness.ncu_csv import attribute, parse_ncu_csv, parse_ncu_launches, shape_range
 
@@ -83,16 +81,8 @@ def test_a_shape_range_beyond_the_request_is_not_trusted():
     assert per_shape == [{}, {}] and problem
 
 
-def _ncu_table():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "ncu_table.py"
-    spec = importlib.util.spec_from_file_location("ncu_table", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_ncu_table_defaults_to_every_paper_shape_and_reads_dram_bytes_per_second():
-    table = _ncu_table()
+def test_ncu_table_defaults_to_every_paper_shape_and_reads_dram_bytes_per_second(bench_script):
+    table = bench_script("ncu_table")
     wanted = table.wanted_shapes([])
     assert list(wanted) == ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse"]
     assert sum(map(len, wanted.values())) == 26

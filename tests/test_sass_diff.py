@@ -1,14 +1,4 @@
 """benchmarks/sass_diff.py's parsing of `cuobjdump -sass` (no GPU, no cuobjdump needed)."""
-import importlib.util
-from pathlib import Path
-
-
-def _module():
-    path = Path(__file__).parent.parent / "benchmarks" / "sass_diff.py"
-    spec = importlib.util.spec_from_file_location("sass_diff", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _dump(hash_: str, second_op: str) -> str:
@@ -20,8 +10,8 @@ def _dump(hash_: str, second_op: str) -> str:
             "\t\t..........\n")
 
 
-def test_same_code_in_two_files_compares_equal_and_a_changed_instruction_does_not():
-    sass_diff = _module()
+def test_same_code_in_two_files_compares_equal_and_a_changed_instruction_does_not(bench_script):
+    sass_diff = bench_script("sass_diff")
     a, b = sass_diff.parse(_dump("6db16129", "EXIT")), sass_diff.parse(_dump("b6750a33", "EXIT"))
     assert list(a) == list(b) and len(a) == 1
     assert next(iter(a.values())) == ["LDC R1, c[0x0][0x28]", "EXIT"]
@@ -29,8 +19,8 @@ def test_same_code_in_two_files_compares_equal_and_a_changed_instruction_does_no
     assert sass_diff.parse(_dump("b6750a33", "BRA 0x10")) != a
 
 
-def test_rename_maps_a_new_template_parameter_onto_the_old_name():
-    sass_diff = _module()
+def test_rename_maps_a_new_template_parameter_onto_the_old_name(bench_script):
+    sass_diff = bench_script("sass_diff")
     new = "merge_kernelI13__nv_bfloat16Li8ELi128ELi1ELb1ELi2EEEvPKT_"
     assert sass_diff.rename(new, ["ELi2EEEv=EEEv"]) == "merge_kernelI13__nv_bfloat16Li8ELi128ELi1ELb1EEEvPKT_"
     assert sass_diff.rename(new, []) == new
