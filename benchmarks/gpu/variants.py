@@ -111,6 +111,14 @@ def norm_config(op: str, threads: int, vpt: int, rows: int, wide: int, fit: int)
     return op_config(op, threads, vpt, rows, 1, wide, fit)
 
 
+def norm_variants(op: str, cfgs, probe: bool = False) -> list[tuple[str, str]]:
+    """(label, source): the shipped norm's dispatch and fixed (THREADS, VPT, ROWS) configurations (WIDE 1, FIT 1);
+    with `probe`, each with its row reduction cut to one barrier, labelled "probe-*"."""
+    pre = "probe-" if probe else ""
+    return ([(pre + "shipped", op_config(op, probe=True) if probe else f"patches/{op}/kernel.cu")]
+            + [(f"{pre}{t}x{v}r{r}", op_config(op, t, v, r, 1, 1, 1, probe=probe)) for t, v, r in cfgs])
+
+
 # Rows of 448-1024 vectors (d 3584-8192, the models' hidden sizes) and the wide rows left slower than SGLang.
 FIT_SHAPES = [(512, 5120), (2048, 5120), (8192, 5120), (16384, 5120), (2048, 3584), (16384, 3584), (640, 6144),
               (2048, 8192), (16384, 8192), (128, 4096), (256, 13824), (512, 14336), (128, 11008), (4096, 14336)]
@@ -144,6 +152,8 @@ OPEN_NORM_CFGS = [(128, 4, 1), (256, 2, 1), (512, 1, 1), (128, 4, 2), (256, 2, 2
 TIE_SHAPES = _unique(resolve_shapes(get_spec("rmsnorm"), "paper+models"), OPEN_NORM_SHAPES,
                      [(16384, 8192), (8192, 4096), (4096, 8192), (64, 4096), (16, 4096), (1, 4096), (200, 6000)])
 TIE_PROBE_CFGS = [(256, 2, 1), (256, 4, 1), (512, 1, 1), (512, 4, 1), (1024, 2, 1)]
+MODELS_PROBE_CFGS = [(256, 2, 1), (512, 1, 1), (512, 4, 1), (1024, 2, 1)]
+NORMS = ("rmsnorm", "fused_add_rmsnorm")
 LDS_SHAPES = _unique(resolve_shapes(get_spec("rmsnorm"), "paper"),
                      [(1, 4096), (8, 4096), (32, 4096), (64, 4096), (128, 3584), (128, 5120), (128, 8192), (512, 4096),
                       (512, 3584), (200, 6000), (2048, 4096), (8192, 4096)])
@@ -221,34 +231,26 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     # Session 6's open norm shapes (bounds.md: a streaming kernel of the same size reaches what 1.32x needs):
     # the shipped dispatch against other register-path shapes of the block at those sizes.
     "open-norms": [(op, label, src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False)
-                   for op in ("rmsnorm", "fused_add_rmsnorm")
-                   for label, src in [("shipped", f"patches/{op}/kernel.cu")]
-                   + [(f"{t}x{v}r{r}", norm_config(op, t, v, r, 1, 1)) for t, v, r in OPEN_NORM_CFGS]],
+                   for op in NORMS for label, src in norm_variants(op, OPEN_NORM_CFGS)],
     # The same kernels with their reduction cut to one barrier (barrier_probe): labels "probe-*".
-    "open-probe": [(op, f"probe-{label}", src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False)
-                   for op in ("rmsnorm", "fused_add_rmsnorm")
-                   for label, src in [("shipped", op_config(op, probe=True))]
-                   + [(f"{t}x{v}r{r}", op_config(op, t, v, r, 1, 1, 1, probe=True)) for t, v, r in OPEN_NORM_CFGS]],
+    "open-probe": [(op, label, src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False)
+                   for op in NORMS for label, src in norm_variants(op, OPEN_NORM_CFGS, probe=True)],
     # Session 7: rmsnorm's weight loads tied into the row sum, so ptxas issues them with x's (VPT > 1 builds);
     # the file before it is work/old/rmsnorm.cu (`git show 3ad6cd4:patches/rmsnorm/kernel.cu`). "new" is the
     # shipped file: in call 2 f253450 (every VPT > 1 path tied), from call 3 on the TIE knob split by size.
     # Then the probe of the new file and of the configurations whose probes led in `open-probe`.
     "tie": [("rmsnorm", label, src, {}, TIE_SHAPES, ["bfloat16"], False)
             for label, src in (("old", "work/old/rmsnorm.cu"), ("new", "patches/rmsnorm/kernel.cu"))]
-           + [("rmsnorm", f"probe-{label}", src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False)
-              for label, src in [("shipped", op_config("rmsnorm", probe=True))]
-              + [(f"{t}x{v}r{r}", op_config("rmsnorm", t, v, r, 1, 1, 1, probe=True)) for t, v, r in TIE_PROBE_CFGS]],
+           + [("rmsnorm", label, src, {}, OPEN_NORM_SHAPES, ["bfloat16"], False)
+              for label, src in norm_variants("rmsnorm", TIE_PROBE_CFGS, probe=True)],
     # Session 7, after `tie`: the fitted row sum's second stage from shared memory (row_sum LDS, <= 8 warps)
     # instead of 5 more shuffles; the file before it is work/old/rmsnorm-tie.cu (`git show 34e95bd:...`).
     "lds": [("rmsnorm", label, src, {}, LDS_SHAPES, ["bfloat16"], False)
             for label, src in (("tie", "work/old/rmsnorm-tie.cu"), ("lds", "patches/rmsnorm/kernel.cu"))],
     # Session 7, prepared for the next call: the probe over the norms' model sets (bounds-models.md has 28 norm
     # shapes "open" for want of one), the shipped dispatch and the configurations whose probes led.
-    "models-probe": [(op, f"probe-{label}", src, {}, None, ["bfloat16"], False)
-                     for op in ("rmsnorm", "fused_add_rmsnorm")
-                     for label, src in [("shipped", op_config(op, probe=True))]
-                     + [(f"{t}x{v}r{r}", op_config(op, t, v, r, 1, 1, 1, probe=True)) for t, v, r in
-                        ((256, 2, 1), (512, 1, 1), (512, 4, 1), (1024, 2, 1))]],
+    "models-probe": [(op, label, src, {}, None, ["bfloat16"], False)
+                     for op in NORMS for label, src in norm_variants(op, MODELS_PROBE_CFGS, probe=True)],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],
