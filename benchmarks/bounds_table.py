@@ -39,15 +39,19 @@ def ncu_value(facts: dict, needle: str) -> float | None:
     return next((v for k, v in facts.items() if k.endswith(needle) or needle + " (" in k), None)
 
 
-def load(kernels: list[str], ncu: list[str], dtype: str, label: str | None = None):
-    """Harness rows and ncu facts by (op, shape[, side]); a later file's row replaces an earlier one's."""
-    rows = {}
-    for path in kernels:
+def shape_rows(paths: list[str], dtype: str):
+    """The timed harness rows of `dtype` in JSONL files, in file order."""
+    for path in paths:
         for line in open(path):
             r = json.loads(line)
-            if r.get("type") == "shape" and r.get("speedup") and r["dtype"] == dtype \
-                    and label in (None, r.get("candidate_label")):
-                rows[(r["kernel"], tuple(r["shape"]))] = r
+            if r.get("type") == "shape" and r.get("speedup") and r["dtype"] == dtype:
+                yield r
+
+
+def load(kernels: list[str], ncu: list[str], dtype: str, label: str | None = None):
+    """Harness rows and ncu facts by (op, shape[, side]); a later file's row replaces an earlier one's."""
+    rows = {(r["kernel"], tuple(r["shape"])): r for r in shape_rows(kernels, dtype)
+            if label in (None, r.get("candidate_label"))}
     facts = {}
     for path in ncu:
         for line in open(path):
@@ -59,24 +63,18 @@ def load(kernels: list[str], ncu: list[str], dtype: str, label: str | None = Non
 def probe_best(paths: list[str], dtype: str) -> dict[tuple[str, tuple], float]:
     """(op, shape) -> the best speedup of any ":probe-" variant row (the reduction cut to one barrier)."""
     best: dict[tuple[str, tuple], float] = {}
-    for path in paths:
-        for line in open(path):
-            r = json.loads(line)
-            if r.get("type") == "shape" and r.get("speedup") and r["dtype"] == dtype \
-                    and ":probe-" in (r.get("candidate_label") or ""):
-                key = (r["kernel"], tuple(r["shape"]))
-                best[key] = max(best.get(key, 0.0), r["speedup"])
+    for r in shape_rows(paths, dtype):
+        if ":probe-" in (r.get("candidate_label") or ""):
+            key = (r["kernel"], tuple(r["shape"]))
+            best[key] = max(best.get(key, 0.0), r["speedup"])
     return best
 
 
 def streaming_points(paths: list[str], dtype: str) -> list[tuple[float, float]]:
     """(log bytes, best % of the copy roofline) of silu_and_mul rows, ours or SGLang's, sorted by size."""
     best: dict[int, float] = {}
-    for path in paths:
-        for line in open(path):
-            r = json.loads(line)
-            if r.get("type") != "shape" or r["kernel"] != "silu_and_mul" or r["dtype"] != dtype or not r.get("speedup"):
-                continue
+    for r in shape_rows(paths, dtype):
+        if r["kernel"] == "silu_and_mul":
             roof = r["min_bytes"] / r["roofline_gbps"] / 1e3  # us at the copy roofline
             pct = 100 * roof / min(r["candidate"]["median_us"], r["baseline"]["median_us"])
             best[r["min_bytes"]] = max(best.get(r["min_bytes"], 0.0), pct)
