@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU calls of the third and fourth sessions (kernel variants, tables, per-call cost). Steps in order:
+# GPU calls of sessions 3-7 (kernel variants, tables, per-call cost, peers). Steps in order:
 #   variants PLAN...  benchmarks/gpu/variants.py (variants of a patch side by side, each vs SGLang)
 #   time | check      benchmarks/gpu/kernels.sh time-bf16 time-fp16 / check on the shipped patches
 #                     (plan `models`: the spec's model shape sets, bf16, shipped patches vs SGLang, time only)
