@@ -1,7 +1,8 @@
 """Per paper shape: what stands between a shipped kernel and the 1.32x target, from committed data only.
 
 Usage: python3 benchmarks/bounds_table.py KERNELS_JSONL NCU_JSONL [DTYPE] [STREAM_JSONL...]
-           [--kernels JSONL...] [--ncu JSONL...] [--probe JSONL...] [--set SET] [--label LABEL]
+           [--kernels JSONL...] [--ncu JSONL...] [--probe JSONL...] [--stream-probe JSONL...] [--set SET]
+           [--label LABEL]
 --kernels / --ncu: more rows, which replace those of the same op and shape (a later run of one op's new build).
 --set: the spec shape set (default paper; e.g. models); --label: only harness rows of that candidate label
 (a variants file holds several, e.g. "models:shipped").
@@ -11,7 +12,9 @@ byte count: the better of ours and SGLang's silu_and_mul (read 2, write 1, nothi
 and STREAM_JSONL (e.g. a model-set run), as % of its run's copy roofline, interpolated in log(bytes). A small
 copy is below the roofline too (launch, ramp, one wave's tail); a norm or merge that would need more than
 that at its size to reach 1.32x is bounded by its size, not by its code. This is an empirical reference,
-not a proof: a better streaming kernel would move it.
+not a proof: a better streaming kernel would move it. --stream-probe adds the rows of
+`benchmarks/gpu/stream_sizes.py` (a no-math load/store kernel, the best of its configurations per size) to
+that reference; silu_and_mul, the reference itself otherwise, is measured against those rows only.
 Joins the harness rows (CUDA-graph replay, L2 cold, interleaved with SGLang's op; same-run SM-copy roofline
 and empty-kernel time) with Nsight Compute facts of the same kernels (one launch each, ncu's own clock and
 cache control), and prints a markdown table. "at 1.32x" is the copy-roofline fraction a kernel would need
@@ -70,14 +73,19 @@ def probe_best(paths: list[str], dtype: str) -> dict[tuple[str, tuple], float]:
     return best
 
 
-def streaming_points(paths: list[str], dtype: str) -> list[tuple[float, float]]:
-    """(log bytes, best % of the copy roofline) of silu_and_mul rows, ours or SGLang's, sorted by size."""
+def streaming_points(paths: list[str], dtype: str, probe_paths: list[str] = ()) -> list[tuple[float, float]]:
+    """(log bytes, best % of the copy roofline) of silu_and_mul rows, ours or SGLang's, and of stream_sizes.py
+    rows (any configuration), sorted by size."""
     best: dict[int, float] = {}
     for r in shape_rows(paths, dtype):
         if r["kernel"] == "silu_and_mul":
             roof = r["min_bytes"] / r["roofline_gbps"] / 1e3  # us at the copy roofline
             pct = 100 * roof / min(r["candidate"]["median_us"], r["baseline"]["median_us"])
             best[r["min_bytes"]] = max(best.get(r["min_bytes"], 0.0), pct)
+    for path in probe_paths:
+        for line in open(path):
+            r = json.loads(line)
+            best[r["bytes"]] = max(best.get(r["bytes"], 0.0), r["pct_roofline"])
     return sorted((math.log(b), pct) for b, pct in best.items())
 
 
@@ -95,14 +103,14 @@ def bound(r: dict, needed_pct: float, streaming_pct: float | None = None, probe:
         return "none: 1.32x met"
     if needed_pct > 100:
         return "bandwidth: 1.32x is past the copy roofline"
-    if r["kernel"] == "silu_and_mul":  # it is the streaming reference: no other kernel to compare with
-        if r["min_bytes"] < LATENCY_BYTES:
-            return "latency (launch + one cold DRAM round trip)"
-        return "open"
+    if r["kernel"] == "silu_and_mul" and r["min_bytes"] < LATENCY_BYTES:
+        return "latency (launch + one cold DRAM round trip)"
     if streaming_pct is not None and needed_pct > streaming_pct:
         return "size: 1.32x needs more than a streaming kernel reaches at this size"
     if probe is not None and probe < TARGET:
         return "row dependency: with its reduction cut to one barrier the kernel still misses 1.32x"
+    if r["kernel"] == "silu_and_mul":  # the stream probe gets there and silu does not
+        return "open"
     latency = " (latency range)" if r["min_bytes"] < LATENCY_BYTES else ""
     if probe is not None:
         return "open: the row reduction costs the rest (the barrier-only kernel gets there)" + latency
@@ -110,9 +118,12 @@ def bound(r: dict, needed_pct: float, streaming_pct: float | None = None, probe:
 
 
 def main(kernels: list[str], ncu: list[str], dtype: str = "bfloat16", stream: tuple[str, ...] = (),
-         probes: tuple[str, ...] = (), shape_set: str = "paper", label: str | None = None) -> None:
+         probes: tuple[str, ...] = (), shape_set: str = "paper", label: str | None = None,
+         stream_probe: tuple[str, ...] = ()) -> None:
     rows, facts = load(kernels, ncu, dtype, label)
-    points = streaming_points([*kernels, *stream], dtype)
+    points = streaming_points([*kernels, *stream], dtype, list(stream_probe))
+    # silu is the streaming reference itself: it is measured against the no-math probe alone
+    probe_points = streaming_points([], dtype, list(stream_probe))
     probe = probe_best(list(probes), dtype)
     print("| op | shape | MB moved | ours us | SGLang us | speedup | % copy roofline | at 1.32x | streaming here | "
           "probe | x empty | ncu DRAM % ours / SGLang | ncu occupancy % ours / SGLang | regs ours / SGLang | bound |")
@@ -131,11 +142,14 @@ def main(kernels: list[str], ncu: list[str], dtype: str = "bfloat16", stream: tu
                 a, b = ncu_value(f_o, needle), ncu_value(f_s, needle)
                 return "/".join("-" if v is None else f"{v:.0f}" for v in (a, b))
 
-            streaming = streaming_at(points, r["min_bytes"])
+            streaming = shown = streaming_at(points, r["min_bytes"])
+            if op == "silu_and_mul":  # its own rows are no bound on it; without probe rows the column is shown only
+                streaming = streaming_at(probe_points, r["min_bytes"])
+                shown = streaming if stream_probe else shown
             p = probe.get((op, tuple(shape)))
             print(f"| {op} | {'x'.join(map(str, shape))} | {r['min_bytes'] / 1e6:.1f} | {ours:.2f} | {base:.2f} | "
                   f"{r['speedup']:.3f} | {pct:.0f}% | {needed:.0f}% | "
-                  f"{'-' if streaming is None else f'{streaming:.0f}%'} | {'-' if p is None else f'{p:.3f}'} | "
+                  f"{'-' if shown is None else f'{shown:.0f}%'} | {'-' if p is None else f'{p:.3f}'} | "
                   f"{ours / r['empty_kernel_us']:.1f} | "
                   f"{pair(': DRAM Throughput')} | {pair(': Achieved Occupancy')} | {pair(': Registers Per Thread')} | "
                   f"{bound(r, needed, streaming, p)} |")
@@ -150,8 +164,9 @@ if __name__ == "__main__":
     ap.add_argument("--kernels", nargs="+", default=[], help="more harness rows, replacing those of the same shape")
     ap.add_argument("--ncu", nargs="+", default=[], help="more ncu facts, replacing those of the same shape")
     ap.add_argument("--probe", nargs="+", default=[], help="variants rows with :probe- labels")
+    ap.add_argument("--stream-probe", nargs="+", default=[], help="stream_sizes.py rows (stream.jsonl)")
     ap.add_argument("--set", default="paper", help="spec shape set: paper, models, ...")
     ap.add_argument("--label", default=None, help="only harness rows with this candidate label")
     a = ap.parse_args()
     main([a.kernels_jsonl, *a.kernels], [a.ncu_jsonl, *a.ncu], a.dtype, tuple(a.stream_jsonl), tuple(a.probe),
-         a.set, a.label)
+         a.set, a.label, tuple(a.stream_probe))

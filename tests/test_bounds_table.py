@@ -59,3 +59,21 @@ def test_label_keeps_one_candidate_and_a_later_file_replaces_a_row(tmp_path, ben
     assert [r["candidate_label"] for r in kept.values()] == ["tie:old"]
     kept, _ = bt.load([str(a), str(b)], [str(ncu)], "bfloat16", "models:shipped")
     assert [r["candidate"]["median_us"] for r in kept.values()] == [1.0]
+
+
+def test_stream_probe_rows_join_the_reference_and_bound_silu(tmp_path, bench_script):
+    bt = bench_script("bounds_table")
+    probe = tmp_path / "stream.jsonl"
+    probe.write_text("".join(json.dumps({"bytes": b, "reads": r, "threads": 256, "vpt": 1, "median_us": 1.0,
+                                         "pct_roofline": pct, "roofline_gbps": 4000.0}) + "\n"
+                             for b, r, pct in ((4_000_000, 1, 40.0), (4_000_000, 2, 45.0), (16_000_000, 2, 70.0))))
+    silu = tmp_path / "silu.jsonl"
+    silu.write_text(json.dumps(_row("silu_and_mul", 16_000_000, 4.0, 8.0)) + "\n")  # 100% at 16 MB
+    points = bt.streaming_points([str(silu)], "bfloat16", [str(probe)])
+    assert [round(p, 6) for _, p in points] == [45.0, 100.0]  # the best configuration, then the faster kind
+    assert [round(p, 6) for _, p in bt.streaming_points([], "bfloat16", [str(probe)])] == [45.0, 70.0]
+    silu_row = {"kernel": "silu_and_mul", "speedup": 1.02, "min_bytes": 10 << 20}
+    assert bt.bound(silu_row, 82, 68).startswith("size")
+    assert bt.bound(silu_row, 82, 90) == "open"
+    assert bt.bound(silu_row, 82) == "open"  # no probe rows: as before
+    assert bt.bound({**silu_row, "min_bytes": 1 << 20}, 82, 68).startswith("latency")

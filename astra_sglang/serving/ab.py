@@ -162,32 +162,39 @@ def parity_probe(port: int, skip_tokenizer: bool) -> list:
     return outputs
 
 
-def run_arm(arm: str, run: int, argv: list[str], env: dict, opts: dict, out: Path) -> dict:
-    log = out / f"server-{arm}-{run}.log"
-    bench_file = out / f"bench-{arm}-{run}.jsonl"
+def run_benchmark(port: int, bench_file: Path, opts: dict) -> dict:
     bench_file.unlink(missing_ok=True)
+    bench = bench_command(opts["model_path"], port, bench_file, opts["num_prompts"], opts["input_len"],
+                          opts["output_len"], opts["concurrency"], dataset=opts["dataset"],
+                          prefix_len=opts["prefix_len"], groups=opts["groups"])
+    done = subprocess.run(bench, env=strip_patch_env(dict(os.environ)), capture_output=True, text=True,
+                          timeout=opts["bench_timeout"])
+    if done.returncode != 0:
+        raise AstraError(f"benchmark failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+    return read_bench(bench_file)
+
+
+def run_arm(arm: str, run: int, argv: list[str], env: dict, opts: dict, out: Path) -> list[dict]:
+    """One server start: `repeats` benchmarks back to back (one row each), then the greedy-parity probe."""
+    log = out / f"server-{arm}-{run}.log"
     click.echo(f"[{arm}{run}] starting server: {' '.join(argv)}")
     proc = start_server(argv, env, log)
+    rows, nan = [], float("nan")
     try:
         ready = wait_healthy(proc, opts["port"], log, opts["health_timeout"])
         click.echo(f"[{arm}{run}] healthy after {ready:.0f} s; benchmarking")
-        bench = bench_command(opts["model_path"], opts["port"], bench_file, opts["num_prompts"], opts["input_len"],
-                              opts["output_len"], opts["concurrency"], dataset=opts["dataset"],
-                              prefix_len=opts["prefix_len"], groups=opts["groups"])
-        done = subprocess.run(bench, env=strip_patch_env(dict(os.environ)), capture_output=True, text=True,
-                              timeout=opts["bench_timeout"])
-        if done.returncode != 0:
-            raise AstraError(f"benchmark failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
-        metrics = read_bench(bench_file)
-        outputs = parity_probe(opts["port"], "--skip-tokenizer-init" in opts["extra"])
+        for rep in range(1, opts.get("repeats", 1) + 1):
+            suffix = "" if opts.get("repeats", 1) == 1 else f"-{rep}"
+            metrics = run_benchmark(opts["port"], out / f"bench-{arm}-{run}{suffix}.jsonl", opts)
+            rows.append({"arm": arm, "run": run, "repeat": rep, "metrics": metrics, "outputs": None})
+            click.echo(f"[{arm}{run}{suffix}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
+                       f"{metrics.get('mean_ttft_ms', nan):.1f} ms, ITL {metrics.get('mean_itl_ms', nan):.2f} ms")
+        rows[0]["outputs"] = parity_probe(opts["port"], "--skip-tokenizer-init" in opts["extra"])
         if ENV_STATS_INTERVAL in env:  # one more stats write, so the counters include the benchmark
             time.sleep(float(env[ENV_STATS_INTERVAL]) + 1.0)
     finally:
         stop_server(proc)
-    nan = float("nan")
-    click.echo(f"[{arm}{run}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
-               f"{metrics.get('mean_ttft_ms', nan):.1f} ms, ITL {metrics.get('mean_itl_ms', nan):.2f} ms")
-    return {"arm": arm, "run": run, "metrics": metrics, "outputs": outputs}
+    return rows
 
 
 def sglang_available() -> bool:
@@ -222,6 +229,9 @@ def check_args(extra) -> None:
 @click.option("--warmup", type=click.IntRange(0, 5), default=1, show_default=True,
               help="Discarded starts of the unpatched server before the A/B (with a short benchmark): the first "
                    "start on a machine JIT-compiles flashinfer's kernels, which would otherwise land in A's first run.")
+@click.option("--repeats", type=click.IntRange(1, 20), default=1, show_default=True,
+              help="Benchmarks per server start, each its own sample: server starts dominate an A/B's time, and "
+                   "repeats separate the noise of one start from the noise between starts.")
 @click.option("--health-timeout", type=click.IntRange(10), default=900, show_default=True, help="Seconds per start.")
 @click.option("--bench-timeout", type=click.IntRange(10), default=900, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -229,13 +239,14 @@ def check_args(extra) -> None:
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
 def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, output_len, concurrency, dataset,
-       prefix_len, groups, warmup, health_timeout, bench_timeout, out, server_args):
+       prefix_len, groups, warmup, repeats, health_timeout, bench_timeout, out, server_args):
     """Serving A/B: unpatched (A) vs patched (B) SGLang servers, alternated A B A B.
 
     Each run starts a server on 127.0.0.1, waits for /health, runs `sglang.benchmark.serving` (--dataset),
     probes greedy outputs on a few fixed prompts, and stops it. --warmup unpatched starts come first and are
-    discarded. Writes OUT/ab.jsonl and OUT/ab.md
-    (medians, spreads, deltas, noise, greedy parity, per-op engagement of the patched server).
+    discarded. Writes OUT/ab.jsonl and OUT/ab.md (medians, spreads, deltas, noise, greedy parity, per-op
+    engagement of the patched server); the report is rewritten after every run, so a run cut short by a
+    time limit still leaves the runs before it.
 
     \b
     Examples:
@@ -255,14 +266,14 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
     click.echo(summary)
     opts = dict(model_path=model_path, port=port, num_prompts=num_prompts, input_len=input_len,
                 output_len=output_len, concurrency=concurrency, dataset=dataset, prefix_len=prefix_len, groups=groups,
-                health_timeout=health_timeout,
+                health_timeout=health_timeout, repeats=repeats,
                 bench_timeout=bench_timeout, extra=list(server_args))
     rows_file = out / "ab.jsonl"
     rows_file.unlink(missing_ok=True)
     rows, stats_dirs = [], []
     for run in range(1, warmup + 1):  # JIT caches filled here; nothing recorded (logs: server-warmup-*.log)
         run_arm("warmup", run, argv, strip_patch_env(dict(os.environ)),
-                {**opts, "num_prompts": min(num_prompts, 2 * concurrency)}, out)
+                {**opts, "num_prompts": min(num_prompts, 2 * concurrency), "repeats": 1}, out)
     for run in range(1, runs + 1):
         for arm in ("A", "B"):
             if arm == "A":
@@ -273,11 +284,12 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
                 env, command, _ = patched_server(patches, stats_dir=stats, no_build=True, server_args=argv[3:])
                 env = {**env, ENV_STATS_INTERVAL: str(STATS_INTERVAL_S)}
                 stats_dirs.append(stats)
-            row = run_arm(arm, run, command, env, opts, out)
-            if stats:
-                row["stats_dir"] = str(stats)
-            rows.append(row)
+            arm_rows = run_arm(arm, run, command, env, opts, out)
+            for row in arm_rows:
+                if stats:
+                    row["stats_dir"] = str(stats)
+            rows.extend(arm_rows)
             with open(rows_file, "a") as fh:
-                fh.write(json.dumps(row) + "\n")
-    report = write_report(out, rows, stats_dirs)
+                fh.writelines(json.dumps(row) + "\n" for row in arm_rows)
+            report = write_report(out, rows, stats_dirs)
     click.echo(f"wrote {rows_file} and {report}")

@@ -107,8 +107,9 @@ def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     runs = max((r["run"] for r in rows), default=0)
+    repeats = max((r.get("repeat", 1) for r in rows), default=1)
     return env.get_template("ab.md.j2").render(
-        runs=runs, comparisons=compare(rows), parity=parity(rows), ops=engagement(stats_dirs), plot=plot_file,
+        runs=runs, repeats=repeats, comparisons=compare(rows), parity=parity(rows), ops=engagement(stats_dirs), plot=plot_file,
         plot_note=plot_note)
 
 

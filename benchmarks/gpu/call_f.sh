@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU calls of sessions 3-7 (kernel variants, tables, per-call cost, peers). Steps in order:
+# GPU calls of sessions 3-8 (kernel variants, tables, per-call cost, peers). Steps in order:
 #   variants PLAN...  benchmarks/gpu/variants.py (variants of a patch side by side, each vs SGLang)
 #   time | check      benchmarks/gpu/kernels.sh time-bf16 time-fp16 / check on the shipped patches
 #                     (plan `models`: the spec's model shape sets, bf16, shipped patches vs SGLang, time only)
@@ -7,6 +7,7 @@
 #   percall-py        per_call.py with the C++ fast path switched off (ASTRA_SGLANG_FASTCALL=0): the Python path
 #   pytest PATH... -- the GPU-marked tests in PATHs (log in OUTDIR/pytest-gpu.txt)
 #   check-effect      benchmarks/gpu/check_effect.py (checked vs unchecked timing, GPU clocks; rmsnorm 16384x8192)
+#   stream            benchmarks/gpu/stream_sizes.py (a no-math load/store kernel's best per size: bounds_table --stream-probe)
 # Usage (repo root, GPU machine, with the runtime kit in .stage): bash benchmarks/gpu/call_f.sh OUTDIR STEP...
 # OPS="op ..." limits time, check and memcheck to those ops.
 set -u
@@ -30,6 +31,8 @@ while [ $# -gt 0 ]; do
       echo "pytest exit code $?" >> "$OUTDIR/pytest-gpu.txt"; tail -8 "$OUTDIR/pytest-gpu.txt" ;;
     check-effect)
       timeout 240 python3 benchmarks/gpu/check_effect.py "$OUTDIR/check-effect" 2>&1 | tail -12 ;;
+    stream)
+      timeout ${STREAM_TIMEOUT:-150} python3 benchmarks/gpu/stream_sizes.py "$OUTDIR/stream" 2>&1 | tail -60 ;;
     percall)
       timeout 240 python3 benchmarks/per_call.py "$OUTDIR/percall" 2>&1 | tail -30 ;;
     percall-py)

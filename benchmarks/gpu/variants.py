@@ -157,6 +157,14 @@ NORMS = ("rmsnorm", "fused_add_rmsnorm")
 LDS_SHAPES = _unique(resolve_shapes(get_spec("rmsnorm"), "paper"),
                      [(1, 4096), (8, 4096), (32, 4096), (64, 4096), (128, 3584), (128, 5120), (128, 8192), (512, 4096),
                       (512, 3584), (200, 6000), (2048, 4096), (8192, 4096)])
+# Session 8: the merge shapes left "open" in bounds-models.md (128 tokens: one partial wave of 3-8 blocks per SM)
+# and the silu shapes of 128-512 rows where SGLang's kernel ran 0.1-1.3% faster (session 7, call 3).
+MERGE_128 = [(128, 32, 128), (128, 40, 128), (128, 64, 128), (128, 28, 128), (128, 32, 256)]
+MERGE_128_CFGS = [(t, v, 1, o) for o in (1, 2) for t in (64, 128, 256) for v in (1, 2)]  # THREADS, VPT, PDL, ORDER
+SILU_FLAT_SHAPES = _unique(resolve_shapes(get_spec("silu_and_mul"), "paper"),
+                           [(r, d) for r in (128, 512) for d in (11008, 13824, 14336, 18944, 28672, 29568)],
+                           [(1, 14336), (8, 28672), (32, 18944), (2048, 11008), (2048, 28672), (4000, 2816),
+                            (5, 4100), (333, 12288)])
 MERGE_X = "benchmarks/results/2026-11-21-h200-s6/sources/merge-x.cu"  # session 6's merge-early / merge-x file
 # Either side of the ORDER 2 band (lanes in (2^15, 2^17]; 16 lanes per pair at head_dim 128, 32 at 256) and
 # of ORDER 0 (> 2^24 elements).
@@ -251,6 +259,16 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     # shapes "open" for want of one), the shipped dispatch and the configurations whose probes led.
     "models-probe": [(op, label, src, {}, None, ["bfloat16"], False)
                      for op in NORMS for label, src in norm_variants(op, MODELS_PROBE_CFGS, probe=True)],
+    # Session 8: merge at 128 tokens over block size, vectors per lane and ORDER (the shipped dispatch: 128 x 1,
+    # ORDER 2 there).
+    "merge-128": [("merge_attn_states_lse", "shipped", "patches/merge_attn_states_lse/kernel.cu", {}, MERGE_128,
+                   ["bfloat16"], False)]
+                 + [("merge_attn_states_lse", "{}x{}o{}".format(t, v, o), op_config("merge_attn_states_lse", t, v, p, o),
+                     {}, MERGE_128, ["bfloat16"], False) for t, v, p, o in MERGE_128_CFGS],
+    # Session 8: silu over a 1-D grid of all vectors (ASTRA_SILU_FLAT) against the 2-D grid it ships with;
+    # the flat build fully checked (edge cases included).
+    "silu-flat": [("silu_and_mul", label, "patches/silu_and_mul/kernel.cu", defines, SILU_FLAT_SHAPES, ["bfloat16"],
+                   label == "flat") for label, defines in (("shipped", {}), ("flat", {"ASTRA_SILU_FLAT": "1"}))],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],
