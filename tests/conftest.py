@@ -2,6 +2,7 @@
 Fixture `bench_script`: a script under benchmarks/ loaded as a module (they are scripts, not a package)."""
 import importlib.util
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ def bench_script():
     def load(name: str):
         spec = importlib.util.spec_from_file_location(Path(name).name, BENCHMARKS / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
         return module
     return load
