@@ -2,9 +2,9 @@
 
 Usage: python3 benchmarks/bounds_table.py KERNELS_JSONL NCU_JSONL [DTYPE] [STREAM_JSONL...]
            [--kernels JSONL...] [--ncu JSONL...] [--probe JSONL...] [--stream-probe JSONL...] [--set SET]
-           [--label LABEL]
+           [--label LABEL...]
 --kernels / --ncu: more rows, which replace those of the same op and shape (a later run of one op's new build).
---set: the spec shape set (default paper; e.g. models); --label: only harness rows of that candidate label
+--set: the spec shape set (default paper; e.g. models); --label: only harness rows of these candidate labels
 (a variants file holds several, e.g. "models:shipped").
 The ncu columns are only as current as the ncu files: join rows and facts of the same builds.
 "streaming here" is what a kernel with no dependencies between its loads and stores reaches at the same
@@ -51,10 +51,10 @@ def shape_rows(paths: list[str], dtype: str):
                 yield r
 
 
-def load(kernels: list[str], ncu: list[str], dtype: str, label: str | None = None):
+def load(kernels: list[str], ncu: list[str], dtype: str, label: str | tuple[str, ...] | None = None):
     """Harness rows and ncu facts by (op, shape[, side]); a later file's row replaces an earlier one's."""
     rows = {(r["kernel"], tuple(r["shape"])): r for r in shape_rows(kernels, dtype)
-            if label in (None, r.get("candidate_label"))}
+            if label is None or r.get("candidate_label") in ((label,) if isinstance(label, str) else label)}
     facts = {}
     for path in ncu:
         for line in open(path):
@@ -118,7 +118,7 @@ def bound(r: dict, needed_pct: float, streaming_pct: float | None = None, probe:
 
 
 def main(kernels: list[str], ncu: list[str], dtype: str = "bfloat16", stream: tuple[str, ...] = (),
-         probes: tuple[str, ...] = (), shape_set: str = "paper", label: str | None = None,
+         probes: tuple[str, ...] = (), shape_set: str = "paper", label: str | tuple[str, ...] | None = None,
          stream_probe: tuple[str, ...] = ()) -> None:
     rows, facts = load(kernels, ncu, dtype, label)
     points = streaming_points([*kernels, *stream], dtype, list(stream_probe))
@@ -166,7 +166,7 @@ if __name__ == "__main__":
     ap.add_argument("--probe", nargs="+", default=[], help="variants rows with :probe- labels")
     ap.add_argument("--stream-probe", nargs="+", default=[], help="stream_sizes.py rows (stream.jsonl)")
     ap.add_argument("--set", default="paper", help="spec shape set: paper, models, ...")
-    ap.add_argument("--label", default=None, help="only harness rows with this candidate label")
+    ap.add_argument("--label", nargs="+", default=None, help="only harness rows with these candidate labels")
     a = ap.parse_args()
     main([a.kernels_jsonl, *a.kernels], [a.ncu_jsonl, *a.ncu], a.dtype, tuple(a.stream_jsonl), tuple(a.probe),
-         a.set, a.label, tuple(a.stream_probe))
+         a.set, a.label and tuple(a.label), tuple(a.stream_probe))

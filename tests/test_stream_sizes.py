@@ -14,7 +14,7 @@ def test_sizes_are_whole_vectors_for_both_kinds_and_log_spaced(bench_script):
 
 def test_rows_feed_the_bounds_table_reference(tmp_path, bench_script):
     ss, bt = bench_script("gpu/stream_sizes"), bench_script("bounds_table")
-    rows = [ss.StreamRow(96_000, r, t, 1, 1.0, pct, 4000.0) for r, t, pct in ((1, 128, 30.0), (2, 256, 35.0))]
+    rows = [ss.StreamRow(96_000, r, t, 1, 1, 1.0, pct, 4000.0) for r, t, pct in ((1, 128, 30.0), (2, 256, 35.0))]
     path = tmp_path / "stream.jsonl"
     path.write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows))
     assert [p for _, p in bt.streaming_points([], "bfloat16", [str(path)])] == [35.0]

@@ -31,6 +31,7 @@ from astra_sglang.paths import templates_dir
 READS = (1, 2)
 THREADS = (128, 256, 512)
 VPTS = (1, 2, 4)
+PDLS = (0, 1)  # the shipped kernels launch with PDL; call 1 of session 8 ran without it (~0.5 us more per launch)
 STEPS_PER_OCTAVE = 4
 QUANTUM = 96  # bytes moved: whole 16-byte vectors for both READS 1 (32 per vector) and READS 2 (48)
 
@@ -41,6 +42,7 @@ class StreamRow:
     reads: int
     threads: int
     vpt: int
+    pdl: int
     median_us: float
     pct_roofline: float  # of the same process's SM-copy roofline
     roofline_gbps: float
@@ -59,17 +61,17 @@ def measure(lib, nbytes: int, roofline: float) -> list[StreamRow]:
              torch.empty(n1 * 16, dtype=torch.uint8, device="cuda")) for _ in range(sets)]
     stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
 
-    def fn(reads: int, threads: int, vpt: int):
+    def fn(reads: int, threads: int, vpt: int, pdl: int):
         n = n1 if reads == 1 else n2
         return lambda i: lib.astra_stream(bufs[i][2].data_ptr(), bufs[i][0].data_ptr(), bufs[i][1].data_ptr(), n,
-                                          reads, threads, vpt, stream())
+                                          reads, threads, vpt, pdl, stream())
 
-    cfgs = [(r, t, v) for r in READS for t in THREADS for v in VPTS]
+    cfgs = [(r, t, v, p) for r in READS for t in THREADS for v in VPTS for p in PDLS]
     samples = interleaved({cfg: fn(*cfg) for cfg in cfgs}, sets)
     rows = []
-    for (r, t, v), us in samples.items():
+    for (r, t, v, p), us in samples.items():
         med = statistics.median(us)
-        rows.append(StreamRow(nbytes, r, t, v, med, 100.0 * nbytes / med / 1e3 / roofline, roofline))
+        rows.append(StreamRow(nbytes, r, t, v, p, med, 100.0 * nbytes / med / 1e3 / roofline, roofline))
     return rows
 
 
@@ -80,7 +82,7 @@ def main(out: Path, lo: int = 1 << 15, hi: int = 1 << 29) -> None:
     if not (probe.ok and probes.ok):
         raise SystemExit(f"stream_sizes: build failed: {(probe.log if not probe.ok else probes.log)[-400:]}")
     lib = ctypes.CDLL(probe.library)
-    lib.astra_stream.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_int] * 3 + [ctypes.c_void_p]
+    lib.astra_stream.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_int] * 4 + [ctypes.c_void_p]
     ceilings = Ceilings(probes.library)
     print(f"roofline {ceilings.roofline_gbps:.0f} GB/s, empty kernel {ceilings.empty_us:.2f} us", flush=True)
     with open(out / "stream.jsonl", "a") as fh:
@@ -90,7 +92,7 @@ def main(out: Path, lo: int = 1 << 15, hi: int = 1 << 29) -> None:
             fh.flush()
             best = {r: max((x for x in rows if x.reads == r), key=lambda x: x.pct_roofline) for r in READS}
             print(f"STREAM {nbytes / 1e6:9.3f} MB " + "  ".join(
-                f"reads{r} {b.median_us:8.2f} us {b.pct_roofline:5.1f}% ({b.threads}x{b.vpt})"
+                f"reads{r} {b.median_us:8.2f} us {b.pct_roofline:5.1f}% ({b.threads}x{b.vpt}{' pdl' if b.pdl else ''})"
                 for r, b in best.items()), flush=True)
             torch.cuda.empty_cache()
 
