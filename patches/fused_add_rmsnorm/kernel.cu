@@ -310,6 +310,10 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 // the row, e.g. 640 of 1024 at d = 5120: 8192x5120 0.850 -> 0.982, 2048x5120 0.889 -> 1.009, 512x5120
 // 0.986 -> 1.079, no shape slower. Rows of 1025-1536 vectors, at most 128 of them: the register path with
 // 2 vectors a thread (768 x 2, fitted), 128x11008 1.013 -> 1.183 (cached path before).
+// Session 8 (benchmarks/results/2026-11-21-h200-s8, `variants models-cfg`, us 1 / 2 vectors a thread, fitted,
+// as timed and checked there): at most 128 rows of 513-1024 vectors take 2 vectors a thread: 1x8192 2.01 /
+// 1.78, 8x8192 2.34 / 2.27, 32x8192 2.57 / 2.53, 128x8192 3.91 / 3.83, 1x5120 1.52 / 1.48, 8x5120 1.97 /
+// 1.95 (128x5120 2.93 / 2.95); 512x8192 10.22 / 10.44: one vector a thread from 129 rows.
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
@@ -326,6 +330,7 @@ ASTRA_ENTRY {
   if (nv <= 128) ASTRA_GO(128, 1, 1, 1);
   if (nv <= 256) ASTRA_GO(256, 1, 1, 1);
   if (nv <= 512) ASTRA_GO(512, 1, 1, 1);
+  if (nv <= 1024 && rows <= 128) ASTRA_GO(1024, 2, 1, 1);  // 2 vectors a thread (session 8, above)
   if (nv <= 1024) ASTRA_GO(1024, 1, 1, 1);
   if (nv <= 1536 && rows <= 128) ASTRA_GO(768, 2, 1, 1);  // the register path, fitted: 2 vectors a thread
   if (rows <= 128) ASTRA_GO(1024, 1, 1, 2);  // capacity 1024 < nv: the cached-row path

@@ -337,6 +337,13 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 //    5.49, 2048x4096 9.92 / 9.51, 8x4096 1.76 / 1.68; even at 512x14336 (cached path, unchanged); slower at
 //    512x4096 3.92 / 4.16 and 512x3584 3.58 / 3.82 (the untied 128 x 4 build; the time step agrees, 3.89 /
 //    4.13), where it is off: above 256 rows on that path (256x4096 gains on it).
+//  - Session 8 (benchmarks/results/2026-11-21-h200-s8, `variants models-cfg`, us shipped before / new, fixed
+//    configurations tied, as timed and checked there): 257-512 rows of <= 512 vectors, the untied 128 x 4
+//    build above, now 1024 x 1 fitted (one vector a thread): 512x4096 3.91 / 3.64, 512x3584 3.62 / 3.41.
+//    Rows of 513-640 vectors (d = 5120 at 2 bytes; the 160 x 4 build before): <= 128 rows 1024 x 1 fitted
+//    (1x5120 1.41 / 1.30, 8x5120 1.98 / 1.77, 32x5120 2.11 / 1.97, 128x5120 2.49 / 2.34), <= 512 rows
+//    1024 x 2 fitted (512x5120 4.89 / 4.25; 1024 x 1 there 5.07); from 2048 rows 256 x 4 stays best
+//    (2048x5120 11.96 vs 13.15). Measured at 640 vectors only; d = 8192 (1024 vectors) is best as it was.
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
@@ -358,11 +365,17 @@ ASTRA_ENTRY {
   if (nv <= 256) ASTRA_GO(64, 4, 1, 1);
   if (nv <= 512) {
     if (rows <= 128) ASTRA_GO(256, 2, 1, 1);
-    if (rows > 256 && !tie)  // LDS off (session 7, below)
-      return astra_launch_cfg<128, 4, 1, P, 1, ASTRA_DEFAULT_FIT, 0, 0>(tensors, num_tensors, scalars, num_scalars,
-                                                                        stream);
+    if (rows > 256 && !tie)  // one vector a thread, tied as measured (session 8, below)
+      return astra_launch_cfg<1024, 1, 1, P, 1, ASTRA_DEFAULT_FIT, 1, 1>(tensors, num_tensors, scalars, num_scalars,
+                                                                         stream);
     ASTRA_GO(128, 4, 1, 1);
   }
+  if (nv <= 640 && rows <= 128)  // session 8: 1-2 vectors a thread at d = 5120, tied as measured
+    return astra_launch_cfg<1024, 1, 1, P, 1, ASTRA_DEFAULT_FIT, 1, 1>(tensors, num_tensors, scalars, num_scalars,
+                                                                       stream);
+  if (nv <= 640 && rows <= 512)
+    return astra_launch_cfg<1024, 2, 1, P, 1, ASTRA_DEFAULT_FIT, 1, 1>(tensors, num_tensors, scalars, num_scalars,
+                                                                       stream);
   if (nv <= 1024) ASTRA_GO(256, 4, 1, 1);
   if (nv <= 1536 && rows <= 128) ASTRA_GO(768, 2, 1, 1);  // the register path, fitted: 2 vectors a thread
   if (nv <= 2048 && rows <= 256) ASTRA_GO(512, 4, 1, 1);  // the register path, fitted: 4 vectors a thread
