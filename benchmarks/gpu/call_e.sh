@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU calls of the second session, serving (issue: patch-back). Steps, in the order given:
-#   ab    A/B, RUNS (3) runs per arm, NUM_PROMPTS (512) prompts, flashinfer attention + shared-prefix prompts (cached prefixes: the backend
+#   ab    A/B, RUNS (3) runs per arm, REPEATS (1) benchmarks per server start, NUM_PROMPTS (512) prompts, flashinfer attention + shared-prefix prompts (cached prefixes: the backend
 #         merges partial states with flashinfer.cascade.merge_state, so every shipped op is reachable)
 #   live  one patched server with a WRONG silu_and_mul (tests/fixtures/cheats/low_precision.cu) and
 #         --verify-rate 0.05: the shadow check must disable it in every process that sees a mismatch while
@@ -21,7 +21,7 @@ for step in "$@"; do
       astra-sglang patch disable merge_attn_states_lse --patches /tmp/abp
       astra-sglang patch enable merge_state --patches /tmp/abp
       timeout ${AB_TIMEOUT:-540} astra-sglang ab --model-path /tmp/model --load-format dummy --runs ${RUNS:-3} \
-        --patches /tmp/abp --dataset shared-prefix --num-prompts ${NUM_PROMPTS:-512} --groups 16 --prefix-len 2048 \
+        --patches /tmp/abp --dataset shared-prefix --num-prompts ${NUM_PROMPTS:-512} --groups 16 --prefix-len 2048 --repeats ${REPEATS:-1} \
         --input-len 256 --output-len 256 --concurrency 64 --out /tmp/ab -- --attention-backend flashinfer \
         $SERVER_ARGS 2>&1 | grep -v -i warn | tail -22
       cp /tmp/ab/ab.md /tmp/ab/ab.jsonl /tmp/ab/ab.png "$OUTDIR/" 2>/dev/null
