@@ -67,46 +67,12 @@ silu_and_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows,
   }
 }
 
-#if defined(ASTRA_SILU_FLAT) && ASTRA_SILU_FLAT
-// Variant under test (session 8, variants plan silu-flat): one vector per thread over a 1-D grid of all
-// rows x nvec vectors, so a row's last chunk does not leave most of a block idle (512x11008 at 256 threads:
-// 6 chunks per row, the last 96 of 256 threads busy). Row and column by one 32-bit division per thread.
-template <typename T, int N, int THREADS, bool PDL>
-__global__ void __launch_bounds__(THREADS)
-silu_flat_kernel(const T* __restrict__ in, T* __restrict__ out, unsigned total, unsigned nvec, int64_t d,
-                 int64_t in_stride, int64_t out_stride) {
-  pdl_wait<PDL>();
-  pdl_trigger<PDL>();
-  const unsigned v = blockIdx.x * THREADS + threadIdx.x;
-  if (v >= total) return;
-  const unsigned r = v / nvec, c = v - r * nvec;
-  const T* gate = in + (int64_t)r * in_stride + (int64_t)c * N;
-  const Vec<T, N> gv = load_ro<T, N>(gate), uv = load_ro<T, N>(gate + d);
-  Vec<T, N> ov;
-#pragma unroll
-  for (int e = 0; e < N; ++e) {
-    const float g = THREADS >= 256 ? elem_f(gv, e) : to_f(gv.e[e]);
-    const float u = THREADS >= 256 ? elem_f(uv, e) : to_f(uv.e[e]);
-    ov.e[e] = from_f<T>(silu_mul(g, u));
-  }
-  store<T, N>(out + (int64_t)r * out_stride + (int64_t)c * N, ov);
-}
-#endif
-
 // A row narrower than THREADS * VPT vectors gets blocks of just enough threads (a multiple of 32): at
 // 4000x2816 a 512 x 2 configuration otherwise left 336 of every 512 threads idle (0.73x, tuner run 2026-11-21).
 template <typename T, int N, int THREADS, int VPT, int PDL>
 static int run(const AstraTensor& in, const AstraTensor& out, cudaStream_t stream) {
   const int64_t rows = out.shape[0], d = out.shape[1];
   const int nvec = (int)(d / N);
-#if defined(ASTRA_SILU_FLAT) && ASTRA_SILU_FLAT
-  if (VPT == 1 && rows * nvec <= 0xffffffffLL - THREADS) {
-    const unsigned total = (unsigned)(rows * nvec);
-    return launch(silu_flat_kernel<T, N, THREADS, PDL != 0>, PDL != 0, dim3((total + THREADS - 1) / THREADS),
-                  dim3(THREADS), 0, stream, static_cast<const T*>(in.data), static_cast<T*>(out.data), total,
-                  (unsigned)nvec, d, in.stride[0], out.stride[0]);
-  }
-#endif
   const int want = ((nvec + VPT - 1) / VPT + 31) / 32 * 32;
   const int nt = want < THREADS ? want : THREADS;
   const int64_t chunks = (nvec + nt * VPT - 1) / (nt * VPT);
