@@ -166,7 +166,8 @@ SILU_FLAT_SHAPES = _unique(resolve_shapes(get_spec("silu_and_mul"), "paper"),
                            [(r, d) for r in (128, 512) for d in (11008, 13824, 14336, 18944, 28672, 29568)],
                            [(1, 14336), (8, 28672), (32, 18944), (2048, 11008), (2048, 28672), (4000, 2816),
                             (5, 4100), (333, 12288)])
-SILU_FLAT = "benchmarks/results/2026-11-21-h200-s8/sources/silu-flat.cu"  # session 8's silu file with the knob
+# Session 8's silu file with the ASTRA_SILU_FLAT knob: `git show 7d29b95:patches/silu_and_mul/kernel.cu`.
+SILU_FLAT = "work/old/silu-flat.cu"
 MERGE_X = "benchmarks/results/2026-11-21-h200-s6/sources/merge-x.cu"  # session 6's merge-early / merge-x file
 # Either side of the ORDER 2 band (lanes in (2^15, 2^17]; 16 lanes per pair at head_dim 128, 32 at 256) and
 # of ORDER 0 (> 2^24 elements).
@@ -269,7 +270,7 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                      {}, MERGE_128, ["bfloat16"], False) for t, v, p, o in MERGE_128_CFGS],
     # Session 8: silu over a 1-D grid of all vectors (ASTRA_SILU_FLAT) against the 2-D grid it ships with; the
     # flat build fully checked (edge cases included). Refuted (call 2: within 0.97-1.03 of the 2-D grid, no
-    # trend), so the knob lives only in that run's file (SILU_FLAT), whose default build is the shipped one's.
+    # trend), so the knob lives only in that commit's file (SILU_FLAT), whose default build is the shipped one's.
     "silu-flat": [("silu_and_mul", label, SILU_FLAT, defines, SILU_FLAT_SHAPES, ["bfloat16"],
                    label == "flat") for label, defines in (("shipped", {}), ("flat", {"ASTRA_SILU_FLAT": "1"}))],
     # Session 8, after models-probe (call 1): at d = 5120 and 8192 the probe of other block shapes beat the probe
