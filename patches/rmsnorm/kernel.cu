@@ -354,33 +354,27 @@ ASTRA_ENTRY {
   const int64_t nv = (in.shape[1] + vec - 1) / vec, rows = in.shape[0];
   constexpr int P = ASTRA_DEFAULT_PDL;
   const bool tie = rows * in.shape[1] > ((int64_t)1 << 21);
-#define ASTRA_GO(TH, V, R, W)                                                                                 \
-  return tie ? astra_launch_cfg<TH, V, R, P, W, ASTRA_DEFAULT_FIT, 1>(tensors, num_tensors, scalars, num_scalars, \
-                                                                      stream)                                \
-             : astra_launch_cfg<TH, V, R, P, W, ASTRA_DEFAULT_FIT, 0>(tensors, num_tensors, scalars, num_scalars, \
-                                                                      stream)
+#define ASTRA_CFG(TH, V, R, W, TIE, LDS) \
+  astra_launch_cfg<TH, V, R, P, W, ASTRA_DEFAULT_FIT, TIE, LDS>(tensors, num_tensors, scalars, num_scalars, stream)
+#define ASTRA_GO(TH, V, R, W) return tie ? ASTRA_CFG(TH, V, R, W, 1, 1) : ASTRA_CFG(TH, V, R, W, 0, 1)
   if (nv <= 32) ASTRA_GO(32, 1, 4, 1);
   if (nv <= 64) ASTRA_GO(32, 2, 4, 1);
   if (nv <= 128) ASTRA_GO(32, 4, 2, 1);
   if (nv <= 256) ASTRA_GO(64, 4, 1, 1);
   if (nv <= 512) {
     if (rows <= 128) ASTRA_GO(256, 2, 1, 1);
-    if (rows > 256 && !tie)  // one vector a thread, tied as measured (session 8, below)
-      return astra_launch_cfg<1024, 1, 1, P, 1, ASTRA_DEFAULT_FIT, 1, 1>(tensors, num_tensors, scalars, num_scalars,
-                                                                         stream);
+    if (rows > 256 && !tie) return ASTRA_CFG(1024, 1, 1, 1, 1, 1);  // one vector a thread, tied as measured (session 8)
     ASTRA_GO(128, 4, 1, 1);
   }
-  if (nv <= 640 && rows <= 128)  // session 8: 1-2 vectors a thread at d = 5120, tied as measured
-    return astra_launch_cfg<1024, 1, 1, P, 1, ASTRA_DEFAULT_FIT, 1, 1>(tensors, num_tensors, scalars, num_scalars,
-                                                                       stream);
-  if (nv <= 640 && rows <= 512)
-    return astra_launch_cfg<1024, 2, 1, P, 1, ASTRA_DEFAULT_FIT, 1, 1>(tensors, num_tensors, scalars, num_scalars,
-                                                                       stream);
+  // session 8: 1-2 vectors a thread at d = 5120, tied as measured
+  if (nv <= 640 && rows <= 128) return ASTRA_CFG(1024, 1, 1, 1, 1, 1);
+  if (nv <= 640 && rows <= 512) return ASTRA_CFG(1024, 2, 1, 1, 1, 1);
   if (nv <= 1024) ASTRA_GO(256, 4, 1, 1);
   if (nv <= 1536 && rows <= 128) ASTRA_GO(768, 2, 1, 1);  // the register path, fitted: 2 vectors a thread
   if (nv <= 2048 && rows <= 256) ASTRA_GO(512, 4, 1, 1);  // the register path, fitted: 4 vectors a thread
   if (rows <= 128) ASTRA_GO(1024, 1, 1, 2);  // capacity < nv: the cached-row path
   ASTRA_GO(512, 1, 1, 1);
 #undef ASTRA_GO
+#undef ASTRA_CFG
 }
 #endif
