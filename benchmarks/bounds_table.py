@@ -51,10 +51,11 @@ def shape_rows(paths: list[str], dtype: str):
                 yield r
 
 
-def load(kernels: list[str], ncu: list[str], dtype: str, label: str | tuple[str, ...] | None = None):
-    """Harness rows and ncu facts by (op, shape[, side]); a later file's row replaces an earlier one's."""
+def load(kernels: list[str], ncu: list[str], dtype: str, labels: tuple[str, ...] = ()):
+    """Harness rows (of `labels`' candidates, or all) and ncu facts by (op, shape[, side]); a later file's row
+    replaces an earlier one's."""
     rows = {(r["kernel"], tuple(r["shape"])): r for r in shape_rows(kernels, dtype)
-            if label is None or r.get("candidate_label") in ((label,) if isinstance(label, str) else label)}
+            if not labels or r.get("candidate_label") in labels}
     facts = {}
     for path in ncu:
         for line in open(path):
@@ -118,9 +119,9 @@ def bound(r: dict, needed_pct: float, streaming_pct: float | None = None, probe:
 
 
 def main(kernels: list[str], ncu: list[str], dtype: str = "bfloat16", stream: tuple[str, ...] = (),
-         probes: tuple[str, ...] = (), shape_set: str = "paper", label: str | tuple[str, ...] | None = None,
+         probes: tuple[str, ...] = (), shape_set: str = "paper", labels: tuple[str, ...] = (),
          stream_probe: tuple[str, ...] = ()) -> None:
-    rows, facts = load(kernels, ncu, dtype, label)
+    rows, facts = load(kernels, ncu, dtype, labels)
     points = streaming_points([*kernels, *stream], dtype, list(stream_probe))
     # silu is the streaming reference itself: it is measured against the no-math probe alone
     probe_points = streaming_points([], dtype, list(stream_probe))
@@ -166,7 +167,7 @@ if __name__ == "__main__":
     ap.add_argument("--probe", nargs="+", default=[], help="variants rows with :probe- labels")
     ap.add_argument("--stream-probe", nargs="+", default=[], help="stream_sizes.py rows (stream.jsonl)")
     ap.add_argument("--set", default="paper", help="spec shape set: paper, models, ...")
-    ap.add_argument("--label", nargs="+", default=None, help="only harness rows with these candidate labels")
+    ap.add_argument("--label", nargs="+", default=[], help="only harness rows with these candidate labels")
     a = ap.parse_args()
     main([a.kernels_jsonl, *a.kernels], [a.ncu_jsonl, *a.ncu], a.dtype, tuple(a.stream_jsonl), tuple(a.probe),
-         a.set, a.label and tuple(a.label), tuple(a.stream_probe))
+         a.set, tuple(a.label), tuple(a.stream_probe))

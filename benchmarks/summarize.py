@@ -35,11 +35,14 @@ def rows_of(path):
         yield from (json.loads(line) for line in open(path))
 
 
+in_set: dict[str, set] = {}  # op -> the shapes of --set, resolved once per op
 for path in args.paths:
     for row in rows_of(path):
-        if args.shape_set and tuple(row.get("shape", ())) not in {
-                tuple(x) for x in resolve_shapes(get_spec(row["kernel"]), args.shape_set)}:
-            continue
+        if args.shape_set and row.get("kernel"):
+            if row["kernel"] not in in_set:
+                in_set[row["kernel"]] = {tuple(x) for x in resolve_shapes(get_spec(row["kernel"]), args.shape_set)}
+            if tuple(row.get("shape", ())) not in in_set[row["kernel"]]:
+                continue
         if row.get("type") == "shape" and row.get("speedup"):
             key = (row["kernel"], row.get("candidate_label", "?"), row.get("baseline_label", "?"), row["dtype"])
             groups[key].append(row)

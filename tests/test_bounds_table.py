@@ -55,9 +55,9 @@ def test_label_keeps_one_candidate_and_a_later_file_replaces_a_row(tmp_path, ben
     b.write_text(json.dumps({**_row("rmsnorm", 1, 1.0, 2.6), "candidate_label": "models:shipped"}) + "\n")
     ncu = tmp_path / "ncu.jsonl"
     ncu.write_text("")
-    kept, _ = bt.load([str(a)], [str(ncu)], "bfloat16", "tie:old")
+    kept, _ = bt.load([str(a)], [str(ncu)], "bfloat16", ("tie:old",))
     assert [r["candidate_label"] for r in kept.values()] == ["tie:old"]
-    kept, _ = bt.load([str(a), str(b)], [str(ncu)], "bfloat16", "models:shipped")
+    kept, _ = bt.load([str(a), str(b)], [str(ncu)], "bfloat16", ("models:shipped",))
     assert [r["candidate"]["median_us"] for r in kept.values()] == [1.0]
 
 

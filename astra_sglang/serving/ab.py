@@ -179,12 +179,12 @@ def run_arm(arm: str, run: int, argv: list[str], env: dict, opts: dict, out: Pat
     log = out / f"server-{arm}-{run}.log"
     click.echo(f"[{arm}{run}] starting server: {' '.join(argv)}")
     proc = start_server(argv, env, log)
-    rows, nan = [], float("nan")
+    rows, nan, repeats = [], float("nan"), opts.get("repeats", 1)
     try:
         ready = wait_healthy(proc, opts["port"], log, opts["health_timeout"])
         click.echo(f"[{arm}{run}] healthy after {ready:.0f} s; benchmarking")
-        for rep in range(1, opts.get("repeats", 1) + 1):
-            suffix = "" if opts.get("repeats", 1) == 1 else f"-{rep}"
+        for rep in range(1, repeats + 1):
+            suffix = "" if repeats == 1 else f"-{rep}"
             metrics = run_benchmark(opts["port"], out / f"bench-{arm}-{run}{suffix}.jsonl", opts)
             rows.append({"arm": arm, "run": run, "repeat": rep, "metrics": metrics, "outputs": None})
             click.echo(f"[{arm}{run}{suffix}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
@@ -284,10 +284,8 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
                 env, command, _ = patched_server(patches, stats_dir=stats, no_build=True, server_args=argv[3:])
                 env = {**env, ENV_STATS_INTERVAL: str(STATS_INTERVAL_S)}
                 stats_dirs.append(stats)
-            arm_rows = run_arm(arm, run, command, env, opts, out)
-            for row in arm_rows:
-                if stats:
-                    row["stats_dir"] = str(stats)
+            arm_rows = [{**row, "stats_dir": str(stats)} if stats else row
+                        for row in run_arm(arm, run, command, env, opts, out)]
             rows.extend(arm_rows)
             with open(rows_file, "a") as fh:
                 fh.writelines(json.dumps(row) + "\n" for row in arm_rows)

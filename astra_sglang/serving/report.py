@@ -109,8 +109,8 @@ def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", 
     runs = max((r["run"] for r in rows), default=0)
     repeats = max((r.get("repeat", 1) for r in rows), default=1)
     return env.get_template("ab.md.j2").render(
-        runs=runs, repeats=repeats, comparisons=compare(rows), parity=parity(rows), ops=engagement(stats_dirs), plot=plot_file,
-        plot_note=plot_note)
+        runs=runs, repeats=repeats, comparisons=compare(rows), parity=parity(rows), ops=engagement(stats_dirs),
+        plot=plot_file, plot_note=plot_note)
 
 
 def write_report(out: str | Path, rows: list[dict], stats_dirs: list[str | Path]) -> Path:
