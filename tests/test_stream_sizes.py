@@ -18,3 +18,20 @@ def test_rows_feed_the_bounds_table_reference(tmp_path, bench_script):
     path = tmp_path / "stream.jsonl"
     path.write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows))
     assert [p for _, p in bt.streaming_points([], "bfloat16", [str(path)])] == [35.0]
+
+
+def test_table_shows_the_fastest_configuration_per_kind_and_pdl(tmp_path, bench_script, capsys):
+    ss = bench_script("gpu/stream_sizes")
+    rows = [ss.StreamRow(96_000, r, t, 1, p, us, 1.0, 4000.0) for r, t, p, us in
+            ((1, 128, 0, 2.0), (1, 256, 0, 1.9), (1, 128, 1, 1.4), (2, 128, 0, 2.1), (2, 512, 1, 1.5),
+             (2, 256, 1, 1.45))]
+    assert {k: (b.threads, b.median_us) for k, b in ss.best(rows).items()} == {
+        (1, 0): (256, 1.9), (1, 1): (128, 1.4), (2, 0): (128, 2.1), (2, 1): (256, 1.45)}
+    path = tmp_path / "stream.jsonl"
+    path.write_text("".join(json.dumps(asdict(r)) + "\n" for r in rows))
+    ss.table(path)
+    assert capsys.readouterr().out == ss.line(96_000, rows) + "\n"
+    old = tmp_path / "old.jsonl"  # rows written before the pdl field: read as without PDL
+    old.write_text(json.dumps({k: v for k, v in asdict(rows[0]).items() if k != "pdl"}) + "\n")
+    ss.table(old)
+    assert " pdl " not in capsys.readouterr().out

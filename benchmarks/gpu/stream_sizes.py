@@ -10,7 +10,9 @@ this, which left silu itself with no reference.
 
 Usage (GPU machine, repo root, after `source benchmarks/gpu/setup.sh`):
     python3 benchmarks/gpu/stream_sizes.py OUTDIR [MIN_BYTES MAX_BYTES]
-Writes OUTDIR/stream.jsonl (one row per size and configuration) and prints the best per size.
+    python3 benchmarks/gpu/stream_sizes.py --table OUTDIR/stream.jsonl   (the printout again, anywhere)
+Writes OUTDIR/stream.jsonl (one row per size and configuration) and prints, per size, the best configuration
+of each kind (loads per store) with PDL and without it.
 """
 from __future__ import annotations
 
@@ -59,12 +61,11 @@ def measure(lib, nbytes: int, roofline: float) -> list[StreamRow]:
     bufs = [(torch.empty(n1 * 16, dtype=torch.uint8, device="cuda").random_(0, 255),
              torch.empty(n2 * 16, dtype=torch.uint8, device="cuda").random_(0, 255),
              torch.empty(n1 * 16, dtype=torch.uint8, device="cuda")) for _ in range(sets)]
-    stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
 
     def fn(reads: int, threads: int, vpt: int, pdl: int):
         n = n1 if reads == 1 else n2
         return lambda i: lib.astra_stream(bufs[i][2].data_ptr(), bufs[i][0].data_ptr(), bufs[i][1].data_ptr(), n,
-                                          reads, threads, vpt, pdl, stream())
+                                          reads, threads, vpt, pdl, torch.cuda.current_stream().cuda_stream)
 
     cfgs = [(r, t, v, p) for r in READS for t in THREADS for v in VPTS for p in PDLS]
     samples = interleaved({cfg: fn(*cfg) for cfg in cfgs}, sets)
@@ -73,6 +74,31 @@ def measure(lib, nbytes: int, roofline: float) -> list[StreamRow]:
         med = statistics.median(us)
         rows.append(StreamRow(nbytes, r, t, v, p, med, 100.0 * nbytes / med / 1e3 / roofline, roofline))
     return rows
+
+
+def best(rows: list[StreamRow]) -> dict[tuple[int, int], StreamRow]:
+    """(loads per store, PDL) -> the fastest configuration among `rows` (one size)."""
+    out: dict[tuple[int, int], StreamRow] = {}
+    for r in rows:
+        if (r.reads, r.pdl) not in out or r.median_us < out[(r.reads, r.pdl)].median_us:
+            out[(r.reads, r.pdl)] = r
+    return dict(sorted(out.items()))
+
+
+def line(nbytes: int, rows: list[StreamRow]) -> str:
+    return f"STREAM {nbytes / 1e6:9.3f} MB " + "  ".join(
+        f"reads{reads}{' pdl' if pdl else '    '} {b.median_us:8.2f} us {b.pct_roofline:5.1f}% ({b.threads}x{b.vpt})"
+        for (reads, pdl), b in best(rows).items())
+
+
+def table(path: Path) -> None:
+    by_size: dict[int, list[StreamRow]] = {}
+    for text in path.read_text().splitlines():
+        r = json.loads(text)
+        r.setdefault("pdl", 0)  # session 8 call 1 ran without PDL and without the field
+        by_size.setdefault(r["bytes"], []).append(StreamRow(**r))
+    for nbytes, rows in sorted(by_size.items()):
+        print(line(nbytes, rows))
 
 
 def main(out: Path, lo: int = 1 << 15, hi: int = 1 << 29) -> None:
@@ -90,12 +116,12 @@ def main(out: Path, lo: int = 1 << 15, hi: int = 1 << 29) -> None:
             rows = measure(lib, nbytes, ceilings.roofline_gbps)
             fh.writelines(json.dumps(asdict(r)) + "\n" for r in rows)
             fh.flush()
-            best = {r: max((x for x in rows if x.reads == r), key=lambda x: x.pct_roofline) for r in READS}
-            print(f"STREAM {nbytes / 1e6:9.3f} MB " + "  ".join(
-                f"reads{r} {b.median_us:8.2f} us {b.pct_roofline:5.1f}% ({b.threads}x{b.vpt}{' pdl' if b.pdl else ''})"
-                for r, b in best.items()), flush=True)
+            print(line(nbytes, rows), flush=True)
             torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), *(int(a) for a in sys.argv[2:4]))
+    if sys.argv[1] == "--table":
+        table(Path(sys.argv[2]))
+    else:
+        main(Path(sys.argv[1]), *(int(a) for a in sys.argv[2:4]))
