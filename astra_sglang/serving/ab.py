@@ -186,7 +186,7 @@ def run_arm(arm: str, run: int, argv: list[str], env: dict, opts: dict, out: Pat
         for rep in range(1, repeats + 1):
             suffix = "" if repeats == 1 else f"-{rep}"
             metrics = run_benchmark(opts["port"], out / f"bench-{arm}-{run}{suffix}.jsonl", opts)
-            rows.append({"arm": arm, "run": run, "repeat": rep, "metrics": metrics, "outputs": None})
+            rows.append({"arm": arm, "run": run, "repeat": rep, "ready_s": ready, "metrics": metrics, "outputs": None})
             click.echo(f"[{arm}{run}{suffix}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
                        f"{metrics.get('mean_ttft_ms', nan):.1f} ms, ITL {metrics.get('mean_itl_ms', nan):.2f} ms")
         rows[0]["outputs"] = parity_probe(opts["port"], "--skip-tokenizer-init" in opts["extra"])

@@ -220,6 +220,7 @@ def test_repeats_benchmark_one_start_several_times(tmp_path, monkeypatch):
     rows = ab_mod.run_arm("B", 2, ["python"], {}, {"port": 1, "health_timeout": 5, "repeats": 3, "extra": []},
                           tmp_path)
     assert events == ["start", "bench-B-2-1.jsonl", "bench-B-2-2.jsonl", "bench-B-2-3.jsonl", "probe", "stop"]
-    assert [(r["arm"], r["run"], r["repeat"]) for r in rows] == [("B", 2, 1), ("B", 2, 2), ("B", 2, 3)]
+    assert [(r["arm"], r["run"], r["repeat"], r["ready_s"]) for r in rows] == [("B", 2, 1, 1.0), ("B", 2, 2, 1.0),
+                                                                               ("B", 2, 3, 1.0)]
     assert [r["outputs"] for r in rows] == [["x"], None, None]  # greedy parity once per start
 
