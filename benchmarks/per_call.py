@@ -5,11 +5,15 @@ op's Python wrapper and ctypes launch can decide what a call costs. This times b
 SGLang's original and of the patch's replacement (Runtime.op_for(...).fn; nothing is rebound), both called
 with SGLang's own positional arguments, and separately the GPU time per call with the host out of the way.
 
+At sizes a manifest's `defer` leaves to SGLang's kernel, the patched call goes to the original (from C++ on
+the fast path): there the table shows what keeping SGLang's kernel behind the patch costs per call.
+
 Usage (repo root, GPU machine with sglang, sgl_kernel, flashinfer, torch):
-    python3 benchmarks/per_call.py OUTDIR    # writes OUTDIR/per_call.jsonl and OUTDIR/per_call.md
+    python3 benchmarks/per_call.py OUTDIR [--tokens 1,16,64,8192]   # OUTDIR/per_call.jsonl, OUTDIR/per_call.md
 """
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -48,6 +52,7 @@ class Row:
     original_gpu_us: float  # GPU time per call, calls queued so the GPU never waits on the host
     patched_gpu_us: float
     fallbacks: int  # calls of this shape (check, warm-up, timing) served by the original: should be 0
+    deferred: int  # calls of this shape the manifest's `defer` left to the original (then none launch ours)
     path: str  # "c++": the patched calls went through the C++ fast path (patching/fastcall.cpp); "python"
     date: str
     gpu: str
@@ -111,13 +116,16 @@ def bench(entry, op, original, shape: tuple, argc: int) -> tuple[dict | None, li
     gen = torch.Generator(device=DEVICE).manual_seed(0)
     call = fill(entry.spec, allocate(entry.spec, shape, DTYPE, DEVICE), gen).call_args(entry.spec)[:argc]
     kernel0, fallback0, errors = op.stats.total_kernel_calls(), op.stats.fallbacks, []
-    fast0 = op._fast.calls if op._fast is not None else 0
+    deferred0, fast0 = op.stats.total_deferred(), native_calls(op)
     try:
         torch.testing.assert_close(outputs(op.fn, call), outputs(original, call), atol=tol.atol, rtol=tol.rtol)
     except AssertionError as exc:
         return None, [f"patched != original: {' '.join(str(exc).split())[:300]}"]
-    if op.stats.total_kernel_calls() == kernel0:
+    deferring = op.stats.total_deferred() > deferred0
+    if op.stats.total_kernel_calls() == kernel0 and not deferring:
         errors.append("the patched op did not launch our kernel")
+    if deferring and op.stats.total_kernel_calls() != kernel0:
+        errors.append("a deferred shape launched our kernel")
     sides = {"original": (original, clone(call)), "patched": (op.fn, clone(call))}  # own buffers: in-place ops
     for fn, args in sides.values():
         wall_us(fn, args, WARMUP)
@@ -130,9 +138,14 @@ def bench(entry, op, original, shape: tuple, argc: int) -> tuple[dict | None, li
     fallbacks = op.stats.fallbacks - fallback0
     if fallbacks:
         errors.append(f"{fallbacks} calls fell back to the original")
-    fast = op._fast.calls - fast0 if op._fast is not None else 0
     return {"original_us": a, "patched_us": b, "ratio": b / a, "original_gpu_us": gpu["original"],
-            "patched_gpu_us": gpu["patched"], "fallbacks": fallbacks, "path": "c++" if fast else "python"}, errors
+            "patched_gpu_us": gpu["patched"], "fallbacks": fallbacks, "deferred": op.stats.total_deferred() - deferred0,
+            "path": "c++" if native_calls(op) > fast0 else "python"}, errors
+
+
+def native_calls(op) -> int:
+    """Calls the C++ fast path served, launching our kernel or deferring to the original."""
+    return op._fast.calls + op._fast.deferred if op._fast is not None else 0
 
 
 def markdown(rows: list[Row], meta: dict) -> str:
@@ -142,11 +155,12 @@ def markdown(rows: list[Row], meta: dict) -> str:
     head = "| op | shape | original | original us | patched us | patched/original | GPU us orig | GPU us patched |"
     lines = [title, "", head + " fallbacks | patched path |", "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     lines += [f"| {r.op} | {'x'.join(map(str, r.shape))} | {r.original} | {r.original_us:.2f} | {r.patched_us:.2f} "
-              f"| {r.ratio:.3f} | {r.original_gpu_us:.2f} | {r.patched_gpu_us:.2f} | {r.fallbacks} | {r.path} |" for r in rows]
+              f"| {r.ratio:.3f} | {r.original_gpu_us:.2f} | {r.patched_gpu_us:.2f} | {r.fallbacks} "
+              f"| {r.path}{' (deferred to the original)' if r.deferred else ''} |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
-def main(outdir: Path) -> int:
+def main(outdir: Path, token_counts: tuple[int, ...] = TOKENS) -> int:
     if not torch.cuda.is_available():
         sys.exit("per_call.py needs a CUDA GPU")
     outdir.mkdir(parents=True, exist_ok=True)
@@ -161,7 +175,7 @@ def main(outdir: Path) -> int:
         argc, width = CALLS_AS[entry.op]
         name, original = original_of(entry)
         op = runtime.op_for(entry, original)  # the replacement, with the original's calling convention
-        for tokens in TOKENS:
+        for tokens in token_counts:
             shape = (tokens, *width)
             label = f"{entry.op} {'x'.join(map(str, shape))}"
             measured, errors = bench(entry, op, original, shape, argc)
@@ -180,6 +194,9 @@ def main(outdir: Path) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python3 benchmarks/per_call.py OUTDIR")
-    sys.exit(main(Path(sys.argv[1])))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("outdir", type=Path)
+    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)),
+                        help="comma-separated token counts (rows) per op (default %(default)s)")
+    cli = parser.parse_args()
+    sys.exit(main(cli.outdir, tuple(int(t) for t in cli.tokens.split(","))))

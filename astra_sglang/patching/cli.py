@@ -58,7 +58,8 @@ def patch_group():
 @PATCHES_OPTION
 @_errors
 def list_cmd(patches):
-    """List patches: op, enabled, provenance, dtypes, measured speedup, SGLang targets.
+    """List patches: op, enabled, provenance, dtypes, measured speedup, where SGLang's original is kept
+    (calls of at least that many bytes run the original, measured as fast there), SGLang targets.
 
     \b
     Example:
@@ -67,13 +68,14 @@ def list_cmd(patches):
     store = PatchStore(patches)
     rows = []
     for e in store.entries():
-        speed = e.speedup_geomean()
+        speed, defer = e.speedup_geomean(), e.manifest.defer
         rows.append([e.op, "yes" if e.enabled else "no", e.manifest.provenance.method, ",".join(e.manifest.dtypes),
-                     f"{speed:.2f}x" if speed else "-", e.manifest.sglang_versions, " ".join(map(str, e.targets))])
+                     f"{speed:.2f}x" if speed else "-", f">= {defer.min_bytes / 1e6:g} MB" if defer else "-",
+                     e.manifest.sglang_versions, " ".join(map(str, e.targets))])
     if not rows:
         click.echo(f"no patches in {store.root}")
         return
-    click.echo(_table(rows, ["op", "enabled", "method", "dtypes", "speedup", "sglang", "targets"]))
+    click.echo(_table(rows, ["op", "enabled", "method", "dtypes", "speedup", "original kept", "sglang", "targets"]))
 
 
 def _set(patches, op, enabled):
@@ -154,7 +156,8 @@ def _latest_stats_dir(root: Path) -> Path:
               help="Stats folder (default: $ASTRA_SGLANG_STATS_DIR, else the newest run in ./astra-stats).")
 @_errors
 def report_cmd(stats_dir):
-    """Per-process engagement table of a patched server: calls, kernel calls, fallbacks, shadow checks.
+    """Per-process engagement table of a patched server: calls, kernel calls, fallbacks, calls deferred to the
+    original (the manifest's `defer`), shadow checks.
 
     \b
     Example:
@@ -168,12 +171,12 @@ def report_cmd(stats_dir):
             timing = (f"{r.patched.median_us:.1f}/{r.original.median_us:.1f}" if r.patched.median_us is not None
                       and r.original.median_us is not None else "-")
             rows.append([str(p.pid), p.mechanism, r.op, str(r.calls), str(r.kernel_calls), str(r.fallbacks),
-                         f"{r.shadow_mismatches}/{r.shadow_checks}", timing,
+                         str(r.deferred), f"{r.shadow_mismatches}/{r.shadow_checks}", timing,
                          "DISABLED: " + r.disabled_reason if r.disabled else ""])
     if not rows:
         raise AstraError(f"no patched ops recorded in {folder}")
     click.echo(f"stats: {folder} ({len(procs)} processes)")
-    click.echo(_table(rows, ["pid", "mechanism", "op", "calls", "kernel", "fallback", "mismatch/checks",
+    click.echo(_table(rows, ["pid", "mechanism", "op", "calls", "kernel", "fallback", "deferred", "mismatch/checks",
                              "us ours/orig", "status"]))
 
 

@@ -7,6 +7,8 @@
 // Anything else returns the MISS sentinel and the Python path handles the call exactly as before: unknown
 // shapes (Python computes the coverage verdict and hands it back with `remember`), keywords, non-tensors,
 // ASTRA_UNSUPPORTED, launch errors (`last_error` set, the op deactivated, Python disables it with a reason).
+// A shape whose verdict is DEFERRED (the manifest leaves it to SGLang's kernel) calls the original from here
+// with the caller's arguments, so keeping SGLang's kernel costs no Python frame either.
 //
 // Built by astra_sglang/patching/fastcall.py against the running torch. No c10_cuda: the current stream
 // comes from torch._C._cuda_getCurrentRawStream (~0.1 us from C), so one build serves CUDA and the CPU
@@ -49,8 +51,9 @@ struct Arg {
 };
 
 // (shape, strides, dtype, device) of every tensor argument -> coverage verdict, filled by Python.
+constexpr int kUncovered = 0, kCovered = 1, kDeferred = 2;  // patching/ops.py: UNCOVERED, COVERED, DEFERRED
 struct Verdicts {
-  std::unordered_map<uint64_t, std::vector<std::pair<std::vector<int64_t>, bool>>> table;
+  std::unordered_map<uint64_t, std::vector<std::pair<std::vector<int64_t>, int>>> table;
   std::vector<int64_t> last;
   int last_ok = -1;
 };
@@ -60,8 +63,10 @@ struct FastOp {
   LaunchFn fn;
   int n, nt, ns, active, last_error, cuda;
   PyObject* stream_fn;  // device index -> raw stream (int); None: CPU tensors, null stream
+  PyObject* original;   // serves DEFERRED shapes; None: they return MISS
   Arg args[kMaxArgs];
-  unsigned long long calls;  // each one launched the kernel
+  unsigned long long calls;     // each one launched the kernel
+  unsigned long long deferred;  // each one called the original
   Verdicts* verdicts;
 };
 
@@ -97,7 +102,7 @@ uint64_t hash_key(const int64_t* key, int words) {
   return h;
 }
 
-// 1 covered, 0 not covered, -1 unknown (ask Python).
+// kCovered, kUncovered, kDeferred, or -1 unknown (ask Python).
 int lookup(Verdicts* v, const int64_t* key, int words) {
   if (v->last_ok >= 0 && (int)v->last.size() == words && std::memcmp(v->last.data(), key, words * 8) == 0)
     return v->last_ok;
@@ -172,7 +177,12 @@ PyObject* call_impl(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
   int64_t key[kMaxArgs * kKeyWords];
   for (int j = 0; j < nt; ++j)
     if (!key_of(tensors[j], self->cuda, key + j * kKeyWords)) return miss();
-  if (lookup(self->verdicts, key, nt * kKeyWords) != 1) return miss();
+  const int verdict = lookup(self->verdicts, key, nt * kKeyWords);
+  if (verdict == kDeferred && self->original != nullptr && self->original != Py_None) {
+    self->deferred++;
+    return PyObject_Call(self->original, args, kwargs);  // its exceptions propagate, as from SGLang's own call
+  }
+  if (verdict != kCovered) return miss();
   AstraTensor desc[kMaxArgs];
   for (int j = 0; j < nt; ++j) {
     const int64_t* k = key + j * kKeyWords;
@@ -220,12 +230,16 @@ PyObject* fast_call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
   }
 }
 
-// remember(tensors, ok): the verdict for the (shape, strides, dtype, device) of these tensors, spec order.
+// remember(tensors, verdict): the verdict for the (shape, strides, dtype, device) of these tensors, spec order.
 PyObject* fast_remember(PyObject* self_obj, PyObject* args) {
   FastOp* self = reinterpret_cast<FastOp*>(self_obj);
   PyObject* seq;
   int ok;
-  if (!PyArg_ParseTuple(args, "Op", &seq, &ok)) return nullptr;
+  if (!PyArg_ParseTuple(args, "Oi", &seq, &ok)) return nullptr;
+  if (ok < kUncovered || ok > kDeferred) {
+    PyErr_Format(PyExc_ValueError, "unknown verdict %d", ok);
+    return nullptr;
+  }
   PyObject* fast = PySequence_Fast(seq, "tensors must be a sequence");
   if (fast == nullptr) return nullptr;
   const Py_ssize_t nt = PySequence_Fast_GET_SIZE(fast);
@@ -247,7 +261,7 @@ PyObject* fast_remember(PyObject* self_obj, PyObject* args) {
     bool found = false;
     for (auto& entry : bucket)
       if (entry.first == key) { entry.second = ok; found = true; }
-    if (!found) bucket.emplace_back(key, ok != 0);
+    if (!found) bucket.emplace_back(key, ok);
     v->last_ok = -1;
   }
   return PyBool_FromLong(describable);
@@ -260,16 +274,21 @@ PyObject* fast_forget(PyObject* self_obj, PyObject*) {
   Py_RETURN_NONE;
 }
 
-// FastOp(address, kinds, likes, defaults, rules, stream_fn): kinds one char per spec argument ('t', 'o', 's');
+// FastOp(address, kinds, likes, defaults, rules, stream_fn[, original]): kinds one char per spec argument ('t', 'o', 's');
 // per argument: likes the out's like-index (or -1), defaults the scalar's default (or None), rules None or
 // (dtype_src, ((src, dim, af, bf, ae, be), ...)) for an out allocated from its dims.
 int fast_init(PyObject* self_obj, PyObject* args, PyObject*) {
   FastOp* self = reinterpret_cast<FastOp*>(self_obj);
   unsigned long long address;
   const char* kinds;
-  PyObject *likes, *defaults, *rules, *stream_fn;
-  if (!PyArg_ParseTuple(args, "KsOOO!O", &address, &kinds, &likes, &defaults, &PyTuple_Type, &rules, &stream_fn))
+  PyObject *likes, *defaults, *rules, *stream_fn, *original = Py_None;
+  if (!PyArg_ParseTuple(args, "KsOOO!O|O", &address, &kinds, &likes, &defaults, &PyTuple_Type, &rules, &stream_fn,
+                        &original))
     return -1;
+  if (original != Py_None && !PyCallable_Check(original)) {
+    PyErr_SetString(PyExc_TypeError, "FastOp: original must be callable or None");
+    return -1;
+  }
   if (stream_fn != Py_None && !PyCallable_Check(stream_fn)) {
     PyErr_SetString(PyExc_TypeError, "FastOp: stream_fn must be callable or None");
     return -1;
@@ -322,10 +341,12 @@ int fast_init(PyObject* self_obj, PyObject* args, PyObject*) {
   }
   Py_INCREF(stream_fn);
   Py_XSETREF(self->stream_fn, stream_fn);
+  Py_INCREF(original);
+  Py_XSETREF(self->original, original);
   self->cuda = stream_fn != Py_None;
   self->active = 1;
   self->last_error = 0;
-  self->calls = 0;
+  self->calls = self->deferred = 0;
   if (self->verdicts == nullptr) self->verdicts = new Verdicts();
   return 0;
 }
@@ -333,6 +354,7 @@ int fast_init(PyObject* self_obj, PyObject* args, PyObject*) {
 void fast_dealloc(PyObject* self_obj) {
   delete reinterpret_cast<FastOp*>(self_obj)->verdicts;
   Py_XDECREF(reinterpret_cast<FastOp*>(self_obj)->stream_fn);
+  Py_XDECREF(reinterpret_cast<FastOp*>(self_obj)->original);
   Py_TYPE(self_obj)->tp_free(self_obj);
 }
 
@@ -343,7 +365,7 @@ PyObject* get_verdicts(PyObject* self_obj, void*) {
 }
 
 PyMethodDef fast_methods[] = {
-    {"remember", fast_remember, METH_VARARGS, "remember(tensors, ok): cache the coverage verdict of these tensors"},
+    {"remember", fast_remember, METH_VARARGS, "remember(tensors, verdict): cache the coverage verdict (0-2) of these tensors"},
     {"forget", fast_forget, METH_NOARGS, "forget every cached verdict"},
     {nullptr, nullptr, 0, nullptr}};
 
@@ -351,6 +373,7 @@ PyMemberDef fast_members[] = {
     {"active", T_INT, offsetof(FastOp, active), 0, "0: every call returns MISS"},
     {"last_error", T_INT, offsetof(FastOp, last_error), 0, "cudaError of the launch that deactivated the op"},
     {"calls", T_ULONGLONG, offsetof(FastOp, calls), READONLY, "calls served here, each a kernel launch"},
+    {"deferred", T_ULONGLONG, offsetof(FastOp, deferred), READONLY, "DEFERRED calls served here by the original"},
     {nullptr, 0, 0, 0, nullptr}};
 
 PyGetSetDef fast_getset[] = {{"verdicts", get_verdicts, nullptr, "cached verdicts", nullptr},

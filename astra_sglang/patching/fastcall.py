@@ -162,9 +162,10 @@ def output_rule(spec, i: int) -> tuple | None:
     return dtype_src, tuple(dims)
 
 
-def fast_op(spec, launcher, like: dict[int, int | None], cuda: bool):
+def fast_op(spec, launcher, like: dict[int, int | None], cuda: bool, original=None):
     """A FastOp for a PatchedOp whose launcher is a real kernel library (`harness.abi.Launcher`); None where
-    the fast path is unavailable or the launcher is a Python stand-in."""
+    the fast path is unavailable or the launcher is a Python stand-in. `original` serves the calls whose
+    verdict is DEFERRED (ops.py), called with the caller's own arguments."""
     address = getattr(launcher, "address", None)
     module = load() if address and enabled() else None
     if module is None:
@@ -177,4 +178,5 @@ def fast_op(spec, launcher, like: dict[int, int | None], cuda: bool):
     defaults = tuple(float(a.default) if a.kind == "scalar" and a.default is not None else None for a in args)
     rules = tuple(output_rule(spec, i) if a.role == "out" and like.get(i) is None else None
                   for i, a in enumerate(args))
-    return module.FastOp(address, kinds, likes, defaults, rules, torch._C._cuda_getCurrentRawStream if cuda else None)
+    return module.FastOp(address, kinds, likes, defaults, rules, torch._C._cuda_getCurrentRawStream if cuda else None,
+                         original)

@@ -36,6 +36,20 @@ class MeasuredShape(BaseModel):
     pct_roofline: float | None = None
 
 
+class Defer(BaseModel):
+    """Calls the patch leaves to SGLang's original because its kernel measured as fast or faster there: at
+    large sizes both kernels stream at the copy roofline and ours can lose by a fraction of a percent."""
+    min_bytes: int = Field(gt=0)
+    """A call whose tensors (inputs and outputs) hold at least this many bytes runs the original."""
+    dtypes: list[str] = Field(default_factory=list)
+    """Only calls of these dtypes (empty: every dtype the patch covers)."""
+    multiple_of: int = Field(default=1, gt=0)
+    """Only calls whose first tensor's last dim is a multiple of this: the widths measured (SGLang runs other
+    code at odd widths; its silu_and_mul faults at d % 8 == 4, where the kernel keeps serving)."""
+    evidence: str
+    """The measurement behind the threshold: results file, shapes, speedups on both sides of it."""
+
+
 class PatchManifest(BaseModel):
     op: str
     """Kernel spec name (extract/<op>.toml)."""
@@ -53,6 +67,8 @@ class PatchManifest(BaseModel):
     baseline: str = ""
     """What the measured speedups are relative to."""
     measured: list[MeasuredShape] = Field(default_factory=list)
+    defer: Defer | None = None
+    """Where the patched op calls the original instead of the kernel (None: the kernel serves every covered call)."""
 
     @classmethod
     def load(cls, folder: str | Path) -> "PatchManifest":

@@ -10,7 +10,8 @@ Two paths share one core:
   declares every out / in-place argument as mutated and whose fake implementation does nothing, so
   dynamo never traces into ctypes and functionalization knows what the kernel writes.
 Anything the kernel does not cover (dtype, shape, device, spec constraint, ASTRA_UNSUPPORTED) is served
-by the original callable.
+by the original callable, and so is what the manifest's `defer` leaves to it (sizes where SGLang's kernel
+measured as fast as ours): the C++ path calls the original itself there.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from astra_sglang.harness.inputs import TORCH_DTYPES
 from astra_sglang.patching import fastcall
 from astra_sglang.patching.binding import ArgumentBinding
 from astra_sglang.patching.custom_op import ACTIVE, register_custom_op
+from astra_sglang.patching.manifest import Defer
 from astra_sglang.patching.shadow import ShadowCheck
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.specs.records import KernelSpec, compile_dim, dim_names
@@ -33,6 +35,8 @@ from astra_sglang.specs.records import KernelSpec, compile_dim, dim_names
 log = logging.getLogger("astra_sglang.patching")
 
 MAX_VERDICTS = 4096
+# Coverage verdicts, cached per (shape, strides, dtype) and shared with the C++ fast path (same numbers there).
+UNCOVERED, COVERED, DEFERRED = 0, 1, 2
 
 LauncherLike = Callable[[Sequence[torch.Tensor], Sequence[float]], int]
 """`harness.abi.Launcher` (ctypes) or a stand-in: (tensors, scalars) -> ABI code."""
@@ -58,13 +62,16 @@ def _takes_all_positionally(fn: Callable, count: int) -> bool:
 class PatchedOp(ArgumentBinding, ShadowCheck):
     def __init__(self, spec: KernelSpec, launcher: LauncherLike, original: Callable, stats: OpStats, *,
                  dtypes: Sequence[str] | None = None, verify_rate: float = 0.0, device_type: str = "cuda",
-                 seed: int | None = None):
+                 seed: int | None = None, defer: Defer | None = None):
         self.spec, self.launcher, self.original, self.stats = spec, launcher, original, stats
         self.verify_rate = float(verify_rate)
         self._fast = None
         self.active = True
         self._cuda = device_type == "cuda"
         self._dtypes = {TORCH_DTYPES[d] for d in (dtypes or spec.dtypes)}
+        self._defer_bytes = defer.min_bytes if defer else None
+        self._defer_dtypes = {TORCH_DTYPES[d] for d in defer.dtypes} if defer and defer.dtypes else self._dtypes
+        self._defer_multiple = defer.multiple_of if defer else 1
         self._random = random.Random(seed).random
         self._shadowed: set = set()
         args = spec.arguments
@@ -72,6 +79,7 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         self._index = {a.name: i for i, a in enumerate(args)}
         self._tidx = [i for i, a in enumerate(args) if a.kind == "tensor"]
         self._sidx = [i for i, a in enumerate(args) if a.kind == "scalar"]
+        self._t_first = next((k for k, i in enumerate(self._tidx) if args[i].dtype != "float32"), 0)  # its dtype is T
         self._defaults = [(i, a.default) for i, a in enumerate(args) if a.kind == "scalar"]
         self._outs = [i for i, a in enumerate(args) if a.role == "out"]
         self._mutated = [i for i, a in enumerate(args) if a.kind == "tensor" and a.role != "in"]
@@ -83,13 +91,13 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         self._like = {i: next((j for j in self._tidx if args[j].role != "out" and args[j].shape == args[i].shape
                                and args[j].dtype == args[i].dtype), None) for i in self._outs}
         self._orig_takes_all = _takes_all_positionally(original, self._n)
-        self._verdicts: dict[tuple, bool] = {}
+        self._verdicts: dict[tuple, int] = {}
         self._launch_keyed = getattr(launcher, "launch_keyed", None)  # harness.abi.Launcher; stand-ins lack it
         self._events = None
         register_custom_op(spec)
         ACTIVE[spec.name] = self
         if not self.verify_rate:  # shadow checks need the Python path on every call
-            self._fast = fastcall.fast_op(spec, launcher, self._like, self._cuda)
+            self._fast = fastcall.fast_op(spec, launcher, self._like, self._cuda, original)
         if self._fast is not None:
             stats.native.append(self._fast)
         self.fn = self._make_fn()
@@ -155,18 +163,18 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         if tensors[0].is_cuda is not self._cuda:
             return self._fallback(values, args, kwargs)
         key = tuple([(t.shape, t.stride(), t.dtype) for t in tensors])  # also the launcher's descriptor key
-        ok = self._verdicts.get(key)
-        if ok is None:
+        verdict = self._verdicts.get(key)
+        if verdict is None:
             if len(self._verdicts) >= MAX_VERDICTS:
                 self._verdicts.clear()
                 self._shadowed.clear()
                 if self._fast is not None:
                     self._fast.forget()
-            ok = self._verdicts[key] = self._verdict(tensors)
+            verdict = self._verdicts[key] = self._coverage(tensors)
             if self._fast is not None:
-                self._fast.remember(tensors, ok)
-        if not ok:
-            return self._fallback(values, args, kwargs)
+                self._fast.remember(tensors, verdict)
+        if verdict != COVERED:
+            return self._fallback(values, args, kwargs, deferred=verdict == DEFERRED)
         scalars = [values[i] for i in self._sidx]
         if self.verify_rate:
             # A kernel captured into a CUDA graph keeps running after a later mismatch disables the patch,
@@ -187,6 +195,17 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         if code != ASTRA_UNSUPPORTED:
             self.disable(f"kernel launch returned cudaError {code}")
         return self._fallback(values, args, kwargs)
+
+    def _coverage(self, tensors: list) -> int:
+        """COVERED, UNCOVERED (the spec or the patch's dtypes exclude it) or DEFERRED (the manifest's `defer`)."""
+        if not self._verdict(tensors):
+            return UNCOVERED
+        first = tensors[self._t_first]
+        if (self._defer_bytes is not None and first.dtype in self._defer_dtypes
+                and first.shape[-1] % self._defer_multiple == 0
+                and sum(t.numel() * t.element_size() for t in tensors) >= self._defer_bytes):
+            return DEFERRED
+        return COVERED
 
     def run_values(self, values: list) -> None:
         """The custom op's implementation (compiled graphs): same core, results written into `values`."""
@@ -212,8 +231,11 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
             return values[self._outs[0]]
         return tuple(values[i] for i in self._outs)
 
-    def _fallback(self, values: list, args: tuple | None, kwargs: dict | None):
-        self.stats.fallbacks += 1
+    def _fallback(self, values: list, args: tuple | None, kwargs: dict | None, deferred: bool = False):
+        if deferred:
+            self.stats.deferred += 1
+        else:
+            self.stats.fallbacks += 1
         if args is not None:
             return self.original(*args, **(kwargs or {}))
         self.call_original_into(values)

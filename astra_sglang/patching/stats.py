@@ -40,6 +40,8 @@ class OpRecord(BaseModel):
     kernel_calls: int = 0
     fallbacks: int = 0
     """Calls served by the original: unsupported dtype/shape/device, ABI ASTRA_UNSUPPORTED, or disabled."""
+    deferred: int = 0
+    """Calls left to the original on purpose: the manifest's `defer` (SGLang's kernel measured as fast there)."""
     shadow_checks: int = 0
     shadow_mismatches: int = 0
     disabled: bool = False
@@ -70,13 +72,13 @@ def _summary(samples: list[float]) -> TimingSummary:
 class OpStats:
     """Live counters of one op in this process."""
 
-    __slots__ = ("op", "targets", "calls", "kernel_calls", "fallbacks", "shadow_checks", "shadow_mismatches",
+    __slots__ = ("op", "targets", "calls", "kernel_calls", "fallbacks", "deferred", "shadow_checks", "shadow_mismatches",
                  "disabled_reason", "patched_us", "original_us", "native")
 
     def __init__(self, op: str):
         self.op = op
         self.targets: list[str] = []
-        self.calls = self.kernel_calls = self.fallbacks = self.shadow_checks = self.shadow_mismatches = 0
+        self.calls = self.kernel_calls = self.fallbacks = self.deferred = self.shadow_checks = self.shadow_mismatches = 0
         self.disabled_reason = ""
         self.native: list = []
         """C++ FastOps (patching/fastcall.cpp) serving calls of this op: their counters add to these."""
@@ -90,7 +92,10 @@ class OpStats:
         self.original_us.append(original_us)
 
     def total_calls(self) -> int:
-        return self.calls + sum(f.calls for f in self.native)
+        return self.calls + sum(f.calls + f.deferred for f in self.native)
+
+    def total_deferred(self) -> int:
+        return self.deferred + sum(f.deferred for f in self.native)
 
     def total_kernel_calls(self) -> int:
         return self.kernel_calls + sum(f.calls for f in self.native)  # every fast-path call is a launch
@@ -98,7 +103,7 @@ class OpStats:
     def record(self) -> OpRecord:
         return OpRecord(op=self.op, targets=list(self.targets), calls=self.total_calls(),
                         kernel_calls=self.total_kernel_calls(),
-                        fallbacks=self.fallbacks, shadow_checks=self.shadow_checks,
+                        fallbacks=self.fallbacks, deferred=self.total_deferred(), shadow_checks=self.shadow_checks,
                         shadow_mismatches=self.shadow_mismatches, disabled=bool(self.disabled_reason),
                         disabled_reason=self.disabled_reason, patched=_summary(self.patched_us),
                         original=_summary(self.original_us))

@@ -108,4 +108,7 @@ class PatchStore:
         unknown = [d for d in manifest.dtypes if d not in spec.dtypes]
         if unknown:
             raise AstraError(f"patch {manifest.op}: dtypes {unknown} not in the spec's {spec.dtypes}")
+        stray = [d for d in (manifest.defer.dtypes if manifest.defer else []) if d not in manifest.dtypes]
+        if stray:
+            raise AstraError(f"patch {manifest.op}: defer dtypes {stray} not in the patch's {manifest.dtypes}")
         return PatchEntry(manifest.op, folder, manifest, spec)

@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     stream)
       timeout ${STREAM_TIMEOUT:-150} python3 benchmarks/gpu/stream_sizes.py "$OUTDIR/stream" 2>&1 | tail -60 ;;
     percall)
-      timeout 240 python3 benchmarks/per_call.py "$OUTDIR/percall" 2>&1 | tail -30 ;;
+      timeout 240 python3 benchmarks/per_call.py "$OUTDIR/percall" --tokens ${PERCALL_TOKENS:-1,16,64} 2>&1 | tail -30 ;;
     percall-py)
       ASTRA_SGLANG_FASTCALL=0 timeout 240 python3 benchmarks/per_call.py "$OUTDIR/percall-py" 2>&1 | tail -16 ;;
     peers)

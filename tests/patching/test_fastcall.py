@@ -193,3 +193,33 @@ def test_cuda_fast_path_matches_reference_and_captures_into_a_graph(module):
     torch.cuda.synchronize()
     torch.testing.assert_close(captured, silu_original(x), atol=1e-2, rtol=1.6e-2)
     assert stats.fallbacks == 0
+
+
+def test_deferred_shapes_call_the_original_from_cpp(library):
+    from astra_sglang.patching.manifest import Defer
+
+    calls = []
+
+    def original(input, out=None):
+        calls.append(tuple(input.shape))
+        return silu_original(input, out)
+
+    # fp32 rows of 8 in, 4 out: 48 bytes a row; the threshold sits between 2 and 4 rows
+    op, stats = patched(library, "silu_and_mul", original, defer=Defer(min_bytes=150, evidence="test"))
+    small, large = torch.randn(2, 8), torch.randn(4, 8)
+    for _ in range(3):
+        torch.testing.assert_close(op.fn(small), silu_original(small))
+        torch.testing.assert_close(op.fn(large), silu_original(large))
+    out = torch.empty(4, 4)
+    assert op.fn(large, out) is out  # the caller's own arguments reach the original
+    # first call of each shape: Python judges it (large: deferred there); later ones never leave C++
+    assert op._fast.calls == 2 and op._fast.deferred == 3 and stats.deferred == 1
+    assert calls == [(4, 8)] * 4
+    record = stats.record()
+    assert (record.calls, record.kernel_calls, record.deferred, record.fallbacks) == (7, 3, 4, 0)
+
+
+def test_remember_refuses_unknown_verdicts(library):
+    op, _ = patched(library, "silu_and_mul", silu_original)
+    with pytest.raises(ValueError, match="unknown verdict"):
+        op._fast.remember([torch.randn(2, 8), torch.empty(2, 4)], 3)

@@ -188,3 +188,42 @@ def test_shadow_compare_in_chunks_counts_every_bad_element(monkeypatch):
     assert op._mismatch(theirs.clone(), theirs, "out") == ""
     message = op._mismatch(ours, theirs, "out")
     assert message.startswith("out: 2 of 45 elements off")
+
+
+def test_defer_leaves_large_calls_to_the_original_and_counts_them():
+    from astra_sglang.patching.manifest import Defer
+
+    seen = []
+
+    def original(input, out=None):
+        seen.append(tuple(input.shape))
+        return silu_original(input, out)
+
+    # fp32 4 x 32 in + 4 x 16 out = 768 bytes: below; 8 x 32 + 8 x 16 = 1536 bytes: at the threshold
+    op, stats = make(standin_launcher(), original, defer=Defer(min_bytes=1536, evidence="test"))
+    small, large = torch.randn(4, 32), torch.randn(8, 32)
+    torch.testing.assert_close(op.fn(small), silu_original(small))
+    torch.testing.assert_close(op.fn(large), silu_original(large))
+    op.fn(large)
+    assert seen == [(8, 32), (8, 32)]
+    assert (stats.calls, stats.kernel_calls, stats.fallbacks, stats.deferred) == (3, 1, 0, 2)
+    assert op.active  # deferring is not a failure
+
+
+def test_defer_applies_only_to_its_dtypes():
+    from astra_sglang.patching.manifest import Defer
+
+    op, stats = make(standin_launcher(), dtypes=["float32", "float16"],
+                     defer=Defer(min_bytes=1, dtypes=["float16"], evidence="test"))
+    op.fn(torch.randn(4, 32))
+    op.fn(torch.randn(4, 32, dtype=torch.float16))
+    assert (stats.kernel_calls, stats.deferred) == (1, 1)
+
+
+def test_defer_keeps_the_kernel_at_widths_it_was_not_measured_at():
+    from astra_sglang.patching.manifest import Defer
+
+    op, stats = make(standin_launcher(), defer=Defer(min_bytes=1, multiple_of=16, evidence="test"))
+    op.fn(torch.randn(4, 32))  # 2d = 32: a multiple of 16, deferred
+    op.fn(torch.randn(4, 40))  # d = 20 (d % 8 == 4): our kernel serves it
+    assert (stats.kernel_calls, stats.deferred) == (1, 1)

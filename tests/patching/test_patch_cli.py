@@ -28,6 +28,21 @@ def test_list(run, patch_dir):
                for line in lines)
 
 
+def test_list_shows_where_the_original_is_kept_and_refuses_stray_defer_dtypes(run, patch_dir):
+    path = patch_dir / "silu_and_mul" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["defer"] = {"min_bytes": 12_000_000, "dtypes": ["bfloat16"], "evidence": "test"}
+    path.write_text(json.dumps(manifest))
+    result = run(cli.patch_group, "list", "--patches", patch_dir)
+    assert result.exit_code == 0, result.output
+    assert "original kept" in result.output.splitlines()[0]
+    assert ">= 12 MB" in [line for line in result.output.splitlines() if line.startswith("silu_and_mul")][0]
+    manifest["defer"]["dtypes"] = ["float16"]  # not a dtype this patch covers
+    path.write_text(json.dumps(manifest))
+    result = run(cli.patch_group, "list", "--patches", patch_dir)
+    assert result.exit_code == 1 and "defer dtypes ['float16'] not in the patch's" in result.output
+
+
 def test_list_empty_and_missing(run, tmp_path):
     (tmp_path / "empty").mkdir()
     assert "no patches" in run(cli.patch_group, "list", "--patches", tmp_path / "empty").output
@@ -105,13 +120,13 @@ def test_launch_errors(run, tmp_path):
 def test_report(run, tmp_path):
     writer = StatsWriter(tmp_path / "run1", "plugin", interval_s=0)
     stats: OpStats = writer.op("silu_and_mul")
-    stats.calls, stats.kernel_calls, stats.shadow_checks = 10, 9, 2
+    stats.calls, stats.kernel_calls, stats.deferred, stats.shadow_checks = 10, 8, 1, 2
     stats.add_timing(2.0, 3.0)
     writer.write()
     result = run(cli.report_cmd, "--stats-dir", tmp_path)  # the newest run folder inside
     assert result.exit_code == 0, result.output
     row = [line for line in result.output.splitlines() if "silu_and_mul" in line][0].split()
-    assert row[1:7] == ["plugin", "silu_and_mul", "10", "9", "0", "0/2"] and row[7] == "2.0/3.0"
+    assert row[1:8] == ["plugin", "silu_and_mul", "10", "8", "0", "1", "0/2"] and row[8] == "2.0/3.0"
     result = run(cli.report_cmd, "--stats-dir", tmp_path / "nothing")
     assert result.exit_code == 1 and "no astra-sglang stats" in result.output
 
