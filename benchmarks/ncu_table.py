@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from astra_sglang.harness.build import build_library
-from astra_sglang.harness.profile import NcuProfiler
+from astra_sglang.harness.profile import STALL_METRICS, NcuProfiler
 from astra_sglang.ops.adapters import KERNEL_BASELINES
 from astra_sglang.patching.manifest import PatchManifest
 from astra_sglang.specs.registry import get_spec, resolve_shapes
@@ -37,6 +37,8 @@ COLUMNS = {  # table column -> (": metric name" in the facts, the units it may c
     "occupancy %": (": Achieved Occupancy", None),
     "regs": (": Registers Per Thread", None), "grid": (": Grid Size", None), "block": (": Block Size", None),
     "cycles/issue": (": Warp Cycles Per Issued Instruction", None),
+    # of those cycles, stalled on: global loads / shuffles + shared memory / barriers / fixed latency
+    **{f"stall {short}": (f": {metric}", None) for short, metric in zip(("long", "short", "bar", "wait"), STALL_METRICS)},
 }
 _KERNEL_PREFIX = re.compile(r"^kernel (\d+): ")  # profile_many's prefix where an op launched several kernels
 

@@ -24,6 +24,11 @@ from astra_sglang.harness.ncu_csv import NVTX_RANGE, attribute, parse_ncu_csv, p
 from astra_sglang.harness.records import EvalResult, ShapeResult
 
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "MemoryWorkloadAnalysis")
+# Where a warp's cycles between two issued instructions go, per stall reason (sum over reasons = the section's
+# Warp Cycles Per Issued Instruction). A latency-bound norm row splits into its loads (long scoreboard), its
+# reduction's shuffles and shared-memory reads (short scoreboard), its barriers and fixed-latency math (wait).
+STALL_REASONS = ("long_scoreboard", "short_scoreboard", "barrier", "wait")
+STALL_METRICS = tuple(f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio" for r in STALL_REASONS)
 TIMEOUT_S = 180
 PER_SHAPE_S = 30  # extra allowance per further shape in one process (its replay passes, not a start-up)
 
@@ -81,7 +86,7 @@ class NcuProfiler:
     def command(self, request_path: Path) -> list[str]:
         sections = [arg for s in SECTIONS for arg in ("--section", s)]
         return [self.ncu, "--csv", "--page", "details", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
-                "--clock-control", "none", "--target-processes", "all", *sections,
+                "--clock-control", "none", "--target-processes", "all", *sections, "--metrics", ",".join(STALL_METRICS),
                 sys.executable, "-m", "astra_sglang.harness.profile", str(request_path)]
 
     def _run(self, request: Path, timeout_s: float) -> subprocess.CompletedProcess | None:

@@ -174,6 +174,14 @@ MERGE_X = "benchmarks/results/2026-11-21-h200-s6/sources/merge-x.cu"  # session 
 MERGE_BAND = [(32, 64, 128), (48, 32, 128), (64, 32, 128), (96, 32, 128), (64, 40, 128), (192, 40, 128),
               (256, 32, 128), (320, 32, 128), (384, 32, 128), (64, 32, 256), (128, 32, 256), (256, 32, 256),
               (4096, 32, 128), (4096, 40, 128), (2048, 64, 128), (4096, 64, 128)]
+# Session 9: sizes either side of the manifests' `defer` thresholds (silu 12 MB, merges 150 MB), where the
+# patch hands calls to SGLang's kernel; the model sets have no shape between 11 and 14.5 MB (silu) or between
+# 102 and 179 MB (merge).
+DEFER_BAND = {"silu_and_mul": [(96, 14336), (128, 14336), (160, 14336), (192, 14336), (256, 14336), (128, 18944),
+                               (160, 11008), (192, 11008), (256, 11008), (96, 18944)],
+              "merge_attn_states_lse": [(4096, 32, 128), (5120, 32, 128), (6144, 32, 128), (4096, 40, 128),
+                                        (5120, 40, 128), (6144, 28, 128), (3072, 64, 128), (4096, 64, 128)],
+              "merge_state": [(2048, 32, 128), (4096, 32, 128), (6144, 32, 128), (8192, 32, 128)]}
 CHECKED = ("u1t1024",)  # the new path's default: full checks (edge cases included) besides the timing
 PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     "wide": [(op, label, src, defs, WIDE_SHAPES, ["bfloat16"], label in CHECKED)
@@ -278,6 +286,16 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     # 1.62 vs 1.80): those configurations as they are (no probe) over the model sets, each fully checked.
     "models-cfg": [(op, label, src, {}, None, ["bfloat16"], label != "shipped")
                    for op in NORMS for label, src in norm_variants(op, MODELS_CFG)],
+    # Session 9: the fitted row sum's second stage at 12-32 warps from 16-byte shared-memory reads and a fixed
+    # add tree (ASTRA_LDS_WIDE) instead of one read and 5 dependent shuffles, over both norms' model sets; each
+    # side twice, interleaved (the effect sought, 20-50 ns at 1-128 rows, is near the run-to-run noise).
+    "lds-wide": [(op, label, f"patches/{op}/kernel.cu", defines, None, ["bfloat16"], label == "wide")
+                 for op in NORMS for label, defines in (("shipped", {}), ("wide", {"ASTRA_LDS_WIDE": "1"}),
+                                                        ("shipped2", {}), ("wide2", {"ASTRA_LDS_WIDE": "1"}))],
+    # Session 9: the shipped kernels either side of the `defer` thresholds, against the kernels the patch defers to.
+    "defer-band": [(op, "shipped", f"patches/{op}/kernel.cu" if op != "merge_state" else
+                    "patches/merge_attn_states_lse/kernel.cu", {"ASTRA_LSE_BASE2": "1"} if op == "merge_state" else {},
+                    shapes, ["bfloat16"], False) for op, shapes in DEFER_BAND.items()],
     "silu-cfg-fp32": [("silu_and_mul", f"{t},{v}", silu_config(t, v), {}, [(64, 14336), (100, 9728), (16, 4096),
                                                                             (512, 14336), (128, 18944)],
                        ["float32"], False) for t, v in ((64, 1), (128, 1), (256, 1), (512, 1))],
