@@ -182,6 +182,9 @@ DEFER_BAND = {"silu_and_mul": [(96, 14336), (128, 14336), (160, 14336), (192, 14
               "merge_attn_states_lse": [(4096, 32, 128), (5120, 32, 128), (6144, 32, 128), (4096, 40, 128),
                                         (5120, 40, 128), (6144, 28, 128), (3072, 64, 128), (4096, 64, 128)],
               "merge_state": [(2048, 32, 128), (4096, 32, 128), (6144, 32, 128), (8192, 32, 128)]}
+# Session 9: the norms' model and paper shapes of at most 512 rows (the latency range ASTRA_LDS_WIDE is for).
+LDS_WIDE_SHAPES = {op: [s for s in _unique(resolve_shapes(get_spec(op), "models"), resolve_shapes(get_spec(op), "paper"))
+                        if s[0] <= 512] for op in NORMS}
 CHECKED = ("u1t1024",)  # the new path's default: full checks (edge cases included) besides the timing
 PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     "wide": [(op, label, src, defs, WIDE_SHAPES, ["bfloat16"], label in CHECKED)
@@ -289,7 +292,7 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     # Session 9: the fitted row sum's second stage at 12-32 warps from 16-byte shared-memory reads and a fixed
     # add tree (ASTRA_LDS_WIDE) instead of one read and 5 dependent shuffles, over both norms' model sets; each
     # side twice, interleaved (the effect sought, 20-50 ns at 1-128 rows, is near the run-to-run noise).
-    "lds-wide": [(op, label, f"patches/{op}/kernel.cu", defines, None, ["bfloat16"], label == "wide")
+    "lds-wide": [(op, label, f"patches/{op}/kernel.cu", defines, LDS_WIDE_SHAPES[op], ["bfloat16"], label == "wide")
                  for op in NORMS for label, defines in (("shipped", {}), ("wide", {"ASTRA_LDS_WIDE": "1"}),
                                                         ("shipped2", {}), ("wide2", {"ASTRA_LDS_WIDE": "1"}))],
     # Session 9: the shipped kernels either side of the `defer` thresholds, against the kernels the patch defers to.
