@@ -110,12 +110,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 // the loop and cached-row kernels keep that form, where the butterfly made the 1024-thread build spill.
 // LDS (fitted only, at most 8 warps): every thread sums the warp sums read from shared memory, in warp order,
 // instead of 5 more dependent shuffles; the reads issue back to back (rmsnorm, session 7).
-// ASTRA_LDS_WIDE (experiment, off by default: the shipped builds keep their SASS): the fitted second stage of
-// 12-32 warps reads the warp sums 4 at a time (16-byte reads, red 16-byte aligned) and adds them in a fixed
-// tree, instead of one read and 5 dependent shuffles per lane; the same order in every thread.
-#ifndef ASTRA_LDS_WIDE
-#define ASTRA_LDS_WIDE 0
-#endif
 template <int THREADS, int ROWS, bool FITTED = false, bool LDS = false>
 __device__ __forceinline__ float row_sum(float v, float (*red)[(THREADS + 31) / 32]) {
   v = warp_sum(v);
@@ -130,22 +124,6 @@ __device__ __forceinline__ float row_sum(float v, float (*red)[(THREADS + 31) / 
       v = red[threadIdx.y][0];
 #pragma unroll
       for (int w = 1; w < WARPS; ++w) v += w < nwarps ? red[threadIdx.y][w] : 0.0f;
-    } else if constexpr (FITTED && ASTRA_LDS_WIDE && WARPS > 8 && WARPS % 4 == 0) {
-      constexpr int Q = WARPS / 4;
-      const int nwarps = (int)(blockDim.x / 32);
-      const float4* sums = reinterpret_cast<const float4*>(red[threadIdx.y]);
-      float part[Q];
-#pragma unroll
-      for (int q = 0; q < Q; ++q) {
-        const float4 s = 4 * q < nwarps ? sums[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        part[q] = ((4 * q < nwarps ? s.x : 0.0f) + (4 * q + 1 < nwarps ? s.y : 0.0f)) +
-                  ((4 * q + 2 < nwarps ? s.z : 0.0f) + (4 * q + 3 < nwarps ? s.w : 0.0f));
-      }
-#pragma unroll
-      for (int step = 1; step < Q; step *= 2)
-#pragma unroll
-        for (int q = 0; q + step < Q; q += 2 * step) part[q] += part[q + step];
-      v = part[0];
     } else if constexpr (FITTED) {
       const int lane = threadIdx.x % 32;
       v = warp_sum(lane < (int)(blockDim.x / 32) ? red[threadIdx.y][lane] : 0.0f);

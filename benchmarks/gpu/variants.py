@@ -182,9 +182,6 @@ DEFER_BAND = {"silu_and_mul": [(96, 14336), (128, 14336), (160, 14336), (192, 14
               "merge_attn_states_lse": [(4096, 32, 128), (5120, 32, 128), (6144, 32, 128), (4096, 40, 128),
                                         (5120, 40, 128), (6144, 28, 128), (3072, 64, 128), (4096, 64, 128)],
               "merge_state": [(2048, 32, 128), (4096, 32, 128), (6144, 32, 128), (8192, 32, 128)]}
-# Session 9: the norms' model and paper shapes of at most 512 rows (the latency range ASTRA_LDS_WIDE is for).
-LDS_WIDE_SHAPES = {op: [s for s in _unique(resolve_shapes(get_spec(op), "models"), resolve_shapes(get_spec(op), "paper"))
-                        if s[0] <= 512] for op in NORMS}
 CHECKED = ("u1t1024",)  # the new path's default: full checks (edge cases included) besides the timing
 PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     "wide": [(op, label, src, defs, WIDE_SHAPES, ["bfloat16"], label in CHECKED)
@@ -289,12 +286,9 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
     # 1.62 vs 1.80): those configurations as they are (no probe) over the model sets, each fully checked.
     "models-cfg": [(op, label, src, {}, None, ["bfloat16"], label != "shipped")
                    for op in NORMS for label, src in norm_variants(op, MODELS_CFG)],
-    # Session 9: the fitted row sum's second stage at 12-32 warps from 16-byte shared-memory reads and a fixed
-    # add tree (ASTRA_LDS_WIDE) instead of one read and 5 dependent shuffles, over both norms' model sets; each
-    # side twice, interleaved (the effect sought, 20-50 ns at 1-128 rows, is near the run-to-run noise).
-    "lds-wide": [(op, label, f"patches/{op}/kernel.cu", defines, LDS_WIDE_SHAPES[op], ["bfloat16"], label == "wide")
-                 for op in NORMS for label, defines in (("shipped", {}), ("wide", {"ASTRA_LDS_WIDE": "1"}),
-                                                        ("shipped2", {}), ("wide2", {"ASTRA_LDS_WIDE": "1"}))],
+    # Session 9, lds-wide (refuted; ran at commit 5dae726, the knob removed after): the fitted row sum's second
+    # stage at 12-32 warps from float4 shared-memory reads and an add tree (ASTRA_LDS_WIDE) instead of one read
+    # and 5 shuffles per lane: 15-38% slower at every shape it reached (every warp reads every warp sum).
     # Session 9: the shipped kernels either side of the `defer` thresholds, against the kernels the patch defers to.
     "defer-band": [(op, "shipped", f"patches/{op}/kernel.cu" if op != "merge_state" else
                     "patches/merge_attn_states_lse/kernel.cu", {"ASTRA_LSE_BASE2": "1"} if op == "merge_state" else {},

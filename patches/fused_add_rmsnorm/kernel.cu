@@ -39,7 +39,7 @@ template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL>
 __global__ void __launch_bounds__(THREADS * ROWS, VPT == 1 ? 2048 / (THREADS * ROWS) : 1)
 far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, int64_t rows, int nvec, float inv_d,
                int64_t x_stride, int64_t r_stride, float eps) {
-  __shared__ __align__(16) float red[ROWS][(THREADS + 31) / 32];  // 16 bytes: ASTRA_LDS_WIDE reads float4s
+  __shared__ float red[ROWS][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
   const int tid = threadIdx.x, nthr = blockDim.x;  // nthr: THREADS, or fewer whole warps (FIT)

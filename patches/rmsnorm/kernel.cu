@@ -55,7 +55,7 @@ template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL, bool TIE,
 __global__ void __launch_bounds__(THREADS * ROWS, reg_min_blocks(THREADS * ROWS, VPT, TIE))
 rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, float inv_d,
                int64_t x_stride, int64_t o_stride, float eps, uint32_t zero) {
-  __shared__ __align__(16) float red[ROWS][(THREADS + 31) / 32];  // 16 bytes: ASTRA_LDS_WIDE reads float4s
+  __shared__ float red[ROWS][(THREADS + 31) / 32];
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
   const int tid = threadIdx.x, nthr = blockDim.x;  // nthr: THREADS, or fewer whole warps (FIT)
