@@ -212,9 +212,11 @@ def check_args(extra) -> None:
 @click.command("ab", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--model-path", required=True, help="Model folder (config.json + tokenizer; no weights with dummy).")
 @click.option("--load-format", default=None, help="Passed to the server, e.g. dummy (random weights).")
-@click.option("--runs", type=click.IntRange(1, 50), default=3, show_default=True, help="Runs per arm (A B A B ...).")
+@click.option("--runs", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="Runs per arm (A B A B ...); with --paired: rounds (AB, BA, AB, ...).")
 @PATCHES_OPTION
-@click.option("--port", type=click.IntRange(1024, 65535), default=30000, show_default=True)
+@click.option("--port", type=click.IntRange(1024, 65535), default=30000, show_default=True,
+              help="Server port; with --paired, B listens on the next one.")
 @click.option("--num-prompts", type=click.IntRange(1), default=512, show_default=True)
 @click.option("--input-len", type=click.IntRange(1), default=1024, show_default=True)
 @click.option("--output-len", type=click.IntRange(1), default=256, show_default=True)
@@ -228,10 +230,16 @@ def check_args(extra) -> None:
               help="shared-prefix: number of distinct system prompts.")
 @click.option("--warmup", type=click.IntRange(0, 5), default=1, show_default=True,
               help="Discarded starts of the unpatched server before the A/B (with a short benchmark): the first "
-                   "start on a machine JIT-compiles flashinfer's kernels, which would otherwise land in A's first run.")
+                   "start on a machine JIT-compiles flashinfer's kernels, which would otherwise land in A's first run. "
+                   "With --paired: discarded rounds of one short benchmark per server.")
 @click.option("--repeats", type=click.IntRange(1, 20), default=1, show_default=True,
               help="Benchmarks per server start, each its own sample: server starts dominate an A/B's time, and "
                    "repeats separate the noise of one start from the noise between starts.")
+@click.option("--paired", is_flag=True,
+              help="Both servers up at once on one GPU (A on --port, B on --port + 1; pass a --mem-fraction-static "
+                   "that fits two, e.g. 0.4, and --sleep-on-idle so the idle scheduler does not busy-poll a CPU core), "
+                   "benchmarked one at a time in rounds AB, BA, AB, ...; the report adds per-round paired changes "
+                   "with a bootstrap interval.")
 @click.option("--health-timeout", type=click.IntRange(10), default=900, show_default=True, help="Seconds per start.")
 @click.option("--bench-timeout", type=click.IntRange(10), default=900, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -239,14 +247,15 @@ def check_args(extra) -> None:
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
 def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, output_len, concurrency, dataset,
-       prefix_len, groups, warmup, repeats, health_timeout, bench_timeout, out, server_args):
+       prefix_len, groups, warmup, repeats, paired, health_timeout, bench_timeout, out, server_args):
     """Serving A/B: unpatched (A) vs patched (B) SGLang servers, alternated A B A B.
 
     Each run starts a server on 127.0.0.1, waits for /health, runs `sglang.benchmark.serving` (--dataset),
     probes greedy outputs on a few fixed prompts, and stops it. --warmup unpatched starts come first and are
     discarded. Writes OUT/ab.jsonl and OUT/ab.md (medians, spreads, deltas, noise, greedy parity, per-op
     engagement of the patched server); the report is rewritten after every run, so a run cut short by a
-    time limit still leaves the runs before it.
+    time limit still leaves the runs before it. --paired starts each server once, keeps both up and compares
+    them round by round instead (B measured seconds after or before A; see --paired).
 
     \b
     Examples:
@@ -254,10 +263,16 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
       astra-sglang ab --model-path M --load-format dummy --out ab-run -- --attention-backend triton
       astra-sglang ab --model-path M --load-format dummy --dataset shared-prefix --input-len 256 \\
         -- --attention-backend flashinfer
+      astra-sglang ab --model-path M --load-format dummy --paired --runs 12 \\
+        -- --mem-fraction-static 0.4 --max-total-tokens 400000 --sleep-on-idle
     """
     from astra_sglang.serving.report import write_report
 
     check_args(server_args)
+    if paired:  # its usage errors and warnings come before the build
+        from astra_sglang.serving.paired import check_paired, paired_ab
+
+        check_paired(repeats, port, server_args)
     out = (out or Path("astra-ab") / time.strftime("%Y%m%d-%H%M%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     argv = server_command(model_path, port, load_format, server_args)
@@ -270,6 +285,9 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
                 bench_timeout=bench_timeout, extra=list(server_args))
     rows_file = out / "ab.jsonl"
     rows_file.unlink(missing_ok=True)
+    if paired:
+        report = paired_ab(patches, model_path, load_format, server_args, opts, out, runs, warmup)
+        return click.echo(f"wrote {rows_file} and {report}")
     rows, stats_dirs = [], []
     for run in range(1, warmup + 1):  # JIT caches filled here; nothing recorded (logs: server-warmup-*.log)
         run_arm("warmup", run, argv, strip_patch_env(dict(os.environ)),

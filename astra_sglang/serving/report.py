@@ -1,5 +1,6 @@
-"""The A/B report: per-arm medians and spreads, deltas B vs A with a noise statement, greedy parity, and the
-patched server's per-op engagement (harness_templates/reports/ab.md.j2), plus an optional matplotlib PNG."""
+"""The A/B report: per-arm medians and spreads, deltas B vs A with a noise statement, paired per-round changes
+when the rows come from `ab --paired` (paired_stats), greedy parity, and the patched server's per-op engagement
+(harness_templates/reports/ab.md.j2), plus an optional matplotlib PNG."""
 from __future__ import annotations
 
 import statistics
@@ -9,6 +10,7 @@ import jinja2
 
 from astra_sglang.paths import templates_dir
 from astra_sglang.patching.stats import load_stats
+from astra_sglang.serving import paired_stats
 
 REPORT = "ab.md"
 PLOT = "ab.png"
@@ -60,26 +62,31 @@ def parity(rows: list[dict]) -> dict:
 
 
 def engagement(stats_dirs: list[str | Path]) -> list[dict]:
-    """Per op, summed over every stats file of the patched runs: calls, kernel calls, fallbacks, disabled."""
+    """Per op, summed over every stats file of the patched runs: calls, kernel calls, fallbacks, calls deferred
+    to the original (manifest `defer`), disabled."""
     ops: dict[str, dict] = {}
     files = 0
     for folder in stats_dirs:
         for proc in load_stats(folder):
             files += 1
             for rec in proc.ops.values():
-                o = ops.setdefault(rec.op, dict(op=rec.op, calls=0, kernel_calls=0, fallbacks=0, disabled=""))
+                o = ops.setdefault(rec.op, dict(op=rec.op, calls=0, kernel_calls=0, fallbacks=0, deferred=0,
+                                                      disabled=""))
                 o["calls"] += rec.calls
                 o["kernel_calls"] += rec.kernel_calls
                 o["fallbacks"] += rec.fallbacks
+                o["deferred"] += rec.deferred
                 o["disabled"] = o["disabled"] or rec.disabled_reason
     for o in ops.values():
-        o["status"] = ("engaged" if o["kernel_calls"] else "called, all fallbacks" if o["calls"] else "not engaged")
+        o["status"] = ("engaged" if o["kernel_calls"] else "called, all deferred" if o["deferred"] else
+                       "called, all fallbacks" if o["calls"] else "not engaged")
         o["files"] = files
     return sorted(ops.values(), key=lambda o: o["op"])
 
 
 def plot(rows: list[dict], path: Path) -> str:
-    """Each run's value per metric and arm; '' on success, else why there is no plot."""
+    """Each run's value per metric and arm (paired rounds: a line from A's value to B's); '' on success, else why
+    there is no plot."""
     try:
         import matplotlib
 
@@ -89,6 +96,8 @@ def plot(rows: list[dict], path: Path) -> str:
         return "matplotlib is not installed: no plot"
     fig, axes = plt.subplots(1, len(METRICS), figsize=(4 * len(METRICS), 3.2))
     for ax, (key, label, unit, _) in zip(axes, METRICS):
+        for _, _, a, b in paired_stats.round_values(rows, key):
+            ax.plot([0, 1], [a, b], color="lightgray", linewidth=0.8, zorder=0)
         for x, arm, color in ((0, "A", "tab:gray"), (1, "B", "tab:blue")):
             vals = _values(rows, arm, key)
             ax.scatter([x] * len(vals), vals, color=color)
@@ -108,9 +117,12 @@ def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", 
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     runs = max((r["run"] for r in rows), default=0)
     repeats = max((r.get("repeat", 1) for r in rows), default=1)
+    changes = paired_stats.analyse(rows, METRICS)
     return env.get_template("ab.md.j2").render(
         runs=runs, repeats=repeats, comparisons=compare(rows), parity=parity(rows), ops=engagement(stats_dirs),
-        plot=plot_file, plot_note=plot_note)
+        plot=plot_file, plot_note=plot_note, paired=any(r.get("paired") for r in rows), changes=changes,
+        round_table=paired_stats.round_table(changes), kv=paired_stats.kv_pools(rows),
+        min_rounds=paired_stats.MIN_ROUNDS, resamples=paired_stats.RESAMPLES)
 
 
 def write_report(out: str | Path, rows: list[dict], stats_dirs: list[str | Path]) -> Path:

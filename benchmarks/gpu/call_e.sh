@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # GPU calls of the second session, serving (issue: patch-back). Steps, in the order given:
 #   ab    A/B, RUNS (3) runs per arm, REPEATS (1) benchmarks per server start, NUM_PROMPTS (512) prompts, flashinfer attention + shared-prefix prompts (cached prefixes: the backend
-#         merges partial states with flashinfer.cascade.merge_state, so every shipped op is reachable)
+#         merges partial states with flashinfer.cascade.merge_state, so every shipped op is reachable).
+#         PAIRED=1: `ab --paired` instead (both servers up at once, RUNS rounds AB BA AB ...; each server gets
+#         --mem-fraction-static 0.4 instead of 0.8 so two fit); MAX_TOTAL_TOKENS (unset) adds --max-total-tokens
+#         to both, so their KV pools are equal (ab.md prints both pool sizes)
 #   live  one patched server with a WRONG silu_and_mul (tests/fixtures/cheats/low_precision.cu) and
 #         --verify-rate 0.05: the shadow check must disable it in every process that sees a mismatch while
 #         the server keeps serving; then the agent loop against this server's own OpenAI API (dummy
@@ -20,12 +23,17 @@ for step in "$@"; do
       # FA3 (merge_state_v2's call site) is stripped from the runtime kit: that target cannot import there.
       astra-sglang patch disable merge_attn_states_lse --patches /tmp/abp
       astra-sglang patch enable merge_state --patches /tmp/abp
-      timeout ${AB_TIMEOUT:-540} astra-sglang ab --model-path /tmp/model --load-format dummy --runs ${RUNS:-3} \
+      AB_MODE="" AB_ARGS=$SERVER_ARGS AB_LOG=server-B-1.log AB_TAIL=22  # SERVER_ARGS stays as it is for `live`
+      if [ "${PAIRED:-0}" = 1 ]; then
+        AB_MODE=--paired AB_LOG=server-B-paired.log AB_TAIL=$(( 2 * ${RUNS:-3} + 16 ))
+        AB_ARGS="${SERVER_ARGS/--mem-fraction-static 0.8/--mem-fraction-static 0.4}${MAX_TOTAL_TOKENS:+ --max-total-tokens $MAX_TOTAL_TOKENS}"
+      fi
+      timeout ${AB_TIMEOUT:-540} astra-sglang ab --model-path /tmp/model --load-format dummy --runs ${RUNS:-3} $AB_MODE \
         --patches /tmp/abp --dataset shared-prefix --num-prompts ${NUM_PROMPTS:-512} --groups 16 --prefix-len 2048 --repeats ${REPEATS:-1} \
         --input-len 256 --output-len 256 --concurrency 64 --out /tmp/ab -- --attention-backend flashinfer \
-        $SERVER_ARGS 2>&1 | grep -v -i warn | tail -22
+        $AB_ARGS 2>&1 | grep -v -i warn | tail -$AB_TAIL
       cp /tmp/ab/ab.md /tmp/ab/ab.jsonl /tmp/ab/ab.png "$OUTDIR/" 2>/dev/null
-      tar -czf "$OUTDIR/ab-stats.tgz" -C /tmp/ab stats server-B-1.log 2>/dev/null ;;
+      tar -czf "$OUTDIR/ab-stats.tgz" -C /tmp/ab stats $AB_LOG 2>/dev/null ;;
     live)
       rm -rf /tmp/bad /tmp/live-stats && cp -r patches /tmp/bad
       cp tests/fixtures/cheats/low_precision.cu /tmp/bad/silu_and_mul/kernel.cu

@@ -97,7 +97,7 @@ def test_report_noise_and_parity(tmp_path):
     path = report.write_report(tmp_path, rows, [stats])
     text = path.read_text()
     assert "smaller than the run-to-run noise" in text and "1 of 3 prompts differ" in text
-    assert "| rmsnorm | 12 | 12 | 0 | engaged |" in text and "+0.50%" in text
+    assert "| rmsnorm | 12 | 12 | 0 | 0 | engaged |" in text and "+0.50%" in text
     assert (tmp_path / "ab.png").exists() or "matplotlib" in text
 
 
@@ -224,3 +224,17 @@ def test_repeats_benchmark_one_start_several_times(tmp_path, monkeypatch):
                                                                                ("B", 2, 3, 1.0)]
     assert [r["outputs"] for r in rows] == [["x"], None, None]  # greedy parity once per start
 
+
+
+def test_engagement_counts_calls_deferred_to_the_original(tmp_path):
+    from astra_sglang.patching.stats import StatsWriter
+    from astra_sglang.serving.report import engagement
+
+    writer = StatsWriter(tmp_path, "plugin", interval_s=0)
+    silu, merge = writer.op("silu_and_mul"), writer.op("merge_state")
+    silu.calls, silu.kernel_calls, silu.deferred = 10, 6, 4
+    merge.calls, merge.deferred = 3, 3
+    writer.write()
+    ops = {o["op"]: o for o in engagement([tmp_path])}
+    assert (ops["silu_and_mul"]["deferred"], ops["silu_and_mul"]["status"]) == (4, "engaged")
+    assert (ops["merge_state"]["deferred"], ops["merge_state"]["status"]) == (3, "called, all deferred")

@@ -1,0 +1,198 @@
+"""`astra-sglang ab --paired`: the unpatched (A) and patched (B) servers up at once on one GPU, benchmarked in
+counterbalanced rounds (AB, BA, AB, ...), one server at a time.
+
+Why: a server start costs 45 s while a benchmark takes seconds, and the throughput of a single start already
+spread over 11%, so one start per arm could not resolve a 5% effect. Here each server starts once and every
+round measures B within seconds of A; alternating the order cancels drift over the run, and the report compares
+B with A round by round (paired_stats). The servers, benchmarks and probes are ab.py's own functions.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from astra_sglang.patching.stats import ENV_STATS_INTERVAL
+from astra_sglang.serving import ab as ab_mod
+from astra_sglang.serving import report
+
+
+@dataclass
+class PairedArm:
+    """One of the two servers, alive for the whole paired A/B."""
+    name: str
+    port: int
+    argv: list[str]
+    env: dict
+    stats_dir: Path | None = None
+    proc: subprocess.Popen | None = None
+    ready_s: float = float("nan")
+    kv_tokens: int | None = None
+
+
+@dataclass
+class PairedRow:
+    """One benchmark of one arm in one round; to_json() is ab.jsonl's row format plus paired, order, kv_tokens."""
+    arm: str
+    run: int
+    order: str
+    ready_s: float
+    metrics: dict
+    outputs: list | None = None
+    stats_dir: str | None = None
+    kv_tokens: int | None = None
+
+    def to_json(self) -> dict:
+        row = {"arm": self.arm, "run": self.run, "repeat": 1, "ready_s": self.ready_s, "metrics": self.metrics,
+               "outputs": self.outputs, "paired": True, "order": self.order, "kv_tokens": self.kv_tokens}
+        return {**row, "stats_dir": self.stats_dir} if self.stats_dir else row
+
+
+def round_order(run: int) -> str:
+    """A first in odd rounds, B first in even ones: a drift over the run then favours neither arm."""
+    return "AB" if run % 2 else "BA"
+
+
+def _flag_value(args, flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag:
+            return args[i + 1] if i + 1 < len(args) else ""
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def server_warnings(server_args) -> list[str]:
+    """What the server args lack for two servers on one GPU (warnings: the user may know better)."""
+    out = []
+    if _flag_value(server_args, "--mem-fraction-static") is None:
+        out.append("--paired runs both servers on one GPU: pass e.g. `-- --mem-fraction-static 0.4` so both fit")
+    if _flag_value(server_args, "--max-total-tokens") is None:
+        out.append("--paired: B starts after A and sizes its KV pool from the memory A left, so the pools differ; "
+                   "pass `--max-total-tokens N` (within both) to make them equal (the report shows both sizes)")
+    return out
+
+
+def check_paired(repeats: int, port: int, server_args) -> None:
+    """Usage errors of --paired (click.UsageError), then warnings about the server args on stderr."""
+    if repeats > 1:
+        raise click.UsageError("--paired benchmarks each server once per round: use --runs, not --repeats")
+    if port >= 65535:
+        raise click.UsageError("--paired: B listens on --port + 1, so --port must be below 65535")
+    for msg in server_warnings(server_args):
+        click.echo(f"warning: {msg}", err=True)
+
+
+def kv_tokens(port: int) -> int | None:
+    """The server's KV pool in tokens (/server_info), or None when it does not say."""
+    try:
+        with urllib.request.urlopen(f"http://{ab_mod.HOST}:{port}/server_info", timeout=10) as resp:  # noqa: S310
+            value = json.loads(resp.read()).get("max_total_num_tokens")
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return None
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def start_arm(arm: PairedArm, out: Path, health_timeout: float) -> None:
+    log = out / f"server-{arm.name}-paired.log"
+    click.echo(f"[{arm.name}] starting server on port {arm.port}: {' '.join(arm.argv)}")
+    arm.proc = ab_mod.start_server(arm.argv, arm.env, log)
+    arm.ready_s = ab_mod.wait_healthy(arm.proc, arm.port, log, health_timeout)
+    arm.kv_tokens = kv_tokens(arm.port)
+    click.echo(f"[{arm.name}] healthy after {arm.ready_s:.0f} s; KV pool {arm.kv_tokens} tokens")
+
+
+def stop_arms(arms: list[PairedArm]) -> None:
+    """Stop every started server, each even when stopping another raised."""
+    if not arms:
+        return
+    try:
+        if arms[0].proc is not None:
+            ab_mod.stop_server(arms[0].proc)
+    finally:
+        stop_arms(arms[1:])
+
+
+def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, warmup: int, on_round) -> list[dict]:
+    """Start A, then B (see below); `warmup` discarded rounds; `runs` recorded rounds, calling on_round(new rows,
+    all rows) after each; both servers are stopped however this ends."""
+    arms, rows, nan = {"A": a, "B": b}, [], float("nan")
+    try:
+        # One after the other: SGLang sizes its KV pool from the memory free at its own profiling, so a server
+        # profiling while the other allocates would find almost nothing left and fail to start.
+        for arm in (a, b):
+            start_arm(arm, out, opts["health_timeout"])
+        warm = {**opts, "num_prompts": min(opts["num_prompts"], 2 * opts["concurrency"])}
+        for w in range(1, warmup + 1):  # caches, CUDA graphs and allocator pools filled here; nothing recorded
+            for arm in (a, b):
+                ab_mod.run_benchmark(arm.port, out / f"bench-warmup-{arm.name}-{w}.jsonl", warm)
+        for run in range(1, runs + 1):
+            order, new = round_order(run), []
+            for name in order:
+                arm = arms[name]
+                metrics = ab_mod.run_benchmark(arm.port, out / f"bench-{name}-{run}.jsonl", opts)
+                new.append(PairedRow(name, run, order, arm.ready_s, metrics, kv_tokens=arm.kv_tokens,
+                                     stats_dir=str(arm.stats_dir) if arm.stats_dir else None))
+                click.echo(f"[{name}{run} {order}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
+                           f"{metrics.get('mean_ttft_ms', nan):.1f} ms, ITL {metrics.get('mean_itl_ms', nan):.2f} ms")
+            if run == 1:  # greedy parity once per server, after its first recorded benchmark
+                for row in new:
+                    row.outputs = ab_mod.parity_probe(arms[row.arm].port, "--skip-tokenizer-init" in opts["extra"])
+            rows.extend(row.to_json() for row in new)
+            on_round(rows[-len(new):], rows)
+        if ENV_STATS_INTERVAL in b.env:  # one more stats write, so the counters include the last round
+            time.sleep(float(b.env[ENV_STATS_INTERVAL]) + 1.0)
+    finally:
+        stop_arms([b, a])
+    return rows
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def sigterm_runs_finally():
+    """`timeout` ends us with SIGTERM, which skips `finally`; the servers run in their own sessions, so they
+    would outlive us and keep the GPU and both ports. Turned into SystemExit here, the finally stops them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def paired_ab(patches, model_path: str, load_format: str | None, server_args, opts: dict, out: Path, runs: int,
+              warmup: int) -> Path:
+    """The paired A/B of `ab --paired`: A on opts['port'], B on the port after it; writes OUT/ab.jsonl and
+    OUT/ab.md after every round. Returns the report's path."""
+    port = opts["port"]
+    argv_a = ab_mod.server_command(model_path, port, load_format, server_args)
+    a = PairedArm("A", port, argv_a, ab_mod.strip_patch_env(dict(os.environ)))
+    stats = out / "stats" / "B-paired"
+    argv_b = ab_mod.server_command(model_path, port + 1, load_format, server_args)
+    env_b, command_b, _ = ab_mod.patched_server(patches, stats_dir=stats, no_build=True, server_args=argv_b[3:])
+    b = PairedArm("B", port + 1, command_b, {**env_b, ENV_STATS_INTERVAL: str(ab_mod.STATS_INTERVAL_S)}, stats)
+    rows_file = out / "ab.jsonl"
+
+    def on_round(new: list[dict], rows: list[dict]) -> None:  # a time limit keeps the rounds before it
+        with open(rows_file, "a") as fh:
+            fh.writelines(json.dumps(row) + "\n" for row in new)
+        report.write_report(out, rows, [stats])
+
+    with sigterm_runs_finally():
+        rows = run_rounds(a, b, opts, out, runs, warmup, on_round)
+    return report.write_report(out, rows, [stats])  # again: the stats now include the last round
