@@ -5,6 +5,9 @@
 #         PAIRED=1: `ab --paired` instead (both servers up at once, RUNS rounds AB BA AB ...; each server gets
 #         --mem-fraction-static 0.4 instead of 0.8 so two fit); MAX_TOTAL_TOKENS (unset) adds --max-total-tokens
 #         to both, so their KV pools are equal (ab.md prints both pool sizes)
+#         DATASET=random-ids BACKEND=triton: independent prompts on the triton backend (decode-heavy; no cascade
+#         merge, so merge_state is not reached; the benchmark client starts in seconds, not the ~30 s the
+#         shared-prefix dataset's generation took per benchmark in session 9)
 #   live  one patched server with a WRONG silu_and_mul (tests/fixtures/cheats/low_precision.cu) and
 #         --verify-rate 0.05: the shadow check must disable it in every process that sees a mismatch while
 #         the server keeps serving; then the agent loop against this server's own OpenAI API (dummy
@@ -29,8 +32,8 @@ for step in "$@"; do
         AB_ARGS="${SERVER_ARGS/--mem-fraction-static 0.8/--mem-fraction-static 0.4}${MAX_TOTAL_TOKENS:+ --max-total-tokens $MAX_TOTAL_TOKENS}"
       fi
       timeout ${AB_TIMEOUT:-540} astra-sglang ab --model-path /tmp/model --load-format dummy --runs ${RUNS:-3} $AB_MODE \
-        --patches /tmp/abp --dataset shared-prefix --num-prompts ${NUM_PROMPTS:-512} --groups 16 --prefix-len 2048 --repeats ${REPEATS:-1} \
-        --input-len 256 --output-len 256 --concurrency 64 --out /tmp/ab -- --attention-backend flashinfer \
+        --patches /tmp/abp --dataset ${DATASET:-shared-prefix} --num-prompts ${NUM_PROMPTS:-512} --groups 16 --prefix-len 2048 --repeats ${REPEATS:-1} \
+        --input-len 256 --output-len 256 --concurrency 64 --out /tmp/ab -- --attention-backend ${BACKEND:-flashinfer} \
         $AB_ARGS 2>&1 | grep -v -i warn | tail -$AB_TAIL
       cp /tmp/ab/ab.md /tmp/ab/ab.jsonl /tmp/ab/ab.png "$OUTDIR/" 2>/dev/null
       tar -czf "$OUTDIR/ab-stats.tgz" -C /tmp/ab stats $AB_LOG 2>/dev/null ;;

@@ -7,6 +7,7 @@
 #   percall-py        per_call.py with the C++ fast path switched off (ASTRA_SGLANG_FASTCALL=0): the Python path
 #   pytest PATH... -- the GPU-marked tests in PATHs (log in OUTDIR/pytest-gpu.txt)
 #   check-effect      benchmarks/gpu/check_effect.py (checked vs unchecked timing, GPU clocks; rmsnorm 16384x8192)
+#   sandwich          benchmarks/gpu/sandwich.py (the norm and silu in place between GEMMs, PDL on / off)
 #   stream            benchmarks/gpu/stream_sizes.py (a no-math load/store kernel's best per size: bounds_table --stream-probe)
 # Usage (repo root, GPU machine, with the runtime kit in .stage): bash benchmarks/gpu/call_f.sh OUTDIR STEP...
 # OPS="op ..." limits time, check and memcheck to those ops.
@@ -35,6 +36,8 @@ while [ $# -gt 0 ]; do
       timeout ${STREAM_TIMEOUT:-150} python3 benchmarks/gpu/stream_sizes.py "$OUTDIR/stream" 2>&1 | tail -60 ;;
     percall)
       timeout 240 python3 benchmarks/per_call.py "$OUTDIR/percall" --tokens ${PERCALL_TOKENS:-1,16,64} 2>&1 | tail -30 ;;
+    sandwich)  # in-situ cost of fused_add_rmsnorm + silu_and_mul between GEMMs in one CUDA graph
+      timeout ${SANDWICH_TIMEOUT:-240} python3 benchmarks/gpu/sandwich.py "$OUTDIR/sandwich" 2>&1 | tail -20 ;;
     percall-py)
       ASTRA_SGLANG_FASTCALL=0 timeout 240 python3 benchmarks/per_call.py "$OUTDIR/percall-py" 2>&1 | tail -16 ;;
     peers)
