@@ -240,6 +240,9 @@ def check_args(extra) -> None:
                    "that fits two, e.g. 0.4, and --sleep-on-idle so the idle scheduler does not busy-poll a CPU core), "
                    "benchmarked one at a time in rounds AB, BA, AB, ...; the report adds per-round paired changes "
                    "with a bootstrap interval.")
+@click.option("--b-first", is_flag=True,
+              help="--paired: start the patched server first (the second server sizes its pools and prefill "
+                   "settings from the memory the first left: run both orders to tell that from the patch).")
 @click.option("--health-timeout", type=click.IntRange(10), default=900, show_default=True, help="Seconds per start.")
 @click.option("--bench-timeout", type=click.IntRange(10), default=900, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -247,7 +250,7 @@ def check_args(extra) -> None:
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
 def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, output_len, concurrency, dataset,
-       prefix_len, groups, warmup, repeats, paired, health_timeout, bench_timeout, out, server_args):
+       prefix_len, groups, warmup, repeats, paired, b_first, health_timeout, bench_timeout, out, server_args):
     """Serving A/B: unpatched (A) vs patched (B) SGLang servers, alternated A B A B.
 
     Each run starts a server on 127.0.0.1, waits for /health, runs `sglang.benchmark.serving` (--dataset),
@@ -286,7 +289,7 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
     rows_file = out / "ab.jsonl"
     rows_file.unlink(missing_ok=True)
     if paired:
-        report = paired_ab(patches, model_path, load_format, server_args, opts, out, runs, warmup)
+        report = paired_ab(patches, model_path, load_format, server_args, opts, out, runs, warmup, b_first)
         return click.echo(f"wrote {rows_file} and {report}")
     rows, stats_dirs = [], []
     for run in range(1, warmup + 1):  # JIT caches filled here; nothing recorded (logs: server-warmup-*.log)

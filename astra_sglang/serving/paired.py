@@ -51,10 +51,12 @@ class PairedRow:
     outputs: list | None = None
     stats_dir: str | None = None
     kv_tokens: int | None = None
+    started_first: bool = True
 
     def to_json(self) -> dict:
         row = {"arm": self.arm, "run": self.run, "repeat": 1, "ready_s": self.ready_s, "metrics": self.metrics,
-               "outputs": self.outputs, "paired": True, "order": self.order, "kv_tokens": self.kv_tokens}
+               "outputs": self.outputs, "paired": True, "order": self.order, "kv_tokens": self.kv_tokens,
+               "started_first": self.started_first}
         return {**row, "stats_dir": self.stats_dir} if self.stats_dir else row
 
 
@@ -93,13 +95,19 @@ def check_paired(repeats: int, port: int, server_args) -> None:
         click.echo(f"warning: {msg}", err=True)
 
 
-def kv_tokens(port: int) -> int | None:
-    """The server's KV pool in tokens (/server_info), or None when it does not say."""
+def server_info(port: int) -> dict:
+    """The server's /server_info (its resolved settings: pool sizes, chunked prefill, graph sizes), or {}."""
     try:
         with urllib.request.urlopen(f"http://{ab_mod.HOST}:{port}/server_info", timeout=10) as resp:  # noqa: S310
-            value = json.loads(resp.read()).get("max_total_num_tokens")
-    except (urllib.error.URLError, OSError, ValueError, AttributeError):
-        return None
+            info = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def kv_tokens(info: dict) -> int | None:
+    """The KV pool in tokens from a /server_info reply, or None when it does not say."""
+    value = info.get("max_total_num_tokens")
     return int(value) if isinstance(value, (int, float)) else None
 
 
@@ -108,7 +116,10 @@ def start_arm(arm: PairedArm, out: Path, health_timeout: float) -> None:
     click.echo(f"[{arm.name}] starting server on port {arm.port}: {' '.join(arm.argv)}")
     arm.proc = ab_mod.start_server(arm.argv, arm.env, log)
     arm.ready_s = ab_mod.wait_healthy(arm.proc, arm.port, log, health_timeout)
-    arm.kv_tokens = kv_tokens(arm.port)
+    info = server_info(arm.port)
+    # What each server resolved from the memory it found: the second one to start finds less.
+    (out / f"server-info-{arm.name}.json").write_text(json.dumps(info, indent=1, default=str))
+    arm.kv_tokens = kv_tokens(info)
     click.echo(f"[{arm.name}] healthy after {arm.ready_s:.0f} s; KV pool {arm.kv_tokens} tokens")
 
 
@@ -123,14 +134,16 @@ def stop_arms(arms: list[PairedArm]) -> None:
         stop_arms(arms[1:])
 
 
-def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, warmup: int, on_round) -> list[dict]:
-    """Start A, then B (see below); `warmup` discarded rounds; `runs` recorded rounds, calling on_round(new rows,
-    all rows) after each; both servers are stopped however this ends."""
+def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, warmup: int, on_round,
+               b_first: bool = False) -> list[dict]:
+    """Start A, then B (B, then A with `b_first`; see below); `warmup` discarded rounds; `runs` recorded rounds,
+    calling on_round(new rows, all rows) after each; both servers are stopped however this ends."""
     arms, rows, nan = {"A": a, "B": b}, [], float("nan")
     try:
         # One after the other: SGLang sizes its KV pool from the memory free at its own profiling, so a server
-        # profiling while the other allocates would find almost nothing left and fail to start.
-        for arm in (a, b):
+        # profiling while the other allocates would find almost nothing left and fail to start. The second
+        # server sizes more than its pool from what it finds (server-info-*.json): `b_first` swaps the roles.
+        for arm in ((b, a) if b_first else (a, b)):
             start_arm(arm, out, opts["health_timeout"])
         warm = {**opts, "num_prompts": min(opts["num_prompts"], 2 * opts["concurrency"])}
         for w in range(1, warmup + 1):  # caches, CUDA graphs and allocator pools filled here; nothing recorded
@@ -142,7 +155,8 @@ def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, war
                 arm = arms[name]
                 metrics = ab_mod.run_benchmark(arm.port, out / f"bench-{name}-{run}.jsonl", opts)
                 new.append(PairedRow(name, run, order, arm.ready_s, metrics, kv_tokens=arm.kv_tokens,
-                                     stats_dir=str(arm.stats_dir) if arm.stats_dir else None))
+                                     stats_dir=str(arm.stats_dir) if arm.stats_dir else None,
+                                     started_first=(name == "B") == b_first))
                 click.echo(f"[{name}{run} {order}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
                            f"{metrics.get('mean_ttft_ms', nan):.1f} ms, ITL {metrics.get('mean_itl_ms', nan):.2f} ms")
             if run == 1:  # greedy parity once per server, after its first recorded benchmark
@@ -176,7 +190,7 @@ def sigterm_runs_finally():
 
 
 def paired_ab(patches, model_path: str, load_format: str | None, server_args, opts: dict, out: Path, runs: int,
-              warmup: int) -> Path:
+              warmup: int, b_first: bool = False) -> Path:
     """The paired A/B of `ab --paired`: A on opts['port'], B on the port after it; writes OUT/ab.jsonl and
     OUT/ab.md after every round. Returns the report's path."""
     port = opts["port"]
@@ -194,5 +208,5 @@ def paired_ab(patches, model_path: str, load_format: str | None, server_args, op
         report.write_report(out, rows, [stats])
 
     with sigterm_runs_finally():
-        rows = run_rounds(a, b, opts, out, runs, warmup, on_round)
+        rows = run_rounds(a, b, opts, out, runs, warmup, on_round, b_first)
     return report.write_report(out, rows, [stats])  # again: the stats now include the last round

@@ -110,3 +110,8 @@ def kv_pools(rows: list[dict]) -> dict[str, int | None]:
         if row.get("paired"):
             pools.setdefault(row["arm"], row.get("kv_tokens"))
     return pools
+
+
+def started_first(rows: list[dict]) -> str | None:
+    """The arm whose server started first (the other sized its pools and settings from what was left), or None."""
+    return next((row["arm"] for row in rows if row.get("paired") and row.get("started_first")), None)

@@ -122,6 +122,7 @@ def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", 
         runs=runs, repeats=repeats, comparisons=compare(rows), parity=parity(rows), ops=engagement(stats_dirs),
         plot=plot_file, plot_note=plot_note, paired=any(r.get("paired") for r in rows), changes=changes,
         round_table=paired_stats.round_table(changes), kv=paired_stats.kv_pools(rows),
+        first=paired_stats.started_first(rows),
         min_rounds=paired_stats.MIN_ROUNDS, resamples=paired_stats.RESAMPLES)
 
 

@@ -4,7 +4,7 @@
 #         merges partial states with flashinfer.cascade.merge_state, so every shipped op is reachable).
 #         PAIRED=1: `ab --paired` instead (both servers up at once, RUNS rounds AB BA AB ...; each server gets
 #         --mem-fraction-static 0.4 instead of 0.8 so two fit); MAX_TOTAL_TOKENS (unset) adds --max-total-tokens
-#         to both, so their KV pools are equal (ab.md prints both pool sizes)
+#         to both, so their KV pools are equal (ab.md prints both pool sizes); B_FIRST=1 starts the patched server first
 #         DATASET=random-ids BACKEND=triton: independent prompts on the triton backend (decode-heavy; no cascade
 #         merge, so merge_state is not reached; the benchmark client starts in seconds, not the ~30 s the
 #         shared-prefix dataset's generation took per benchmark in session 9)
@@ -28,7 +28,7 @@ for step in "$@"; do
       astra-sglang patch enable merge_state --patches /tmp/abp
       AB_MODE="" AB_ARGS=$SERVER_ARGS AB_LOG=server-B-1.log AB_TAIL=22  # SERVER_ARGS stays as it is for `live`
       if [ "${PAIRED:-0}" = 1 ]; then
-        AB_MODE=--paired AB_LOG=server-B-paired.log AB_TAIL=$(( 2 * ${RUNS:-3} + 16 ))
+        AB_MODE="--paired${B_FIRST:+ --b-first}" AB_LOG="server-A-paired.log server-B-paired.log server-info-A.json server-info-B.json" AB_TAIL=$(( 2 * ${RUNS:-3} + 16 ))
         AB_ARGS="${SERVER_ARGS/--mem-fraction-static 0.8/--mem-fraction-static 0.4}${MAX_TOTAL_TOKENS:+ --max-total-tokens $MAX_TOTAL_TOKENS}"
       fi
       timeout ${AB_TIMEOUT:-540} astra-sglang ab --model-path /tmp/model --load-format dummy --runs ${RUNS:-3} $AB_MODE \

@@ -57,7 +57,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(ab_mod, "run_benchmark", bench)
     monkeypatch.setattr(ab_mod, "parity_probe", lambda port, skip: events.append(f"probe {port}") or [[port]])
     monkeypatch.setattr(ab_mod, "stop_server", lambda proc: events.append(f"stop {proc}"))
-    monkeypatch.setattr(paired_mod, "kv_tokens", lambda port: {31000: 900, 31001: 800}[port])
+    monkeypatch.setattr(paired_mod, "server_info", lambda port: {"max_total_num_tokens": {31000: 900, 31001: 800}[port]})
     monkeypatch.setattr(paired_mod.time, "sleep", lambda s: events.append(f"sleep {s}"))
     return events, state
 
@@ -87,6 +87,16 @@ def test_rounds_start_both_counterbalance_and_stop_both(tmp_path, fake):
     assert all(r["stats_dir"] == str(tmp_path / "stats" / "B-paired") for r in rows if r["arm"] == "B")
     assert all("stats_dir" not in r for r in rows if r["arm"] == "A")
     assert {r["metrics"]["output_throughput"] for r in rows if r["arm"] == "B"} == {105.0}
+
+
+def test_b_first_starts_the_patched_server_first_and_says_so(tmp_path, fake):
+    events, _ = fake
+    a, b = _arms(tmp_path)
+    rows = paired_mod.run_rounds(a, b, OPTS, tmp_path, runs=1, warmup=0, on_round=lambda new, all_rows: None,
+                                 b_first=True)
+    assert events[:4] == ["start B", "healthy B", "start A", "healthy A"]
+    assert {r["arm"]: r["started_first"] for r in rows} == {"A": False, "B": True}
+    assert json.loads((tmp_path / "server-info-B.json").read_text()) == {"max_total_num_tokens": 800}
 
 
 def test_failing_benchmark_stops_both_servers_and_keeps_earlier_rounds(tmp_path, fake):
