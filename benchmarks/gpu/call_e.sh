@@ -5,6 +5,7 @@
 #         PAIRED=1: `ab --paired` instead (both servers up at once, RUNS rounds AB BA AB ...; each server gets
 #         --mem-fraction-static 0.4 instead of 0.8 so two fit); MAX_TOTAL_TOKENS (unset) adds --max-total-tokens
 #         to both, so their KV pools are equal (ab.md prints both pool sizes); B_FIRST=1 starts the patched server first
+#         CONCURRENCY (64) and OUTPUT_LEN (256): e.g. 1 and 8 time one request's prefill with no queueing.
 #         DATASET=random-ids BACKEND=triton: independent prompts on the triton backend (decode-heavy; no cascade
 #         merge, so merge_state is not reached; the benchmark client starts in seconds, not the ~30 s the
 #         shared-prefix dataset's generation took per benchmark in session 9)
@@ -33,7 +34,7 @@ for step in "$@"; do
       fi
       timeout ${AB_TIMEOUT:-540} astra-sglang ab --model-path /tmp/model --load-format dummy --runs ${RUNS:-3} $AB_MODE \
         --patches /tmp/abp --dataset ${DATASET:-shared-prefix} --num-prompts ${NUM_PROMPTS:-512} --groups 16 --prefix-len 2048 --repeats ${REPEATS:-1} \
-        --input-len 256 --output-len 256 --concurrency 64 --out /tmp/ab -- --attention-backend ${BACKEND:-flashinfer} \
+        --input-len 256 --output-len ${OUTPUT_LEN:-256} --concurrency ${CONCURRENCY:-64} --out /tmp/ab -- --attention-backend ${BACKEND:-flashinfer} \
         $AB_ARGS 2>&1 | grep -v -i warn | tail -$AB_TAIL
       cp /tmp/ab/ab.md /tmp/ab/ab.jsonl /tmp/ab/ab.png "$OUTDIR/" 2>/dev/null
       tar -czf "$OUTDIR/ab-stats.tgz" -C /tmp/ab stats $AB_LOG 2>/dev/null ;;
