@@ -288,7 +288,7 @@ PLANS = {  # plan -> [(op, label, source, defines, shapes, dtypes, check)]
                    for op in NORMS for label, src in norm_variants(op, MODELS_CFG)],
     # Session 9, lds-wide (refuted; ran at commit 5dae726, the knob removed after): the fitted row sum's second
     # stage at 12-32 warps from float4 shared-memory reads and an add tree (ASTRA_LDS_WIDE) instead of one read
-    # and 5 shuffles per lane: 15-38% slower at every shape it reached (every warp reads every warp sum).
+    # and 5 shuffles per lane: 1-38% slower at every shape it reached (every warp reads every warp sum).
     # Session 9: the shipped kernels either side of the `defer` thresholds, against the kernels the patch defers to.
     "defer-band": [(op, "shipped", f"patches/{op}/kernel.cu" if op != "merge_state" else
                     "patches/merge_attn_states_lse/kernel.cu", {"ASTRA_LSE_BASE2": "1"} if op == "merge_state" else {},
