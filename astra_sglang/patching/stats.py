@@ -72,13 +72,14 @@ def _summary(samples: list[float]) -> TimingSummary:
 class OpStats:
     """Live counters of one op in this process."""
 
-    __slots__ = ("op", "targets", "calls", "kernel_calls", "fallbacks", "deferred", "shadow_checks", "shadow_mismatches",
-                 "disabled_reason", "patched_us", "original_us", "native")
+    __slots__ = ("op", "targets", "calls", "kernel_calls", "fallbacks", "deferred", "shadow_checks",
+                 "shadow_mismatches", "disabled_reason", "patched_us", "original_us", "native")
 
     def __init__(self, op: str):
         self.op = op
         self.targets: list[str] = []
-        self.calls = self.kernel_calls = self.fallbacks = self.deferred = self.shadow_checks = self.shadow_mismatches = 0
+        self.calls = self.kernel_calls = self.fallbacks = self.deferred = 0
+        self.shadow_checks = self.shadow_mismatches = 0
         self.disabled_reason = ""
         self.native: list = []
         """C++ FastOps (patching/fastcall.cpp) serving calls of this op: their counters add to these."""

@@ -57,7 +57,8 @@ def fake(monkeypatch):
     monkeypatch.setattr(ab_mod, "run_benchmark", bench)
     monkeypatch.setattr(ab_mod, "parity_probe", lambda port, skip: events.append(f"probe {port}") or [[port]])
     monkeypatch.setattr(ab_mod, "stop_server", lambda proc: events.append(f"stop {proc}"))
-    monkeypatch.setattr(paired_mod, "server_info", lambda port: {"max_total_num_tokens": {31000: 900, 31001: 800}[port]})
+    pools = {31000: 900, 31001: 800}
+    monkeypatch.setattr(paired_mod, "server_info", lambda port: {"max_total_num_tokens": pools[port]})
     monkeypatch.setattr(paired_mod.time, "sleep", lambda s: events.append(f"sleep {s}"))
     return events, state
 
