@@ -5,6 +5,7 @@
 #         PAIRED=1: `ab --paired` instead (both servers up at once, RUNS rounds AB BA AB ...; each server gets
 #         --mem-fraction-static 0.4 instead of 0.8 so two fit); MAX_TOTAL_TOKENS (unset) adds --max-total-tokens
 #         to both, so their KV pools are equal (ab.md prints both pool sizes); B_FIRST=1 starts the patched server first
+#         DEFER_ALL=1: B's manifests defer every call to SGLang's op (the patch layer with SGLang's kernels: a control).
 #         CONCURRENCY (64) and OUTPUT_LEN (256): e.g. 1 and 8 time one request's prefill with no queueing.
 #         DATASET=random-ids BACKEND=triton: independent prompts on the triton backend (decode-heavy; no cascade
 #         merge, so merge_state is not reached; the benchmark client starts in seconds, not the ~30 s the
@@ -27,6 +28,12 @@ for step in "$@"; do
       # FA3 (merge_state_v2's call site) is stripped from the runtime kit: that target cannot import there.
       astra-sglang patch disable merge_attn_states_lse --patches /tmp/abp
       astra-sglang patch enable merge_state --patches /tmp/abp
+      if [ "${DEFER_ALL:-0}" = 1 ]; then  # control: B runs SGLang's kernels through the patch layer (A/A + dispatch)
+        python3 -c "from astra_sglang.patching.manifest import PatchManifest as M, Defer; import sys
+for op in sys.argv[1:]:
+    m = M.load(f'/tmp/abp/{op}'); m.defer = Defer(min_bytes=1, evidence='A/A control: every call deferred'); m.save(f'/tmp/abp/{op}')" \
+          fused_add_rmsnorm rmsnorm silu_and_mul merge_state
+      fi
       AB_MODE="" AB_ARGS=$SERVER_ARGS AB_LOG=server-B-1.log AB_TAIL=22  # SERVER_ARGS stays as it is for `live`
       if [ "${PAIRED:-0}" = 1 ]; then
         AB_MODE="--paired${B_FIRST:+ --b-first}" AB_LOG="server-A-paired.log server-B-paired.log server-info-A.json server-info-B.json" AB_TAIL=$(( 2 * ${RUNS:-3} + 16 ))
