@@ -3,12 +3,11 @@ server lifecycle against a stand-in HTTP server, and CLI errors."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
-import textwrap
 
 import pytest
 from click.testing import CliRunner
+from stand_in import SERVER as STAND_IN, free_port
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.stats import OpRecord, ProcessStats
@@ -108,37 +107,14 @@ def test_report_single_run_and_identical(tmp_path):
     assert "no op was engaged" in text
 
 
-FAKE_SERVER = textwrap.dedent('''
-    import json, sys
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a): pass
-        def _send(self, body):
-            data = json.dumps(body).encode()
-            self.send_response(200); self.send_header("Content-Length", str(len(data))); self.end_headers()
-            self.wfile.write(data)
-        def do_GET(self): self._send({})
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            self._send({"text": body["text"][::-1], "output_ids": [len(body["text"])]})
-    HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-''')
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_server_lifecycle_with_stand_in(tmp_path):
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "server.log"
-    proc = ab_mod.start_server([sys.executable, "-c", FAKE_SERVER, str(port)], {}, log)
+    proc = ab_mod.start_server([sys.executable, "-c", STAND_IN, str(port)], {}, log)
     try:
         ab_mod.wait_healthy(proc, port, log, timeout_s=20)
         outputs = ab_mod.parity_probe(port, skip_tokenizer=False)
-        assert outputs == [[len(p)] for p in ab_mod.PROBE_PROMPTS]
+        assert outputs == [[port, len(p)] for p in ab_mod.PROBE_PROMPTS]
     finally:
         ab_mod.stop_server(proc, grace_s=5)
     assert proc.poll() is not None
@@ -148,7 +124,7 @@ def test_dying_server_reports_log_tail(tmp_path):
     log = tmp_path / "server.log"
     proc = ab_mod.start_server([sys.executable, "-c", "print('boom: no GPU'); raise SystemExit(3)"], {}, log)
     with pytest.raises(AstraError, match="boom: no GPU"):
-        ab_mod.wait_healthy(proc, _free_port(), log, timeout_s=20)
+        ab_mod.wait_healthy(proc, free_port(), log, timeout_s=20)
 
 
 def test_strip_patch_env():

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
-import textwrap
 import time
 
 import pytest
 from click.testing import CliRunner
+from stand_in import SERVER as STAND_IN, free_port_pair
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
@@ -151,40 +150,8 @@ def test_sigterm_becomes_system_exit_so_finally_stops_the_servers():
     assert signal.getsignal(signal.SIGTERM) is before  # restored afterwards
 
 
-STAND_IN = textwrap.dedent('''
-    import json, sys
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a): pass
-        def _send(self, body):
-            data = json.dumps(body).encode()
-            self.send_response(200); self.send_header("Content-Length", str(len(data))); self.end_headers()
-            self.wfile.write(data)
-        def do_GET(self):
-            self._send({"max_total_num_tokens": int(sys.argv[1])} if self.path == "/server_info" else {})
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            self._send({"text": body["text"], "output_ids": [int(sys.argv[1]), len(body["text"])]})
-    HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-''')
-
-
-def _free_port_pair():
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    pytest.skip("no two adjacent free ports")
-
-
 def test_two_stand_in_servers_are_both_stopped_when_a_benchmark_raises(tmp_path, monkeypatch):
-    port = _free_port_pair()
+    port = free_port_pair()
     a = paired_mod.PairedArm("A", port, [sys.executable, "-c", STAND_IN, str(port)], {})
     b = paired_mod.PairedArm("B", port + 1, [sys.executable, "-c", STAND_IN, str(port + 1)], {})
     seen = []
