@@ -3,6 +3,7 @@
 Usage (GPU machine, repo root, after `source benchmarks/gpu/setup.sh`):
     python3 benchmarks/ncu_table.py OUTDIR [paper] [op:TxD ...]
     python3 benchmarks/ncu_table.py --from-jsonl OUTDIR/ncu.jsonl   (the table again, anywhere)
+    python3 benchmarks/ncu_table.py --stall-shares OUTDIR/ncu.jsonl [SIDE]   (stall reasons as % of cycles, ours)
 Writes OUTDIR/ncu.jsonl (every section fact) and prints a markdown table of the facts that explain a
 memory-bound kernel's gap: duration, DRAM throughput (% of peak and GB/s), achieved occupancy, registers,
 grid/block, warp cycles per issued instruction. Default shapes: every paper shape of the four shipped ops;
@@ -80,6 +81,23 @@ def from_jsonl(path: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def stall_shares(path: Path, side: str = "ours") -> str:
+    """Per shape of a saved ncu.jsonl: each stall reason's share of the warp cycles per issued instruction, with
+    the reduction's two (short scoreboard: shuffles and shared memory; barriers) summed. No GPU needed."""
+    lines = ["| op | shape | cycles / issue | long scoreboard % | short scoreboard % | barrier % | wait % "
+             "| short + barrier % |", "|---" * 8 + "|"]
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        cpi = pick(r["facts"], ": Warp Cycles Per Issued Instruction")
+        stalls = [pick(r["facts"], f": {metric}") for metric in STALL_METRICS]
+        if r["side"] != side or not cpi or None in stalls:
+            continue
+        long, short, bar, wait = (100 * s / cpi for s in stalls)
+        lines.append(f"| {r['op']} | {'x'.join(map(str, r['shape']))} | {cpi:.1f} | {long:.0f} | {short:.0f} | "
+                     f"{bar:.0f} | {wait:.0f} | {short + bar:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def wanted_shapes(items: list[str]) -> dict[str, list[tuple[int, ...]]]:
     """op:TxD items (and with `paper` or no items, every paper shape of the four ops) grouped by op."""
     grouped: dict[str, list[tuple[int, ...]]] = {}
@@ -117,5 +135,7 @@ def main(out: Path, items: list[str]) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "--from-jsonl":
         print(from_jsonl(Path(sys.argv[2])), end="")
+    elif sys.argv[1] == "--stall-shares":
+        print(stall_shares(Path(sys.argv[2]), *sys.argv[3:4]), end="")
     else:
         main(Path(sys.argv[1]), sys.argv[2:])

@@ -1,6 +1,7 @@
 """ncu's CSV with several profiled launches: grouping by ID, attribution to shapes (no GPU needed)."""
 import csv
 import io
+import json
 
 from astra_sglang.harness.ncu_csv import attribute, parse_ncu_csv, parse_ncu_launches, shape_range
 
@@ -96,3 +97,15 @@ def test_ncu_table_defaults_to_every_paper_shape_and_reads_dram_bytes_per_second
     assert table.pick(facts, ": Duration", table.TIME_UNITS) == 9.8
     two = {"kernel 0: S: Duration (ns)": 1000.0, "kernel 1: S: Duration (ns)": 2000.0}
     assert "| ours (2 kernels, 1st shown) | 1.00 |" in table.row("op", "1x2", "ours", two)
+
+
+def test_stall_shares_are_percentages_of_the_cycles_per_issue(bench_script, tmp_path):
+    table = bench_script("ncu_table")
+    facts = {"Warp State Statistics: Warp Cycles Per Issued Instruction (cycle)": 20.0,
+             **{f"Command line profiler metrics: {m}": v for m, v in zip(table.STALL_METRICS, (10.0, 2.0, 1.0, 3.0))}}
+    path = tmp_path / "ncu.jsonl"
+    path.write_text("\n".join(json.dumps({"op": "rmsnorm", "shape": [1, 5120], "side": side, "facts": facts})
+                              for side in ("ours", "SGLang")) + "\n"
+                    + json.dumps({"op": "rmsnorm", "shape": [8, 8], "side": "ours", "facts": {}}) + "\n")
+    rows = [line for line in table.stall_shares(path).splitlines() if line.startswith("| rmsnorm")]
+    assert rows == ["| rmsnorm | 1x5120 | 20.0 | 50 | 10 | 5 | 15 | 15 |"]  # ours only; no facts, no row
