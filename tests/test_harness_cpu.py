@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from astra_sglang.cli import main
 from astra_sglang.harness.build import build_library, parse_ptxas
-from astra_sglang.harness.check import compare, error_ratio
+from astra_sglang.harness.compare import compare, error_ratio
 from astra_sglang.harness.inputs import allocate, fill
 from astra_sglang.harness.isolate import evaluate
 from astra_sglang.harness.records import EvalRequest, KernelSource

@@ -20,7 +20,7 @@ from astra_sglang.agents.protocols import Evaluator, Model, Profiler
 from astra_sglang.agents.records import (CodeResult, HistoryRow, LogRecord, Plan, ProfileSummary, RoundContext,
                                          RunConfig, RunOutcome, Shape, TestPlan, Transcript, Usage, Winner)
 from astra_sglang.agents.roles import CodingAgent, PlanningAgent, ProfilingAgent, SingleAgent, TestingAgent
-from astra_sglang.agents.winner import FINAL_ROUND, classify, select_winner, write_patch
+from astra_sglang.agents.winner import FINAL_ROUND, classify, screen, select_winner, write_patch
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource
 from astra_sglang.specs.registry import get_spec, resolve_shapes
@@ -216,8 +216,16 @@ class Optimizer:
             rec = self._step(FINAL_ROUND, "final", evaluation, key=label)
             finals[h.round] = EvalResult.model_validate(rec.payload)
         sources = {h.round: str(self.log.candidate_path(h.round)) for h in finalists}
-        return select_winner(self.spec.name, finals, sources,
-                             self.config, self.model.name if self.model else "", self.log.dir.name)
+        while finals:  # the best eligible finalist that compute-sanitizer finds nothing in
+            winner = select_winner(self.spec.name, finals, sources,
+                                   self.config, self.model.name if self.model else "", self.log.dir.name)
+            if winner is None:
+                return None
+            screened = screen(winner, self.spec, self.echo)
+            if screened is not None:
+                return screened
+            finals.pop(winner.round)
+        return None
 
     def run(self) -> RunOutcome:
         stop = ""

@@ -61,7 +61,7 @@ class RunConfig(BaseModel):
     """Optimization rounds R (the paper used 5)."""
     shapes: str = "paper"
     """Shape set the agents optimize on (a named set such as quick or paper, '+'-joined, or 16x4096,...)."""
-    final_shapes: str = "held_out+edge"
+    final_shapes: str = "gate"
     """Extra shapes of the final evaluation, never shown to the agents; the winner must pass them all."""
     dtypes: list[str] | None = None
     """Dtypes to check and time; None = every dtype of the spec."""
@@ -240,6 +240,8 @@ class Winner(BaseModel):
     run_id: str = ""
     started_from: str = ""
     defines: dict[str, str] = Field(default_factory=dict)
+    checks: list[str] = Field(default_factory=list)
+    """What the winner passed before it may be written as a patch (compute-sanitizer tools), one line each."""
 
 
 class RunOutcome(BaseModel):

@@ -1,7 +1,8 @@
 """Judging candidates: a round's status, the winner of the final evaluation, and writing it as a patch.
 
-A winner is correct on every test of the final evaluation (the suite T plus held-out and edge shapes
-the agents never saw) and has the best geomean speedup there, above `min_speedup`. `write_patch` is the
+A winner is correct on every test of the final evaluation (the acceptance gate: every shape the patched op
+will serve, see specs.registry GATE) and has the best geomean speedup there, above `min_speedup`, with
+declined shapes counted at 1.0x and no served shape below the regression floor (harness/limits.py). `write_patch` is the
 one way a winner reaches a patches folder: kernel.cu + manifest.json with its provenance and numbers.
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from astra_sglang.agents.records import HistoryRow, RunConfig, Winner
+from astra_sglang.harness.limits import REGRESSION_FLOOR
 from astra_sglang.harness.records import EvalResult
 from astra_sglang.patching.manifest import MANIFEST, MeasuredShape, PatchManifest, Provenance
 from astra_sglang.specs.records import KernelSpec
@@ -23,6 +25,19 @@ def passed(result: EvalResult) -> bool:
     """Built, ran and correct on every checked shape (a compile-only result never passes)."""
     return (result.ok and result.stage == "done" and any(s.correct for s in result.shapes)
             and all(s.correct is True or not s.covered for s in result.shapes))  # not covered: the original runs
+
+
+def eligible(result: EvalResult) -> str:
+    """'' when `result` may win: it passed, and at no shape it serves is it slower than REGRESSION_FLOOR x
+    the original (a shape it declines counts as 1.0x: the original serves it). Else why not."""
+    if not passed(result):
+        return result.reason or "not correct on every shape"
+    slow = result.regressions(REGRESSION_FLOOR)
+    if slow:
+        worst = min(slow, key=lambda s: s.speedup)
+        return (f"slower than the original at {len(slow)} shape(s) it serves, worst {'x'.join(map(str, worst.shape))}"
+                f" {worst.dtype} {worst.speedup:.3f}x (floor {REGRESSION_FLOOR}x): decline them instead")
+    return ""
 
 
 def classify(round: int, result: EvalResult | None, error: str = "") -> HistoryRow:
@@ -57,7 +72,8 @@ def select_winner(kernel: str, finals: dict[int, EvalResult], sources: dict[int,
     best = None
     for round, result in finals.items():
         speedup = result.geomean_speedup
-        if passed(result) and speedup and speedup > config.min_speedup and (best is None or speedup > best[1]):
+        ok = not eligible(result)  # '' = eligible
+        if ok and speedup and speedup > config.min_speedup and (best is None or speedup > best[1]):
             best = (round, speedup, result)
     if best is None:
         return None
@@ -91,6 +107,32 @@ def existing_is_better(winner: Winner, patches_dir: str | Path) -> str | None:
             f"{len(common)} cases both measured")
 
 
+def screen(winner: Winner, spec: KernelSpec, echo=lambda _: None) -> Winner | None:
+    """compute-sanitizer (memcheck, racecheck) over the winner at the gate's shapes it can afford: a finding
+    rejects it (None); a clean run, or one this machine cannot make, is recorded in `checks`."""
+    from astra_sglang.harness.sanitize import SanitizeRequest, sanitize, small_shapes
+
+    served = [s for s in winner.final.shapes if s.correct]
+    req = SanitizeRequest(kernel=winner.kernel, source=winner.source, defines=winner.defines,
+                          shapes=small_shapes(spec, [tuple(s.shape) for s in served]),
+                          dtypes=sorted({s.dtype for s in served}))
+    checks = []
+    for report in sanitize(req):
+        if report.ran and not report.ok:
+            echo(f"{winner.kernel}: rejected by compute-sanitizer {report.tool}: {report.findings} finding(s)\n"
+                 f"{report.detail}")
+            return None
+        checks.append(f"compute-sanitizer {report.tool}: " + (
+            f"clean over {report.launches} launches" if report.ran else f"not run ({report.detail})"))
+    return winner.model_copy(update={"checks": checks})
+
+
+def gate_max_bytes(winner: Winner, spec: KernelSpec) -> int | None:
+    """The largest call the final evaluation checked the winner on (see PatchManifest.gate_max_bytes)."""
+    sizes = [spec.call_bytes(tuple(s.shape), s.dtype) for s in winner.final.shapes if s.correct]
+    return max(sizes) if sizes else None
+
+
 def write_patch(winner: Winner, patches_dir: str | Path, spec: KernelSpec | None = None) -> Path:
     """patches_dir/<kernel>/{kernel.cu, manifest.json}; returns the folder."""
     folder = Path(patches_dir) / winner.kernel
@@ -110,6 +152,7 @@ def write_patch(winner: Winner, patches_dir: str | Path, spec: KernelSpec | None
                               date=dt.date.today().isoformat(), gpu=winner.final.gpu,
                               started_from=winner.started_from,
                               notes=f"round {winner.round}, geomean {winner.speedup:.3f}x over the final evaluation"),
-        baseline=winner.final.baseline or "the run's starting kernel", measured=measured)
+        baseline=winner.final.baseline or "the run's starting kernel", measured=measured,
+        gate_max_bytes=gate_max_bytes(winner, spec) if spec else None, checks=winner.checks)
     manifest.save(folder)
     return folder

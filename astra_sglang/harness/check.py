@@ -1,22 +1,29 @@
 """Correctness of a candidate against the fp64 torch reference and the baseline, with anti-cheat trials.
 
-Every trial draws fresh inputs and poisons outputs with NaN; every out and in-place argument is compared
-elementwise. The trial sequence is built so each known cheat fails with its own reason:
+Every trial draws fresh inputs, poisons outputs with NaN and hands every tensor in inside canary bytes
+(harness/guards.py); after every call, every out and in-place argument is compared elementwise, the
+canaries must be intact and input-only arguments unchanged bit for bit. The trial sequence is built so each
+known cheat fails with its own reason:
   1 fresh buffers whose real inputs land behind a GPU delay on our stream (a decoy before it)
        -> unwritten / partly written output, wrong values, too imprecise, or the decoy's result:
           work not ordered on the given stream (own stream, returns early)
   2 new buffers, old ones NaN-poisoned -> reads memory of an earlier call
-  3 same buffers, new values           -> skips work / caches results for repeated inputs
-  4 spec edge cases (1 token, ±inf LSE, large magnitudes) on fresh buffers
+  3 same buffers, new values           -> skips work / caches results keyed on pointers
+  4 same buffers, one element of every input changed -> caches results keyed on a sample of the values
+  5 spec edge cases (1 token, ±inf LSE, large magnitudes) on fresh buffers
+Trials 1-4 draw ordinary random inputs: their RMS error is what `compare.less_precise` sets against the
+original op's on the same inputs (the candidate's and the original's Checkers share a seed).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 from typing import Callable
 
 import torch
 
-from astra_sglang.harness.inputs import OpArgs, allocate, checked_args, fill, poison_all
+from astra_sglang.harness.compare import Verdict, compare
+from astra_sglang.harness.guards import snapshot_inputs, violation
+from astra_sglang.harness.inputs import OpArgs, allocate, fill, poison_all
 from astra_sglang.specs.records import KernelSpec
 
 Runner = Callable[[OpArgs], int]  # launches on torch's current stream; returns the ABI code
@@ -26,49 +33,21 @@ SPIN_CYCLES = 2_000_000  # ~1 ms at H100/H200 clocks: far longer than any honest
 NOT_COVERED = "not covered by this kernel (ASTRA_UNSUPPORTED): the original op would be called instead"
 
 
-@dataclass
-class Verdict:
-    ok: bool
-    reason: str = ""
-    err_ratio: float = 0.0
-    covered: bool = True
-    """False when the kernel declined the shape on its first call (never a pass: winners must cover all)."""
-
-
-def error_ratio(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
-    """|out - ref| / (atol + rtol |ref|) elementwise; 0 where equal (incl. same infinities), inf for NaN."""
-    o, r = out.double(), ref.double()
-    ratio = (o - r).abs() / (atol + rtol * r.abs())
-    ratio = torch.where(o == r, torch.zeros_like(ratio), ratio)
-    return torch.where(torch.isnan(ratio), torch.full_like(ratio, float("inf")), ratio)
-
-
-def compare(spec: KernelSpec, dtype: str, got: OpArgs, ref: OpArgs, rows: slice | None = None) -> Verdict:
-    worst = 0.0
-    for index, _role in checked_args(spec):
-        arg = spec.tensor_args[index]
-        tol = spec.tolerance[dtype if arg.dtype == "T" else arg.dtype]
-        out, expect = got.tensors[index], ref.tensors[index]
-        if rows is not None:
-            out, expect = out[rows], expect[rows]
-        # A true result beyond the output dtype's range can only be stored as ±inf: expect exactly that.
-        stored = expect.to(out.dtype).double()
-        expect = torch.where(torch.isinf(stored), stored, expect.double())
-        nan_out = torch.isnan(out) & ~torch.isnan(expect)
-        if bool(nan_out.any()):
-            frac = float(nan_out.double().mean())
-            what = "never written" if frac > 0.999 else f"{frac:.1%} of elements left NaN (unwritten)"
-            return Verdict(False, f"{arg.name}: {what}", float("inf"))
-        ratio = error_ratio(out, expect, tol.atol, tol.rtol)
-        value = float(ratio.max()) if ratio.numel() else 0.0
-        worst = max(worst, value)
-        if value > 1.0:
-            bad = ratio > 1.0
-            rel = float(((out.double() - expect).abs() / (expect.abs() + tol.atol))[bad].max())
-            kind = "too imprecise (low-precision math?)" if rel < 0.25 else "wrong values"
-            return Verdict(False, f"{arg.name}: {kind}: {int(bad.sum())} elements beyond tolerance, "
-                                  f"worst {value:.1f}x atol+rtol|ref|", value)
-    return Verdict(True, "", worst)
+def perturb(spec: KernelSpec, args: OpArgs, keep: OpArgs, gen: torch.Generator,
+            skip: frozenset[int] = frozenset()) -> None:
+    """Back to `keep`'s values (outputs poisoned), then one element of every input argument changed; tensors
+    indexed in `skip` are left alone."""
+    for i, (arg, t, k) in enumerate(zip(spec.tensor_args, args.tensors, keep.tensors)):
+        if i in skip:
+            continue
+        if arg.role == "out":
+            t.fill_(math.nan)
+            continue
+        t.copy_(k)
+        if t.numel():
+            at = tuple(int(torch.randint(n, (1,), generator=gen, device=gen.device)) for n in t.shape)
+            step = float(torch.randn((), generator=gen, device=gen.device).abs()) + 1.0
+            t[at] = t[at].float() + step * arg.init.std
 
 
 class Checker:
@@ -84,6 +63,9 @@ class Checker:
         self.reference(*ref.call_args(self.spec))
         return ref
 
+    def _fresh(self, edge=None) -> OpArgs:
+        return fill(self.spec, allocate(self.spec, self.shape, self.dtype, self.device), self.gen, edge)
+
     @staticmethod
     def _launch_failure(code: int) -> Verdict:
         # -1 after the first call accepted the shape: the kernel is inconsistent about what it covers
@@ -91,11 +73,14 @@ class Checker:
                        else f"launch failed: cudaError {code}", float("inf"))
 
     def _run(self, runner: Runner, args: OpArgs) -> Verdict | None:
+        """One call; a failure verdict when it failed to launch or wrote where it must not."""
+        before = snapshot_inputs(self.spec, args)
         code = runner(args)
         if code != 0:
             return self._launch_failure(code)
         torch.cuda.current_stream().synchronize()
-        return None
+        wrong = violation(self.spec, args, before)
+        return Verdict(False, wrong, float("inf")) if wrong else None
 
     def trial(self, runner: Runner, args: OpArgs, label: str) -> Verdict:
         ref = self.expected(args)
@@ -113,42 +98,49 @@ class Checker:
             shape = self.shape
         # Kept alive for the whole check: a freed warm-up buffer would hand its address to the next
         # allocation and make a kernel that caches on pointers fail for the wrong reason.
-        self._warm = fill(self.spec, allocate(self.spec, shape, self.dtype, self.device), self.gen)
+        self._warm = fill(self.spec, allocate(self.spec, shape, self.dtype, self.device, guard=False), self.gen)
         runner(self._warm)
         torch.cuda.synchronize()
 
     def run(self, runner: Runner, edge_cases: bool = True) -> Verdict:
+        """The trial sequence; the verdict's RMS error covers trials 1-4 (ordinary random inputs)."""
         spec = self.spec
         self.warm_up(runner)
         first = allocate(spec, self.shape, self.dtype, self.device)
         # First call of all: nothing ordered before it can hide a kernel that runs on another stream.
-        verdict = self._stream_order(runner, first)
-        if not verdict.ok:
-            return verdict
-        worst = verdict.err_ratio
+        total = self._stream_order(runner, first)
+        if not total.ok:
+            return total
 
-        second = fill(spec, allocate(spec, self.shape, self.dtype, self.device), self.gen)
+        second = self._fresh()
         poison_all(first)  # kept alive (no address reuse) and NaN: reading it again shows up in the output
         verdict = self.trial(runner, second, "new buffers")
         if not verdict.ok:
             verdict.reason = verdict.reason.replace("new buffers:", "reads memory of an earlier call:")
             return verdict
-        worst = max(worst, verdict.err_ratio)
+        total.absorb(verdict)
 
         fill(spec, second, self.gen)  # same pointers, new values
+        keep = second.clone()
         verdict = self.trial(runner, second, "repeated buffers")
         if not verdict.ok:
             verdict.reason = "skips work or caches results for repeated inputs: " + verdict.reason
             return verdict
-        worst = max(worst, verdict.err_ratio)
+        total.absorb(verdict)
+
+        perturb(spec, second, keep, self.gen)  # the same values but one element of each input
+        verdict = self.trial(runner, second, "one element changed")
+        if not verdict.ok:
+            verdict.reason = "skips work when most of its input repeats (caches on sampled values): " + verdict.reason
+            return verdict
+        total.absorb(verdict)
 
         for edge in spec.edge_cases if edge_cases else []:
-            args = fill(spec, allocate(spec, self.shape, self.dtype, self.device), self.gen, edge)
-            verdict = self.trial(runner, args, f"edge case {edge.name}")
+            verdict = self.trial(runner, self._fresh(edge), f"edge case {edge.name}")
             if not verdict.ok:
                 return verdict
-            worst = max(worst, verdict.err_ratio)
-        return Verdict(True, "", worst)
+            total.err_ratio = max(total.err_ratio, verdict.err_ratio)
+        return total
 
     def _stream_order(self, runner: Runner, args: OpArgs) -> Verdict:
         """The real inputs land only after a GPU-side delay on our stream; before it the buffers hold a
@@ -162,6 +154,7 @@ class Checker:
         for arg, t, s in zip(self.spec.tensor_args, args.tensors, staged.tensors):
             if arg.role != "out":  # outputs were poisoned before the delay, not after
                 t.copy_(s)
+        before = snapshot_inputs(self.spec, args)  # enqueued behind the delay, like the copies
         code = runner(args)
         torch.cuda.current_stream().synchronize()  # our stream only: work left elsewhere is not waited for
         if code == -1:
@@ -177,11 +170,13 @@ class Checker:
             verdict.reason = ("work not ordered on the given stream (own stream or returns early): computed "
                               "the inputs from before the stream's pending writes" if stale.ok
                               else "fresh inputs: " + verdict.reason)
-        return verdict
+            return verdict
+        wrong = violation(self.spec, args, before)
+        return Verdict(False, "fresh inputs: " + wrong, float("inf")) if wrong else verdict
 
     def agreement(self, candidate: Runner, baseline: Runner) -> Verdict:
         """Candidate vs baseline on the same fresh inputs, at twice the tolerance (both round once)."""
-        args = fill(self.spec, allocate(self.spec, self.shape, self.dtype, self.device), self.gen)
+        args = self._fresh()
         other = args.clone()
         failed = self._run(candidate, args) or self._run(baseline, other)
         if failed:

@@ -1,4 +1,10 @@
-"""The GPU half of an evaluation: load candidate + baseline libraries, check and time one shape at a time."""
+"""The GPU half of an evaluation: load candidate + baseline, check and time one shape at a time.
+
+Per shape: the trial sequence for the candidate and the original on the same inputs (harness/check.py),
+precision against the original, agreement with it; then timing over one argument set per launch, the
+check of what the timed launches computed (harness/timed.py), and the physics bound: a time the copy
+roofline or the empty kernel measured in this run rules out is a measurement failure, never a speedup.
+"""
 from __future__ import annotations
 
 import gc
@@ -9,9 +15,12 @@ import torch
 
 from astra_sglang.harness.abi import KernelLibrary, Launcher
 from astra_sglang.harness.check import NOT_COVERED, Checker
-from astra_sglang.harness.inputs import OpArgs, allocate, fill
+from astra_sglang.harness.compare import less_precise
+from astra_sglang.harness.limits import FLOOR_MARGIN, ROOFLINE_MARGIN
 from astra_sglang.harness.records import EvalRequest, ShapeResult
-from astra_sglang.harness.timing import Ceilings, blame, eager_us, interleaved, ratio_median, rotation_sets, summarize
+from astra_sglang.harness.timed import TimedSets
+from astra_sglang.harness.timing import (MAX_LAUNCHES, Ceilings, blame, capture, eager_us, launches_for,
+                                         memory_budget, ratio_median, rotation_sets, summarize, time_graphs)
 from astra_sglang.specs.records import KernelSpec
 
 
@@ -37,6 +46,20 @@ def python_op(spec: KernelSpec, path: str):
 
 
 BASELINE_CRASHED = "the original op crashed here"
+MEASUREMENT = "measurement failure"
+
+
+def physics(row: ShapeResult, roofline_gbps: float, empty_us: float, hot: bool) -> str:
+    """'' when the candidate's time is one the hardware allows: no faster than the empty kernel, and (L2
+    cold) moving its bytes at no more than ROOFLINE_MARGIN x the copy roofline measured in the same run."""
+    us = row.candidate.median_us
+    if us < FLOOR_MARGIN * empty_us:
+        return (f"{MEASUREMENT}: {us:.3g} us a launch is less than the empty kernel's {empty_us:.3g} us "
+                "measured in this run")
+    if not hot and row.min_bytes / us / 1e3 > ROOFLINE_MARGIN * roofline_gbps:
+        return (f"{MEASUREMENT}: {row.min_bytes} bytes in {us:.3g} us is {row.min_bytes / us / 1e3:.0f} GB/s, "
+                f"more than {ROOFLINE_MARGIN}x the {roofline_gbps:.0f} GB/s copy roofline measured in this run")
+    return ""
 
 
 class GpuSession:
@@ -44,16 +67,19 @@ class GpuSession:
         self.spec, self.req = spec, req
         self.faults = {(tuple(f.shape), f.dtype): f.reason for f in req.baseline_faults}
         self.device = torch.device("cuda", torch.cuda.current_device())
-        nt, ns = len(spec.tensor_args), len(spec.scalar_args)
-        self.candidate = Launcher(KernelLibrary(candidate_lib), nt, ns)
-        self.baseline = python_op(spec, baseline_lib) if baseline_lib.startswith("py:") else Launcher(
-            KernelLibrary(baseline_lib), nt, ns)
+        self.candidate = self._launcher(candidate_lib)
+        self.baseline = self._launcher(baseline_lib)
         # A non-blocking side stream: work a kernel puts on the legacy default stream is not ordered with it.
         self.stream = torch.cuda.Stream(device=self.device)
         with torch.cuda.stream(self.stream):
             ceilings = Ceilings(probes_lib)
         self.gpu = torch.cuda.get_device_name(self.device)
         self.roofline, self.empty_us = ceilings.roofline_gbps, ceilings.empty_us
+
+    def _launcher(self, library: str):
+        if library.startswith("py:"):
+            return python_op(self.spec, library)
+        return Launcher(KernelLibrary(library), len(self.spec.tensor_args), len(self.spec.scalar_args))
 
     def evaluate_shape(self, shape: tuple[int, ...], dtype: str, progress) -> ShapeResult:
         row = ShapeResult(shape=shape, dtype=dtype, min_bytes=self.spec.min_bytes(shape, dtype))
@@ -69,16 +95,20 @@ class GpuSession:
         torch.cuda.empty_cache()
         return row
 
-    def _runner(self, launcher: Launcher):
+    def _runner(self, launcher):
         return lambda args: launcher(args.tensors, args.scalars)
 
+    def _seed(self, shape, dtype) -> int:
+        return self.req.seed * 7919 + zlib.crc32(repr((shape, dtype)).encode()) % 100_000
+
     def _check(self, row: ShapeResult, shape, dtype) -> None:
-        seed = self.req.seed * 7919 + zlib.crc32(repr((shape, dtype)).encode()) % 100_000
+        seed = self._seed(shape, dtype)
         cand, base = self._runner(self.candidate), self._runner(self.baseline)
         verdict = blame("candidate", lambda: Checker(self.spec, shape, dtype, self.device, seed).run(
             cand, self.req.edge_cases))
         row.correct = verdict.ok if verdict.covered else None
         row.reason, row.max_err_ratio = verdict.reason, verdict.err_ratio if verdict.covered else None
+        row.err_rms = verdict.rms if verdict.ok else None
         if not verdict.covered:
             row.covered = False
             return
@@ -86,36 +116,60 @@ class GpuSession:
         if fault:  # an earlier child's context died in the original here: the reference alone judges
             row.baseline_defect = f"{BASELINE_CRASHED} ({fault})"
             return
+        # The same seed: the original meets the very inputs the candidate met, trial for trial.
         base_verdict = blame("baseline", lambda: Checker(self.spec, shape, dtype, self.device, seed).run(
             base, self.req.edge_cases))
         if not base_verdict.ok:
             row.baseline_defect = base_verdict.reason
-        elif verdict.ok:
-            agree = Checker(self.spec, shape, dtype, self.device, seed + 1).agreement(cand, base)
-            if not agree.ok:
-                row.correct, row.reason = False, agree.reason
+            return
+        row.baseline_err_rms = base_verdict.rms
+        if not verdict.ok:
+            return
+        worse = less_precise(dtype, verdict.rms, base_verdict.rms)
+        if worse:
+            row.correct, row.reason = False, worse
+            return
+        agree = Checker(self.spec, shape, dtype, self.device, seed + 1).agreement(cand, base)
+        if not agree.ok:
+            row.correct, row.reason = False, agree.reason
 
     def _time(self, row: ShapeResult, shape, dtype) -> None:
-        gen = torch.Generator(device=self.device).manual_seed(1234)
-        one = allocate(self.spec, shape, dtype, self.device)
-        sets: list[OpArgs] = [fill(self.spec, one, gen)]
-        for _ in range((rotation_sets(one.nbytes()) if self.req.l2 == "cold" else 1) - 1):
-            sets.append(fill(self.spec, allocate(self.spec, shape, dtype, self.device), gen))
+        hot = self.req.l2 == "hot"
+        sets = TimedSets(self.spec, shape, dtype, self.device, seed=1234, hot=hot)
+        budget = memory_budget()
+        per_set = sets.own_bytes()
+        sets.grow(1 if hot else rotation_sets(per_set, budget))
 
-        def fn(launcher: Launcher):
-            return lambda i: launcher(sets[i].tensors, sets[i].scalars)
+        def fn(launcher):
+            return lambda i: launcher(sets.sets[i].tensors, sets.sets[i].scalars)
 
         fns = {"candidate": fn(self.candidate)}
         if not row.baseline_defect.startswith((NOT_COVERED, BASELINE_CRASHED)):  # nothing to compare with
             fns["baseline"] = fn(self.baseline)
-        samples = interleaved(fns, len(sets))
+        probe = len(sets.sets)
+        launches = max(blame(name, lambda: launches_for(f, probe)) for name, f in fns.items())
+        launches = max(1, min(launches, MAX_LAUNCHES, max(probe, budget // max(per_set, 1))))
+        sets.grow(launches)
+        graphs = {name: blame(name, lambda: capture(f, launches, launches)) for name, f in fns.items()}
+        samples = time_graphs(graphs, launches)
         row.candidate = summarize(samples["candidate"])
+        wrong = blame("candidate", lambda: sets.verify(graphs["candidate"].replay, "the timed graph"))
+        wrong = wrong or physics(row, self.roofline, self.empty_us, hot)
+        if wrong:  # what was timed is not what was checked: no figure for it
+            row.correct, row.reason, row.candidate = False, wrong, None
+            return
         if "baseline" in samples:
             row.baseline = summarize(samples["baseline"])
             row.speedup = ratio_median(samples["baseline"], samples["candidate"])
         row.gbps = row.min_bytes / row.candidate.median_us / 1e3
         row.pct_roofline = 100.0 * row.gbps / self.roofline
         row.floor_us = max(row.min_bytes / self.roofline / 1e3, self.empty_us)
-        row.eager_candidate_us = blame("candidate", lambda: eager_us(fn(self.candidate), len(sets)))
+        cand = fns["candidate"]
+        row.eager_candidate_us = blame("candidate", lambda: eager_us(cand, launches))
+        wrong = blame("candidate", lambda: sets.verify(lambda: [cand(i) for i in range(launches)], "eager calls"))
+        if wrong:
+            row.correct, row.reason, row.candidate, row.speedup, row.eager_candidate_us = False, wrong, None, None, None
+            return
         if row.baseline:
-            row.eager_baseline_us = blame("baseline", lambda: eager_us(fn(self.baseline), len(sets)))
+            row.eager_baseline_us = blame("baseline", lambda: eager_us(fns["baseline"], launches))
+

@@ -12,8 +12,9 @@ Stage = Literal["build", "load", "check", "time", "done", "crash", "baseline_cra
 class KernelSource(BaseModel):
     """A kernel source file exposing the C ABI, plus compile-time knobs (-D) the tuner may set.
 
-    A path "py:MODULE:FUNCTION" names a Python callable instead (SGLang's own op, a peer such as Liger),
-    called with the spec's arguments in order: usable as a baseline, never built.
+    A path "py:MODULE:FUNCTION" names a Python callable instead (SGLang's own op, a peer such as Liger, a
+    Triton kernel's wrapper), called with the spec's arguments in order: never built, checked and timed like
+    a library (the same trials, guard regions, timed-output check and physics bound).
     """
 
     path: str
@@ -93,6 +94,10 @@ class ShapeResult(BaseModel):
     reason: str = ""
     max_err_ratio: float | None = None
     """Worst |out - ref| / (atol + rtol |ref|) over all outputs and trials: <= 1 passes."""
+    err_rms: float | None = None
+    baseline_err_rms: float | None = None
+    """RMS of that ratio over the trials with ordinary random inputs, the candidate's and the original's on
+    the same inputs: the candidate may be at most limits.PRECISION_MULTIPLE times less precise."""
     baseline_defect: str = ""
     """Where the baseline itself disagrees with the reference (e.g. NaN on both-LSE -inf)."""
     min_bytes: int = 0
@@ -128,10 +133,20 @@ class EvalResult(BaseModel):
     baseline_fault: BaselineFault | None = None
     """Set with stage "baseline_crash": where the baseline killed the child's CUDA context."""
 
+    def scored(self) -> list[tuple[ShapeResult, float]]:
+        """(row, speedup) of every row a winner is judged on: the timed rows it serves, and each row it
+        declines at 1.0x (there the original op serves the call, at the original's speed)."""
+        return [(s, s.speedup if s.covered else 1.0) for s in self.shapes if (s.speedup or not s.covered)]
+
     @property
     def geomean_speedup(self) -> float | None:
-        values = [s.speedup for s in self.shapes if s.speedup]
+        """Over the served, timed rows and the declined ones (at 1.0x): declining is never a gain."""
+        values = [v for _, v in self.scored()]
         return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+    def regressions(self, floor: float) -> list[ShapeResult]:
+        """Served rows timed slower than `floor` x the original."""
+        return [s for s, v in self.scored() if s.covered and v < floor]
 
 
 EvalRequest.model_rebuild()

@@ -44,8 +44,10 @@ def print_result(result: EvalResult, console: Console | None = None) -> None:
         if s.baseline_defect:
             console.print(f"  {'x'.join(map(str, s.shape))} {s.dtype}: baseline defect: {s.baseline_defect}")
     geo = result.geomean_speedup
+    declined = sum(1 for s in result.shapes if not s.covered)
     status = "ok" if result.ok else f"FAILED ({result.stage}): {result.reason}"
-    console.print(f"geomean speedup {_f(geo, '{:.3f}x')} | build {_f(result.build and result.build.seconds, '{:.1f}')}s"
+    console.print(f"geomean speedup {_f(geo, '{:.3f}x')}"
+                  f"{f' ({declined} declined shapes at 1.0x)' if declined else ''} | build {_f(result.build and result.build.seconds, '{:.1f}')}s"
                   f"{' (cached)' if result.build and result.build.cached else ''} | L2 {result.l2} | wall {result.wall_s:.1f}s"
                   f" | {status}")
 

@@ -1,6 +1,7 @@
-"""Kernel-only timing by CUDA-graph replay over rotated input sets; ceilings measured in the same process.
+"""Kernel-only timing by CUDA-graph replay, one argument set per launch; ceilings measured in the same process.
 
-- L2: inputs rotate over enough copies that one replay touches >= 2x the L2 (cold L2 per launch).
+- L2: a replay's launches each read their own argument set, over >= 2x the L2 in all (cold L2 per launch);
+  every launch having its own set also lets harness/timed.py check each timed launch's work afterwards.
 - Interleaved: candidate and baseline graphs replay alternately (order flipped each round), so clock
   and thermal drift hit both; the speedup is the median of per-round ratios.
 - Ceilings: an SM copy kernel (bytes read + written) and an empty kernel, in graphs, same run.
@@ -15,26 +16,32 @@ from typing import Callable
 
 import torch
 
+from astra_sglang.harness.limits import TIMING_MEMORY_CAP, TIMING_MEMORY_FRACTION
 from astra_sglang.harness.records import Timing
 
 LaunchFn = Callable[[int], int]  # launch on the current stream using input set i; returns the ABI code
 MIN_REPLAY_US = 300.0  # one replay lasts at least this long, so event resolution (~0.5 us) is noise
 MAX_LAUNCHES = 2000
 MAX_SETS = 512
-SET_BUDGET_BYTES = 1 << 30
 # Unrecorded replays first, by time: right after the checks, rmsnorm 16384x8192 (104% of the copy probe)
 # timed 146 us over 3 warm-up + 20 recorded replays (~25 ms), but 131 us over 200 replays and 131 us when
-# nothing ran before it; SGLang's kernel (70% of the probe) moved ~1%. A transient of under ~100 ms that
-# slows a kernel at the DRAM limit (H200, session 6, benchmarks/gpu/check_effect.py). 0.2 s covers it;
-# Triton's do_bench warms up for 25 ms.
+# nothing ran before it; SGLang's kernel (70% of the probe) moved ~1%: a transient of under ~100 ms that
+# slows a kernel at the DRAM limit (H200, 2026-11-21). 0.2 s covers it; Triton's do_bench warms up for 25 ms.
 WARMUP_S = 0.2
 
 
-def rotation_sets(set_bytes: int) -> int:
+def memory_budget() -> int:
+    """Bytes the argument sets of one timed shape may take on the current device."""
+    free, _total = torch.cuda.mem_get_info()
+    return int(min(TIMING_MEMORY_CAP, TIMING_MEMORY_FRACTION * free))
+
+
+def rotation_sets(set_bytes: int, budget: int | None = None) -> int:
     """How many input copies make one pass cold in L2 (>= 2x L2), within the memory budget."""
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     want = -(-2 * l2 // max(set_bytes, 1))
-    return int(max(1, min(want, MAX_SETS, SET_BUDGET_BYTES // max(set_bytes, 1))))
+    budget = memory_budget() if budget is None else budget
+    return int(max(1, min(want, MAX_SETS, budget // max(set_bytes, 1))))
 
 
 def capture(fn: LaunchFn, launches: int, sets: int) -> torch.cuda.CUDAGraph:
@@ -65,8 +72,8 @@ def _replay_us(graph: torch.cuda.CUDAGraph) -> float:
 def launch_count(probe_replays_us: list[float], sets: int) -> int:
     """Launches per graph from replays of a `sets`-launch probe graph: every set at least once and
     >= MIN_REPLAY_US per replay. The fastest probe replay, not the last: with the last one, two evaluations
-    of session 7 read the empty kernel at 1.0-2.0 us against 0.60-0.64 us in all others (which flatters
-    "x empty kernel"). The likely cause: one slow replay of the 1-launch probe (tens of us) left the graph a
+    on an H200 (2026-11-21) read the empty kernel at 1.0-2.0 us against 0.60-0.64 us in all others (which
+    flatters "x empty kernel"). The likely cause: one slow replay of the 1-launch probe (tens of us) left the graph a
     handful of launches, whose per-launch time then carries the graph's own launch overhead."""
     per_launch = max(min(probe_replays_us) / sets, 0.5)
     return int(min(MAX_LAUNCHES, max(sets, -(-MIN_REPLAY_US // per_launch))))
@@ -95,12 +102,19 @@ def blame(who: str, step):
 def interleaved(fns: dict[str, LaunchFn], sets: int, replays: int = 20, warmup: int = 3,
                 warmup_s: float = WARMUP_S) -> dict[str, list[float]]:
     """Per-launch microseconds of each fn, one sample per replay, replays interleaved across fns, after at
-    least `warmup` rounds and `warmup_s` seconds of unrecorded ones.
+    least `warmup` rounds and `warmup_s` seconds of unrecorded ones. Launches cycle over `sets` argument sets
+    (the ceilings' probes; candidates are timed through `time_graphs`, one set per launch).
 
     Every capture and replay ends in a sync, so a fault is raised naming the fn whose launches made it
     (e.g. "in the baseline: ..."): an original op that faults only here is not blamed on the candidate."""
     launches = max(blame(name, lambda: launches_for(fn, sets)) for name, fn in fns.items())
     graphs = {name: blame(name, lambda: capture(fn, launches, sets)) for name, fn in fns.items()}
+    return time_graphs(graphs, launches, replays, warmup, warmup_s)
+
+
+def time_graphs(graphs: dict[str, torch.cuda.CUDAGraph], launches: int, replays: int = 20, warmup: int = 3,
+                warmup_s: float = WARMUP_S) -> dict[str, list[float]]:
+    """Per-launch microseconds of each captured graph of `launches` launches, replays interleaved."""
     return rounds({name: (lambda g=g: _replay_us(g) / launches) for name, g in graphs.items()}, replays, warmup,
                   warmup_s)
 

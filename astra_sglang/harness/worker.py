@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from astra_sglang.harness.build import build_library
-from astra_sglang.harness.records import BaselineFault, EvalRequest, EvalResult, KernelSource, ShapeResult
+from astra_sglang.harness.records import BaselineFault, BuildInfo, EvalRequest, EvalResult, KernelSource, ShapeResult
 from astra_sglang.paths import kernels_dir, templates_dir
 from astra_sglang.specs.registry import get_spec
 
@@ -37,7 +37,8 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
     result = EvalResult(kernel=req.kernel, candidate=req.candidate.name(),
                         baseline=req.baseline.name() if req.baseline else "ours:" + req.kernel, l2=req.l2)
     progress(stage="build", what="candidate")
-    result.build = build_library(req.candidate.path, req.candidate.defines, req.arch)
+    result.build = (BuildInfo(ok=True, library=req.candidate.path) if req.candidate.is_python
+                    else build_library(req.candidate.path, req.candidate.defines, req.arch))
     if not result.build.ok:
         result.reason = "build failed: " + _first_error(result.build.log)
         return _done(result, start)

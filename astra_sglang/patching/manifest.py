@@ -69,6 +69,11 @@ class PatchManifest(BaseModel):
     measured: list[MeasuredShape] = Field(default_factory=list)
     defer: Defer | None = None
     """Where the patched op calls the original instead of the kernel (None: the kernel serves every covered call)."""
+    gate_max_bytes: int | None = None
+    """The largest call (bytes of its tensors) the acceptance gate checked the kernel on: a larger call runs
+    the original, so that nothing is served that was not checked at its size (None: no bound recorded)."""
+    checks: list[str] = Field(default_factory=list)
+    """What the kernel passed before it was shipped besides the gate (compute-sanitizer tools), one line each."""
 
     @classmethod
     def load(cls, folder: str | Path) -> "PatchManifest":

@@ -62,7 +62,7 @@ def _takes_all_positionally(fn: Callable, count: int) -> bool:
 class PatchedOp(ArgumentBinding, ShadowCheck):
     def __init__(self, spec: KernelSpec, launcher: LauncherLike, original: Callable, stats: OpStats, *,
                  dtypes: Sequence[str] | None = None, verify_rate: float = 0.0, device_type: str = "cuda",
-                 seed: int | None = None, defer: Defer | None = None):
+                 seed: int | None = None, defer: Defer | None = None, max_bytes: int | None = None):
         self.spec, self.launcher, self.original, self.stats = spec, launcher, original, stats
         self.verify_rate = float(verify_rate)
         self._fast = None
@@ -72,6 +72,7 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         self._defer_bytes = defer.min_bytes if defer else None
         self._defer_dtypes = {TORCH_DTYPES[d] for d in defer.dtypes} if defer and defer.dtypes else self._dtypes
         self._defer_multiple = defer.multiple_of if defer else 1
+        self._max_bytes = max_bytes  # the manifest's gate_max_bytes: larger calls were never checked
         self._random = random.Random(seed).random
         self._shadowed: set = set()
         args = spec.arguments
@@ -197,8 +198,11 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         return self._fallback(values, args, kwargs)
 
     def _coverage(self, tensors: list) -> int:
-        """COVERED, UNCOVERED (the spec or the patch's dtypes exclude it) or DEFERRED (the manifest's `defer`)."""
+        """COVERED, UNCOVERED (the spec or the patch's dtypes exclude it, or it is larger than any call the
+        acceptance gate checked) or DEFERRED (the manifest's `defer`)."""
         if not self._verdict(tensors):
+            return UNCOVERED
+        if self._max_bytes is not None and sum(t.numel() * t.element_size() for t in tensors) > self._max_bytes:
             return UNCOVERED
         first = tensors[self._t_first]
         if (self._defer_bytes is not None and first.dtype in self._defer_dtypes

@@ -102,7 +102,8 @@ class Runtime:
                 self._launchers[entry.op] = _launcher_factory(entry, self.store)
             self.ops[key] = PatchedOp(entry.spec, self._launchers[entry.op], original, self.stats.op(entry.op),
                                       dtypes=entry.manifest.dtypes, verify_rate=self.config.verify_rate,
-                                      device_type=_device_type, defer=entry.manifest.defer)
+                                      device_type=_device_type, defer=entry.manifest.defer,
+                                      max_bytes=entry.manifest.gate_max_bytes)
         return self.ops[key]
 
     def original_of(self, entry: PatchEntry, target: Target):

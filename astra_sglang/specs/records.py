@@ -81,6 +81,9 @@ class Argument(_Record):
     """Distribution of fresh random values (inputs and in-place arguments)."""
     default: float | None = None
     """Default value of a scalar argument (e.g. eps)."""
+    strided: bool = False
+    """SGLang may hand this tensor in as a view whose rows lie further apart than its width (e.g. a slice of
+    a wider buffer): the harness then checks it that way, with the gaps between rows guarded."""
 
 
 class Tolerance(_Record):
@@ -193,6 +196,11 @@ class KernelSpec(_Record):
             size = ELEMENT_BYTES[dtype if arg.dtype == "T" else arg.dtype]
             total += math.prod(self.arg_shape(arg, shape)) * size * (2 if arg.role == "inplace" else 1)
         return total
+
+    def call_bytes(self, shape: tuple[int, ...], dtype: DType) -> int:
+        """Bytes of the tensors one call is handed (each once): what the patch layer sizes a call by."""
+        return sum(math.prod(self.arg_shape(a, shape)) * ELEMENT_BYTES[dtype if a.dtype == "T" else a.dtype]
+                   for a in self.tensor_args)
 
     def reference_fn(self) -> Callable:
         module, _, func = self.reference.partition(":")

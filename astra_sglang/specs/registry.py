@@ -11,7 +11,11 @@ from astra_sglang.errors import AstraError
 from astra_sglang.paths import specs_dir
 from astra_sglang.specs.records import KernelSpec
 
-SHAPE_SETS = ("quick", "paper", "models", "edge", "held_out", "all")
+SHAPE_SETS = ("quick", "paper", "models", "edge", "held_out", "all", "gate")
+GATE = ("quick", "paper", "models", "edge", "held_out")
+"""The acceptance gate a winner must pass before it is written as a patch: every named set, so the largest
+token count of each, 1 token, the widths that are not a multiple of a vector width (edge) and every real
+model's shapes; the patch then serves no call larger than the gate's largest (manifest gate_max_bytes)."""
 
 
 class ModelConfig(BaseModel):
@@ -84,7 +88,7 @@ def parse_shape_list(spec: KernelSpec, text: str) -> list[tuple[int, ...]]:
 
 
 def resolve_shapes(spec: KernelSpec, selector: str) -> list[tuple[int, ...]]:
-    """A named set (quick, paper, models, edge, held_out, all; joined with '+') or an explicit list."""
+    """A named set (quick, paper, models, edge, held_out, all, gate; joined with '+') or an explicit list."""
     parts = selector.split("+")
     if not all(p in SHAPE_SETS for p in parts):
         return parse_shape_list(spec, selector)
@@ -95,6 +99,8 @@ def resolve_shapes(spec: KernelSpec, selector: str) -> list[tuple[int, ...]]:
         elif part == "all":
             chosen = [tuple(s) for s in spec.shapes.paper + spec.shapes.edge + spec.shapes.held_out]
             chosen += model_shapes(spec)
+        elif part == "gate":
+            chosen = [s for name in GATE for s in resolve_shapes(spec, name)]
         else:
             chosen = [tuple(s) for s in getattr(spec.shapes, part)]
         out += [s for s in chosen if s not in out]

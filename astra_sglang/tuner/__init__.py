@@ -25,7 +25,7 @@ from astra_sglang.tuner.knobs import Config, configs, dispatch_source, parse_kno
 
 TUNE_SHAPES = "paper+quick"
 TUNE_DTYPE = "bfloat16"
-FINAL_SHAPES = "paper+quick+held_out+edge"
+FINAL_SHAPES = "gate"  # every shape the patched op will serve (specs.registry.GATE)
 MAX_CONFIGS = int(os.environ.get("ASTRA_TUNER_MAX_CONFIGS", "24"))
 TOP_K = 3
 
@@ -88,7 +88,7 @@ def run_tuner(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, evaluat
               baseline: KernelSource | None = None):
     """Tune `start`'s knobs per shape for `rounds` rounds; returns a Winner (or None) like the agent loop."""
     from astra_sglang.agents.records import Winner
-    from astra_sglang.agents.winner import passed
+    from astra_sglang.agents.winner import eligible, screen
 
     began = time.time()
     tuning = Tuning(spec, Path(start).read_text(), Path(run_dir), evaluator, echo)
@@ -109,11 +109,13 @@ def run_tuner(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, evaluat
                                   timeout_s=1800))
     (Path(run_dir) / "final.json").write_text(final.model_dump_json(indent=1))
     _write_table(Path(run_dir), tuning, table, final, time.time() - began)
-    if not passed(final) or not final.geomean_speedup:
-        echo(f"tuner: no winner: {final.reason or 'final evaluation did not pass'}")
+    why_not = eligible(final)
+    if why_not or not final.geomean_speedup:
+        echo(f"tuner: no winner: {why_not or 'final evaluation did not pass'}")
         return None
-    return Winner(kernel=spec.name, source=str(final_path), round=rounds, speedup=final.geomean_speedup, final=final,
-                  method="tuner", rounds=rounds, run_id=Path(run_dir).name, started_from=Path(start).name)
+    return screen(Winner(kernel=spec.name, source=str(final_path), round=rounds, speedup=final.geomean_speedup,
+                         final=final, method="tuner", rounds=rounds, run_id=Path(run_dir).name,
+                         started_from=Path(start).name), spec, echo)
 
 
 def _write_table(run_dir: Path, tuning: Tuning, table: dict, final: EvalResult, seconds: float) -> None:

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from astra_sglang.harness.check import compare
+from astra_sglang.harness.compare import compare
 from astra_sglang.harness.inputs import allocate, fill
 from astra_sglang.ops import peers
 from astra_sglang.specs.registry import get_spec

@@ -227,3 +227,18 @@ def test_defer_keeps_the_kernel_at_widths_it_was_not_measured_at():
     op.fn(torch.randn(4, 32))  # 2d = 32: a multiple of 16, deferred
     op.fn(torch.randn(4, 40))  # d = 20 (d % 8 == 4): our kernel serves it
     assert (stats.kernel_calls, stats.deferred) == (1, 1)
+
+
+def test_calls_larger_than_the_gate_run_the_original():
+    seen = []
+
+    def original(input, out=None):
+        seen.append(tuple(input.shape))
+        return silu_original(input, out)
+
+    # fp32 4 x 32 in + 4 x 16 out = 768 bytes: checked by the gate; 8 x 32 + 8 x 16 = 1536: never checked
+    op, stats = make(standin_launcher(), original, max_bytes=768)
+    small, large = torch.randn(4, 32), torch.randn(8, 32)
+    torch.testing.assert_close(op.fn(small), silu_original(small))
+    torch.testing.assert_close(op.fn(large), silu_original(large))
+    assert seen == [(8, 32)] and (stats.kernel_calls, stats.fallbacks) == (1, 1) and op.active

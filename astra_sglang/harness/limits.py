@@ -1,0 +1,45 @@
+"""Every threshold the evaluator judges a candidate by, in one place, each with the reason for its value.
+
+A candidate is rejected (never reported as a speedup) when it breaks one of them; `docs/evaluator.md` lists
+what each check catches and what none of them can.
+"""
+from __future__ import annotations
+
+# -- precision against the original ------------------------------------------------------------------------
+PRECISION_MULTIPLE = {"bfloat16": 1.5, "float16": 1.5, "float32": 4.0}
+"""The candidate's RMS error to the fp64 reference, in units of the spec tolerance, may be at most this many
+times the original op's on the same inputs. In 16-bit outputs both errors are dominated by the final
+rounding, so an honest kernel lands near 1.0x; a norm that accumulates in bf16 lands near 2x while still
+inside the absolute tolerance. fp32 outputs carry the summation order's error, which differs between honest
+reductions (warp tree vs sequential), hence the wider multiple."""
+PRECISION_FLOOR = 1e-3
+"""Errors below this fraction of the tolerance are equal for the comparison (exact results, fp32 noise)."""
+
+# -- physics -----------------------------------------------------------------------------------------------
+ROOFLINE_MARGIN = 1.25
+"""A time that implies more than this multiple of the SM-copy roofline measured in the same run is a
+measurement failure. The copy probe moves as many bytes as it reads; a read-heavy kernel legitimately
+exceeds it (SGLang's silu_and_mul at 8192x14336 bf16 reached 110% of it on an H200, 2026-11-21)."""
+FLOOR_MARGIN = 0.9
+"""A per-launch time below this multiple of the empty kernel's, measured in the same run and the same way
+(CUDA-graph replay), is a measurement failure: no kernel launch is cheaper than an empty one."""
+
+# -- scoring -----------------------------------------------------------------------------------------------
+REGRESSION_FLOOR = 0.95
+"""A winner may be at most 5% slower than the original at any shape it serves (the rest it must decline,
+so that the original serves them). Wider than the timing noise of one kernel against itself (p10-p90 of
+per-replay ratios within 2-3%) so that noise alone does not disqualify an honest kernel."""
+
+# -- memory the timing may use -----------------------------------------------------------------------------
+TIMING_MEMORY_FRACTION = 0.25
+"""Of the free device memory, for the per-launch argument sets of one timed shape."""
+TIMING_MEMORY_CAP = 4 << 30
+"""At most this many bytes: 2x the bytes a roofline-bound kernel moves in one 300 us replay on an H200
+(4.3 TB/s), so that every launch of a replay gets its own arguments at any shape."""
+
+# -- guard regions -----------------------------------------------------------------------------------------
+GUARD_BYTES = 4096
+"""Canary bytes before and after every tensor (at least one row of it): a write past either end lands
+there. The tensor starts 16 bytes past a 256-byte boundary (see inputs.ALIGN_SHIFT)."""
+CANARY = 0xA5
+"""The canary byte: 0xA5A5 is -2.9e-16 in bf16 and 0xA5A5A5A5 the same in fp32, values no kernel writes."""

@@ -1,0 +1,81 @@
+"""The trial sequence and precision against the original, on CPU with Python runners (tests/evaluator/
+runners.py): each wrong runner fails with its own reason; the honest one passes with an RMS error."""
+import pytest
+
+from astra_sglang.harness.check import Checker
+from astra_sglang.harness.compare import Verdict, less_precise
+from astra_sglang.harness.limits import PRECISION_FLOOR, PRECISION_MULTIPLE
+from astra_sglang.specs.registry import get_spec
+from tests.evaluator import runners
+
+
+def _run(cpu_cuda, op, shape, runner, dtype="bfloat16", seed=3):
+    return Checker(get_spec(op), shape, dtype, cpu_cuda, seed).run(runner)
+
+
+@pytest.mark.parametrize("shape", [(1, 4096), (3, 11), (64, 512)])
+def test_honest_runner_passes_with_an_error_below_tolerance(cpu_cuda, shape):
+    verdict = _run(cpu_cuda, "silu_and_mul", shape, runners.silu)
+    assert verdict.ok, verdict.reason
+    assert 0 < verdict.rms < 1 and verdict.count > 0 and verdict.err_ratio < 1
+
+
+@pytest.mark.parametrize("runner, reason", [
+    (runners.silu_writes_past_end, "out: wrote outside the tensor, at element +0 past its end"),
+    (runners.silu_writes_before_start, "out: wrote outside the tensor, at 1 elements before its start"),
+    (runners.silu_scratches_input, "input: wrote into an input-only argument"),
+])
+def test_forbidden_writes_fail_the_first_trial_with_their_reason(cpu_cuda, runner, reason):
+    verdict = _run(cpu_cuda, "silu_and_mul", (5, 64), runner)
+    assert not verdict.ok and reason in verdict.reason, verdict.reason
+
+
+def test_a_sampled_value_cache_fails_the_one_element_trial(cpu_cuda):
+    seen = {}
+
+    def cache_on_corners(args):  # recomputes only when the first or last input value changes
+        x, out = args.tensors
+        key = (x.data_ptr(), float(x[0, 0]), float(x[-1, -1]))
+        if key in seen:
+            out.copy_(seen[key])
+            return 0
+        runners.silu(args)
+        seen[key] = out.clone()
+        return 0
+
+    verdict = _run(cpu_cuda, "silu_and_mul", (16, 256), cache_on_corners)
+    assert not verdict.ok and "caches on sampled values" in verdict.reason, verdict.reason
+
+
+def test_precision_is_judged_against_the_original_on_the_same_inputs(cpu_cuda):
+    honest = _run(cpu_cuda, "rmsnorm", (64, 8192), runners.rmsnorm)
+    low = _run(cpu_cuda, "rmsnorm", (64, 8192), runners.rmsnorm_low_precision)
+    assert honest.ok and low.ok  # both inside the absolute tolerance...
+    assert low.rms > PRECISION_MULTIPLE["bfloat16"] * honest.rms  # ...but not equally precise
+    assert "less precise than the original" in less_precise("bfloat16", low.rms, honest.rms)
+    assert less_precise("bfloat16", honest.rms, low.rms) == ""
+    again = _run(cpu_cuda, "rmsnorm", (64, 8192), runners.rmsnorm, seed=3)
+    assert again.rms == honest.rms  # a shared seed is the same inputs, trial for trial
+
+
+@pytest.mark.parametrize("dtype, cand, base, fails", [
+    ("bfloat16", 0.149, 0.1, False), ("bfloat16", 0.151, 0.1, True), ("float32", 0.39, 0.1, False),
+    ("float32", 0.41, 0.1, True), ("float16", PRECISION_FLOOR * 0.9, 0.0, False), ("float16", 0.01, 0.0, True)])
+def test_precision_multiple_and_floor(dtype, cand, base, fails):
+    assert bool(less_precise(dtype, cand, base)) is fails
+
+
+def test_verdict_rms_accumulates_trials():
+    total = Verdict(True, sq_sum=4.0, count=4)
+    total.absorb(Verdict(True, err_ratio=0.5, sq_sum=0.0, count=4))
+    assert total.rms == pytest.approx((4.0 / 8) ** 0.5) and total.err_ratio == 0.5
+
+
+def test_declining_is_not_a_failure(cpu_cuda):
+    verdict = _run(cpu_cuda, "silu_and_mul", (4, 64), lambda args: -1)
+    assert not verdict.ok and not verdict.covered
+
+
+def test_unwritten_outputs_still_fail(cpu_cuda):
+    verdict = _run(cpu_cuda, "silu_and_mul", (4, 64), lambda args: 0)
+    assert not verdict.ok and "never written" in verdict.reason
