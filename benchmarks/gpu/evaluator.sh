@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One GPU command for the evaluator: every rejection fixture on the GPU (tests/evaluator/test_gpu_fixtures.py),
+# then the cost of one evaluation and the shipped kernels' figures with this tree's evaluator against an
+# earlier tree's, same GPU, same process order (A B B A), against SGLang's own ops (quick shapes, bf16).
+# Usage (GPU machine, repo root; .stage/ carried, and the earlier package tree as .old/astra_sglang made with
+#   mkdir .old && git archive REV astra_sglang | tar -x -C .old):
+#   bash benchmarks/gpu/evaluator.sh OUTDIR
+# Prints the fixture tests' summary and a table: per op, seconds per evaluation and speedups, old vs new.
+set -u
+OUTDIR=${1:?output dir}
+mkdir -p "$OUTDIR"
+source benchmarks/gpu/setup.sh
+export ASTRA_SGLANG_CACHE=/tmp/astra-cache
+OPS="silu_and_mul fused_add_rmsnorm rmsnorm merge_attn_states_lse"
+bench() {  # bench TREE OP JSONL [extra args]: TREE=new (this checkout) or old (.old)
+  local tree=$1 op=$2 out=$3; shift 3
+  if [ "$tree" = old ]; then
+    PYTHONPATH=$PWD/.old${PYTHONPATH:+:$PYTHONPATH} python3 -m astra_sglang.cli bench "$op" \
+      --candidate "patches/$op/kernel.cu" --baseline sglang --dtypes bf16 --out "$out" "$@"
+  else
+    python3 -m astra_sglang.cli bench "$op" --candidate "patches/$op/kernel.cu" --baseline sglang --dtypes bf16 \
+      --out "$out" "$@"
+  fi
+}
+echo "== warm-up: builds and SGLang's JIT kernels, outside the measured runs"
+for op in $OPS; do timeout 120 bench new "$op" "$OUTDIR/warmup.jsonl" --shapes 1x4096 --no-check > /dev/null 2>&1; done
+echo "== cost and figures: old vs new, A B B A"
+for op in $OPS; do
+  for tree in old new new old; do
+    timeout 150 bench "$tree" "$op" "$OUTDIR/cost-$tree.jsonl" --shapes quick > "$OUTDIR/bench-$op-$tree.txt" 2>&1
+  done
+done
+echo "== fixtures"
+timeout 300 python3 -m pytest -q -p no:cacheprovider -rA tests/evaluator/test_gpu_fixtures.py \
+  --junitxml "$OUTDIR/fixtures.xml" > "$OUTDIR/fixtures.txt" 2>&1
+grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$OUTDIR/fixtures.txt" | tail -30
+python3 - "$OUTDIR" <<'PY'
+import json, statistics, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+rows = {}
+for tree in ("old", "new"):
+    path = out / f"cost-{tree}.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        r = json.loads(line)
+        if r["type"] == "summary":
+            rows.setdefault((r["kernel"], tree), {"wall": [], "speed": {}})["wall"].append(r["wall_s"])
+        elif r.get("speedup"):
+            rows.setdefault((r["kernel"], tree), {"wall": [], "speed": {}})["speed"].setdefault(
+                "x".join(map(str, r["shape"])), []).append(r["speedup"])
+print(f"{'op':24} {'tree':4} {'s/eval (each)':24} speedups per shape (each run)")
+for (op, tree), v in sorted(rows.items()):
+    speeds = " ".join(f"{k}:" + "/".join(f"{x:.3f}" for x in xs) for k, xs in v["speed"].items())
+    print(f"{op:24} {tree:4} {' '.join(f'{w:.1f}' for w in v['wall']):24} {speeds}")
+PY
