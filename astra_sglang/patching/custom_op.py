@@ -6,17 +6,21 @@ CUDA-graph capture never come through here (see ops.py): the dispatcher costs ~1
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from astra_sglang.specs.records import KernelSpec
 
-if TYPE_CHECKING:
-    from astra_sglang.patching.ops import PatchedOp
+
+class Runs(Protocol):
+    """What the custom op dispatches to (patching/ops.py's PatchedOp, which imports this module)."""
+
+    def run_values(self, values: list) -> None: ...
+
 
 _LIB: torch.library.Library | None = None
-ACTIVE: dict[str, "PatchedOp"] = {}
+ACTIVE: dict[str, Runs] = {}
 """op name -> the PatchedOp the custom op dispatches to (the schema is defined once per process)."""
 
 

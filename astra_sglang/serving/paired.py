@@ -4,7 +4,7 @@ counterbalanced rounds (AB, BA, AB, ...), one server at a time.
 Why: a server start costs 45 s while a benchmark takes seconds, and the throughput of a single start already
 spread over 11%, so one start per arm could not resolve a 5% effect. Here each server starts once and every
 round measures B within seconds of A; alternating the order cancels drift over the run, and the report compares
-B with A round by round (paired_stats). The servers, benchmarks and probes are ab.py's own functions.
+B with A round by round (paired_stats). The servers, benchmarks and probes are serving/server.py's.
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import click
 
+from astra_sglang.patching.cli import patched_server
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
-from astra_sglang.serving import ab as ab_mod
-from astra_sglang.serving import report
+from astra_sglang.serving import report, server
 
 
 @dataclass
@@ -98,7 +98,7 @@ def check_paired(repeats: int, port: int, server_args) -> None:
 def server_info(port: int) -> dict:
     """The server's /server_info (its resolved settings: pool sizes, chunked prefill, graph sizes), or {}."""
     try:
-        with urllib.request.urlopen(f"http://{ab_mod.HOST}:{port}/server_info", timeout=10) as resp:  # noqa: S310
+        with urllib.request.urlopen(f"http://{server.HOST}:{port}/server_info", timeout=10) as resp:  # noqa: S310
             info = json.loads(resp.read())
     except (urllib.error.URLError, OSError, ValueError):
         return {}
@@ -114,8 +114,8 @@ def kv_tokens(info: dict) -> int | None:
 def start_arm(arm: PairedArm, out: Path, health_timeout: float) -> None:
     log = out / f"server-{arm.name}-paired.log"
     click.echo(f"[{arm.name}] starting server on port {arm.port}: {' '.join(arm.argv)}")
-    arm.proc = ab_mod.start_server(arm.argv, arm.env, log)
-    arm.ready_s = ab_mod.wait_healthy(arm.proc, arm.port, log, health_timeout)
+    arm.proc = server.start_server(arm.argv, arm.env, log)
+    arm.ready_s = server.wait_healthy(arm.proc, arm.port, log, health_timeout)
     info = server_info(arm.port)
     # What each server resolved from the memory it found: the second one to start finds less.
     (out / f"server-info-{arm.name}.json").write_text(json.dumps(info, indent=1, default=str))
@@ -129,7 +129,7 @@ def stop_arms(arms: list[PairedArm]) -> None:
         return
     try:
         if arms[0].proc is not None:
-            ab_mod.stop_server(arms[0].proc)
+            server.stop_server(arms[0].proc)
     finally:
         stop_arms(arms[1:])
 
@@ -148,12 +148,12 @@ def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, war
         warm = {**opts, "num_prompts": min(opts["num_prompts"], 2 * opts["concurrency"])}
         for w in range(1, warmup + 1):  # caches, CUDA graphs and allocator pools filled here; nothing recorded
             for arm in (a, b):
-                ab_mod.run_benchmark(arm.port, out / f"bench-warmup-{arm.name}-{w}.jsonl", warm)
+                server.run_benchmark(arm.port, out / f"bench-warmup-{arm.name}-{w}.jsonl", warm)
         for run in range(1, runs + 1):
             order, new = round_order(run), []
             for name in order:
                 arm = arms[name]
-                metrics = ab_mod.run_benchmark(arm.port, out / f"bench-{name}-{run}.jsonl", opts)
+                metrics = server.run_benchmark(arm.port, out / f"bench-{name}-{run}.jsonl", opts)
                 new.append(PairedRow(name, run, order, arm.ready_s, metrics, kv_tokens=arm.kv_tokens,
                                      stats_dir=str(arm.stats_dir) if arm.stats_dir else None,
                                      started_first=(name == "B") == b_first))
@@ -161,7 +161,7 @@ def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, war
                            f"{metrics.get('mean_ttft_ms', nan):.1f} ms, ITL {metrics.get('mean_itl_ms', nan):.2f} ms")
             if run == 1:  # greedy parity once per server, after its first recorded benchmark
                 for row in new:
-                    row.outputs = ab_mod.parity_probe(arms[row.arm].port, "--skip-tokenizer-init" in opts["extra"])
+                    row.outputs = server.parity_probe(arms[row.arm].port, "--skip-tokenizer-init" in opts["extra"])
             rows.extend(row.to_json() for row in new)
             on_round(rows[-len(new):], rows)
         if ENV_STATS_INTERVAL in b.env:  # one more stats write, so the counters include the last round
@@ -194,12 +194,12 @@ def paired_ab(patches, model_path: str, load_format: str | None, server_args, op
     """The paired A/B of `ab --paired`: A on opts['port'], B on the port after it; writes OUT/ab.jsonl and
     OUT/ab.md after every round. Returns the report's path."""
     port = opts["port"]
-    argv_a = ab_mod.server_command(model_path, port, load_format, server_args)
-    a = PairedArm("A", port, argv_a, ab_mod.strip_patch_env(dict(os.environ)))
+    argv_a = server.server_command(model_path, port, load_format, server_args)
+    a = PairedArm("A", port, argv_a, server.strip_patch_env(dict(os.environ)))
     stats = out / "stats" / "B-paired"
-    argv_b = ab_mod.server_command(model_path, port + 1, load_format, server_args)
-    env_b, command_b, _ = ab_mod.patched_server(patches, stats_dir=stats, no_build=True, server_args=argv_b[3:])
-    b = PairedArm("B", port + 1, command_b, {**env_b, ENV_STATS_INTERVAL: str(ab_mod.STATS_INTERVAL_S)}, stats)
+    argv_b = server.server_command(model_path, port + 1, load_format, server_args)
+    env_b, command_b, _ = patched_server(patches, stats_dir=stats, no_build=True, server_args=argv_b[3:])
+    b = PairedArm("B", port + 1, command_b, {**env_b, ENV_STATS_INTERVAL: str(server.STATS_INTERVAL_S)}, stats)
     rows_file = out / "ab.jsonl"
 
     def on_round(new: list[dict], rows: list[dict]) -> None:  # a time limit keeps the rounds before it

@@ -12,6 +12,7 @@ from stand_in import SERVER as STAND_IN, free_port
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.stats import OpRecord, ProcessStats
 from astra_sglang.serving import ab as ab_mod
+from astra_sglang.serving import server as server_mod
 from astra_sglang.serving import report
 
 BENCH_LINE = json.dumps({
@@ -23,14 +24,14 @@ BENCH_LINE = json.dumps({
 
 
 def test_server_command_loopback_and_extra():
-    argv = ab_mod.server_command("m", 31000, "dummy", ["--attention-backend", "triton"], python="py")
+    argv = server_mod.server_command("m", 31000, "dummy", ["--attention-backend", "triton"], python="py")
     assert argv == ["py", "-m", "sglang.launch_server", "--model-path", "m", "--load-format", "dummy",
                     "--host", "127.0.0.1", "--port", "31000", "--attention-backend", "triton"]
-    assert "--load-format" not in ab_mod.server_command("m", 1, None, python="py")
+    assert "--load-format" not in server_mod.server_command("m", 1, None, python="py")
 
 
 def test_bench_command():
-    argv = ab_mod.bench_command("m", 31000, "out/b.jsonl", 100, 512, 64, 8, python="py")
+    argv = server_mod.bench_command("m", 31000, "out/b.jsonl", 100, 512, 64, 8, python="py")
     assert argv[:3] == ["py", "-m", "sglang.benchmark.serving"]
     assert "--disable-tqdm" in argv
     pairs = {f: argv[i + 1] for i, f in enumerate(argv[:-1]) if f.startswith("--") and f != "--disable-tqdm"}
@@ -42,25 +43,25 @@ def test_bench_command():
 
 
 def test_probe_payload_greedy():
-    body = ab_mod.probe_payload(0)
+    body = server_mod.probe_payload(0)
     assert body["sampling_params"] == {"temperature": 0, "max_new_tokens": 32} and body["text"]
-    ids = ab_mod.probe_payload(1, skip_tokenizer=True)
-    assert "text" not in ids and ids["input_ids"] == ab_mod.probe_payload(1, skip_tokenizer=True)["input_ids"]
+    ids = server_mod.probe_payload(1, skip_tokenizer=True)
+    assert "text" not in ids and ids["input_ids"] == server_mod.probe_payload(1, skip_tokenizer=True)["input_ids"]
 
 
 def test_parse_bench_line(tmp_path):
-    m = ab_mod.parse_bench_line(BENCH_LINE)
+    m = server_mod.parse_bench_line(BENCH_LINE)
     assert m["output_throughput"] == 16179.2 and m["mean_ttft_ms"] == 512.5 and m["mean_itl_ms"] == 2.95
     assert "tokenizer_id" not in m and "std_ttft_ms" not in m
     f = tmp_path / "b.jsonl"
     f.write_text('{"output_throughput": 1.0}\n' + BENCH_LINE + "\n")
-    assert ab_mod.read_bench(f)["output_throughput"] == 16179.2  # the last (appended) line
+    assert server_mod.read_bench(f)["output_throughput"] == 16179.2  # the last (appended) line
     with pytest.raises(AstraError):
-        ab_mod.parse_bench_line('{"backend": "sglang"}')
+        server_mod.parse_bench_line('{"backend": "sglang"}')
     with pytest.raises(AstraError):
-        ab_mod.parse_bench_line("not json")
+        server_mod.parse_bench_line("not json")
     with pytest.raises(AstraError):
-        ab_mod.read_bench(tmp_path / "missing.jsonl")
+        server_mod.read_bench(tmp_path / "missing.jsonl")
 
 
 def _row(arm, run, thr, ttft, itl, outputs):
@@ -110,25 +111,25 @@ def test_report_single_run_and_identical(tmp_path):
 def test_server_lifecycle_with_stand_in(tmp_path):
     port = free_port()
     log = tmp_path / "server.log"
-    proc = ab_mod.start_server([sys.executable, "-c", STAND_IN, str(port)], {}, log)
+    proc = server_mod.start_server([sys.executable, "-c", STAND_IN, str(port)], {}, log)
     try:
-        ab_mod.wait_healthy(proc, port, log, timeout_s=20)
-        outputs = ab_mod.parity_probe(port, skip_tokenizer=False)
-        assert outputs == [[port, len(p)] for p in ab_mod.PROBE_PROMPTS]
+        server_mod.wait_healthy(proc, port, log, timeout_s=20)
+        outputs = server_mod.parity_probe(port, skip_tokenizer=False)
+        assert outputs == [[port, len(p)] for p in server_mod.PROBE_PROMPTS]
     finally:
-        ab_mod.stop_server(proc, grace_s=5)
+        server_mod.stop_server(proc, grace_s=5)
     assert proc.poll() is not None
 
 
 def test_dying_server_reports_log_tail(tmp_path):
     log = tmp_path / "server.log"
-    proc = ab_mod.start_server([sys.executable, "-c", "print('boom: no GPU'); raise SystemExit(3)"], {}, log)
+    proc = server_mod.start_server([sys.executable, "-c", "print('boom: no GPU'); raise SystemExit(3)"], {}, log)
     with pytest.raises(AstraError, match="boom: no GPU"):
-        ab_mod.wait_healthy(proc, free_port(), log, timeout_s=20)
+        server_mod.wait_healthy(proc, free_port(), log, timeout_s=20)
 
 
 def test_strip_patch_env():
-    env = ab_mod.strip_patch_env({"ASTRA_SGLANG_PATCHES": "p", "PATH": "/bin"})
+    env = server_mod.strip_patch_env({"ASTRA_SGLANG_PATCHES": "p", "PATH": "/bin"})
     assert env == {"PATH": "/bin"}
 
 
@@ -150,7 +151,7 @@ def test_cli_errors(tmp_path, monkeypatch):
 
 
 def test_bench_command_shared_prefix():
-    argv = ab_mod.bench_command("m", 31000, "b.jsonl", 512, 256, 128, 64, python="py", dataset="shared-prefix",
+    argv = server_mod.bench_command("m", 31000, "b.jsonl", 512, 256, 128, 64, python="py", dataset="shared-prefix",
                                 prefix_len=2048, groups=16)
     pairs = {f: argv[i + 1] for i, f in enumerate(argv[:-1]) if f.startswith("--") and f != "--disable-tqdm"}
     assert pairs["--dataset-name"] == "generated-shared-prefix"
@@ -165,7 +166,7 @@ def test_warmup_starts_are_run_first_and_not_recorded(tmp_path, monkeypatch):
     def fake_run_arm(arm, run, argv, env, opts, out):
         calls.append((arm, run, opts["num_prompts"], "ASTRA_SGLANG_PATCHES" in env))
         # the patched arm flushes its stats often enough that the benchmark's calls are counted
-        assert env.get("ASTRA_SGLANG_STATS_INTERVAL") == (str(ab_mod.STATS_INTERVAL_S) if arm == "B" else None)
+        assert env.get("ASTRA_SGLANG_STATS_INTERVAL") == (str(server_mod.STATS_INTERVAL_S) if arm == "B" else None)
         return [{"arm": arm, "run": run, "metrics": {"output_throughput": 1.0}, "outputs": []}]
 
     reports = []
@@ -187,12 +188,12 @@ def test_warmup_starts_are_run_first_and_not_recorded(tmp_path, monkeypatch):
 
 def test_repeats_benchmark_one_start_several_times(tmp_path, monkeypatch):
     events = []
-    monkeypatch.setattr(ab_mod, "start_server", lambda argv, env, log: events.append("start") or "proc")
-    monkeypatch.setattr(ab_mod, "wait_healthy", lambda proc, port, log, timeout: 1.0)
-    monkeypatch.setattr(ab_mod, "run_benchmark", lambda port, path, opts: events.append(path.name) or
+    monkeypatch.setattr(server_mod, "start_server", lambda argv, env, log: events.append("start") or "proc")
+    monkeypatch.setattr(server_mod, "wait_healthy", lambda proc, port, log, timeout: 1.0)
+    monkeypatch.setattr(server_mod, "run_benchmark", lambda port, path, opts: events.append(path.name) or
                         {"output_throughput": float(len(events))})
-    monkeypatch.setattr(ab_mod, "parity_probe", lambda port, skip: events.append("probe") or ["x"])
-    monkeypatch.setattr(ab_mod, "stop_server", lambda proc: events.append("stop"))
+    monkeypatch.setattr(server_mod, "parity_probe", lambda port, skip: events.append("probe") or ["x"])
+    monkeypatch.setattr(server_mod, "stop_server", lambda proc: events.append("stop"))
     rows = ab_mod.run_arm("B", 2, ["python"], {}, {"port": 1, "health_timeout": 5, "repeats": 3, "extra": []},
                           tmp_path)
     assert events == ["start", "bench-B-2-1.jsonl", "bench-B-2-2.jsonl", "bench-B-2-3.jsonl", "probe", "stop"]

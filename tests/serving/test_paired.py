@@ -16,6 +16,7 @@ from stand_in import SERVER as STAND_IN, free_port_pair
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
 from astra_sglang.serving import ab as ab_mod
+from astra_sglang.serving import server as server_mod
 from astra_sglang.serving import paired as paired_mod
 from astra_sglang.serving import paired_stats, report
 
@@ -30,7 +31,7 @@ def _arms(tmp_path, stats_interval=None):
 
 @pytest.fixture
 def fake(monkeypatch):
-    """ab.py's server and benchmark functions replaced by recorders; `fail` makes one benchmark raise."""
+    """server.py's server and benchmark functions replaced by recorders; `fail` makes one benchmark raise."""
     events, state = [], {"fail": None, "health": {}}
 
     def start(argv, env, log):  # the "process" is the arm's name (from the port when the CLI built the argv)
@@ -51,11 +52,11 @@ def fake(monkeypatch):
         arm = {31000: "A", 31001: "B"}[port]
         return {"output_throughput": 100.0 if arm == "A" else 105.0, "mean_ttft_ms": 50.0, "mean_itl_ms": 3.0}
 
-    monkeypatch.setattr(ab_mod, "start_server", start)
-    monkeypatch.setattr(ab_mod, "wait_healthy", healthy)
-    monkeypatch.setattr(ab_mod, "run_benchmark", bench)
-    monkeypatch.setattr(ab_mod, "parity_probe", lambda port, skip: events.append(f"probe {port}") or [[port]])
-    monkeypatch.setattr(ab_mod, "stop_server", lambda proc: events.append(f"stop {proc}"))
+    monkeypatch.setattr(server_mod, "start_server", start)
+    monkeypatch.setattr(server_mod, "wait_healthy", healthy)
+    monkeypatch.setattr(server_mod, "run_benchmark", bench)
+    monkeypatch.setattr(server_mod, "parity_probe", lambda port, skip: events.append(f"probe {port}") or [[port]])
+    monkeypatch.setattr(server_mod, "stop_server", lambda proc: events.append(f"stop {proc}"))
     pools = {31000: 900, 31001: 800}
     monkeypatch.setattr(paired_mod, "server_info", lambda port: {"max_total_num_tokens": pools[port]})
     monkeypatch.setattr(paired_mod.time, "sleep", lambda s: events.append(f"sleep {s}"))
@@ -125,7 +126,7 @@ def test_stop_arms_stops_the_other_when_one_stop_raises(tmp_path, monkeypatch):
         stopped.append(proc)
         if proc == "B":
             raise OSError("stuck")
-    monkeypatch.setattr(ab_mod, "stop_server", stop)
+    monkeypatch.setattr(server_mod, "stop_server", stop)
     a, b = _arms(tmp_path)
     a.proc, b.proc = "A", "B"
     with pytest.raises(OSError):
@@ -161,7 +162,7 @@ def test_two_stand_in_servers_are_both_stopped_when_a_benchmark_raises(tmp_path,
         if path.stem == "bench-B-2":
             raise AstraError("benchmark timed out")
         return {"output_throughput": float(p)}
-    monkeypatch.setattr(ab_mod, "run_benchmark", bench)
+    monkeypatch.setattr(server_mod, "run_benchmark", bench)
     rounds = []
     with pytest.raises(AstraError, match="timed out"):
         paired_mod.run_rounds(a, b, {**OPTS, "port": port, "health_timeout": 20}, tmp_path, runs=3, warmup=0,
@@ -268,8 +269,10 @@ def cli(tmp_path, monkeypatch, fake):
     """ab's CLI with the fakes above and a fake patched_server; returns (invoke, events, reports)."""
     reports = []
     monkeypatch.setattr(ab_mod, "sglang_available", lambda: True)
-    monkeypatch.setattr(ab_mod, "patched_server", lambda patches, stats_dir=None, no_build=False, server_args=(), **k:
-                        ({"ASTRA_SGLANG_PATCHES": "p", "PATH": "/bin"}, ["python", "-m", "sglang", *server_args], "ok"))
+    def patched(patches, stats_dir=None, no_build=False, server_args=(), **k):
+        return {"ASTRA_SGLANG_PATCHES": "p", "PATH": "/bin"}, ["python", "-m", "sglang", *server_args], "ok"
+    monkeypatch.setattr(ab_mod, "patched_server", patched)
+    monkeypatch.setattr(paired_mod, "patched_server", patched)
     monkeypatch.setattr(report, "write_report", lambda out, rows, dirs: reports.append(
         (len(rows), [str(d) for d in dirs])) or out / "ab.md")
     invoke = lambda *args: CliRunner().invoke(ab_mod.ab, ["--model-path", "m", "--port", "31000",  # noqa: E731
@@ -280,7 +283,7 @@ def cli(tmp_path, monkeypatch, fake):
 def test_cli_paired_end_to_end(tmp_path, cli, monkeypatch):
     invoke, events, reports = cli
     starts = []
-    monkeypatch.setattr(ab_mod, "start_server", lambda argv, env, log: starts.append((argv, env)) or
+    monkeypatch.setattr(server_mod, "start_server", lambda argv, env, log: starts.append((argv, env)) or
                         {"31000": "A", "31001": "B"}[argv[argv.index("--port") + 1]])
     res = invoke("--paired", "--runs", "4", "--warmup", "1", "--", "--mem-fraction-static", "0.4",
                  "--max-total-tokens", "1000", "--sleep-on-idle")
@@ -290,7 +293,7 @@ def test_cli_paired_end_to_end(tmp_path, cli, monkeypatch):
     assert argv_a[argv_a.index("--port") + 1] == "31000" and argv_b[argv_b.index("--port") + 1] == "31001"
     assert "--sleep-on-idle" in argv_a and "--sleep-on-idle" in argv_b  # server args reach both servers
     assert not any(k.startswith("ASTRA_SGLANG_") for k in env_a)  # A is unpatched
-    assert env_b["ASTRA_SGLANG_PATCHES"] == "p" and env_b[ENV_STATS_INTERVAL] == str(ab_mod.STATS_INTERVAL_S)
+    assert env_b["ASTRA_SGLANG_PATCHES"] == "p" and env_b[ENV_STATS_INTERVAL] == str(server_mod.STATS_INTERVAL_S)
     stats = str(tmp_path / "o" / "stats" / "B-paired")
     assert reports == [(2, [stats]), (4, [stats]), (6, [stats]), (8, [stats]), (8, [stats])]  # per round + final
     rows = [json.loads(line) for line in (tmp_path / "o" / "ab.jsonl").read_text().splitlines()]
