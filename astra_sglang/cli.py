@@ -61,10 +61,11 @@ def kernels() -> None:
 @main.command()
 @click.argument("kernel")
 @click.option("--candidate", type=click.Path(exists=True, dir_okay=False), help="Kernel .cu to evaluate "
-              "(default: our own first kernel for KERNEL).")
-@click.option("--baseline", help="Kernel .cu to compare against (default: our own first kernel), e.g. an "
-              "extracted DIR/kernel.cu; py:MODULE:FUNCTION for a Python op such as py:sgl_kernel:rmsnorm; or "
-              "'sglang' for what the installed SGLang calls.")
+              "(default: the shipped patch, patches/KERNEL/ with its manifest's defines).")
+@click.option("--baseline", help="Kernel .cu to compare against, e.g. an extracted DIR/kernel.cu; "
+              "py:MODULE:FUNCTION for a Python op such as py:sgl_kernel:rmsnorm; or 'sglang' for the first call "
+              "site the installed SGLang binds (default: SGLang's own op where SGLang imports, else the tool's "
+              "reference kernel, astra_sglang/kernels/KERNEL.cu).")
 @click.option("--shapes", default="quick", show_default=True,
               help="Shape set (quick, paper, models, edge, held_out, all; join with '+') or a list like 16x4096,32x8192.")
 @click.option("--dtypes", default="bfloat16,float16", show_default=True, help="Comma-separated dtypes.")
@@ -79,24 +80,27 @@ def kernels() -> None:
 def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, timeout, l2) -> None:
     """Build, check and time KERNEL on every shape; print a table and write JSONL.
 
-    Each evaluation runs in a child process with a hard timeout. Reports median kernel time (CUDA-graph
-    replay, L2 cold unless --l2 hot, interleaved with the baseline) with its p10-p90 spread, achieved GB/s, % of an SM-copy
-    roofline measured in the same run, the speedup over the baseline, and, separately, per-call time with
-    Python dispatch ("eager").
+    By default the shipped patch (patches/KERNEL/) against SGLang's own op, or against the tool's reference
+    kernel where SGLang does not import; the first line says which. Each evaluation runs in a child process
+    with a hard timeout. Reports median kernel time (CUDA-graph replay, L2 cold unless --l2 hot, interleaved
+    with the baseline) with its p10-p90 spread, achieved GB/s, % of an SM-copy roofline measured in the same
+    run, the speedup over the baseline, and, separately, per-call time from Python ("eager": one call at a
+    time through ctypes, host clock; at small shapes the host's work per call sets it, not the kernel).
 
     \b
     Examples:
       astra-sglang bench silu_and_mul
       astra-sglang bench fused_add_rmsnorm --shapes paper --dtypes bf16
-      astra-sglang bench rmsnorm --candidate patches/rmsnorm/kernel.cu --baseline sglang
+      astra-sglang bench rmsnorm --baseline sglang
       astra-sglang bench silu_and_mul --baseline work/extract/silu_and_mul-sglang/kernel.cu --shapes 16x4096
-      astra-sglang bench silu_and_mul --candidate patches/silu_and_mul/kernel.cu --baseline sglang --l2 hot
+      astra-sglang bench silu_and_mul --candidate my_silu.cu -D BLOCK=256 --l2 hot
     """
     from astra_sglang.harness.inputs import canonical_dtype
     from astra_sglang.harness.isolate import evaluate
     from astra_sglang.harness.records import EvalRequest, KernelSource
     from astra_sglang.harness.report import print_result, write_jsonl
-    from astra_sglang.harness.worker import default_baseline
+    from astra_sglang.ops.defaults import baseline_side, candidate_side
+    from astra_sglang.patching.store import default_root
     from astra_sglang.specs.registry import get_spec, resolve_shapes
 
     spec = get_spec(kernel)
@@ -107,27 +111,31 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, t
     unsupported = [d for d in dtype_list if d not in spec.dtypes]
     if unsupported:
         raise AstraError(f"{kernel} does not support {unsupported}; it supports {spec.dtypes}")
-    if baseline == "sglang":
-        from astra_sglang.ops.adapters import sglang_baseline
-
-        baseline = sglang_baseline(spec)
-    if baseline and not baseline.startswith("py:") and not Path(baseline).is_file():
-        raise AstraError(f"baseline not found: {baseline}")
     knobs = dict(d.split("=", 1) if "=" in d else (d, "1") for d in defines)
-    req = EvalRequest(kernel=kernel, candidate=KernelSource(path=str(Path(candidate or default_baseline(kernel))),
-                                                             defines=knobs,
-                                                             label=candidate or f"ours:{kernel}"),
-                      baseline=KernelSource(path=str(Path(baseline))) if baseline else None,
+    cand = candidate_side(kernel, candidate, knobs, default_root())
+    base = baseline_side(spec, baseline)
+    if not base.path:
+        raise AstraError(f"no SGLang call site is known for {kernel}; pass --baseline")
+    if not base.path.startswith("py:") and not Path(base.path).is_file():
+        raise AstraError(f"baseline not found: {base.path}")
+    sides = f"{cand.describe()} vs {base.describe()}"
+    req = EvalRequest(kernel=kernel, candidate=KernelSource(path=cand.path, defines=cand.defines, label=cand.label),
+                      baseline=KernelSource(path=base.path, defines=base.defines, label=base.label),
                       shapes=resolve_shapes(spec, shapes), dtypes=dtype_list, check=not no_check,
                       timeout_s=timeout, compile_only=not _has_gpu(), l2=l2)
+    if not req.compile_only:
+        click.echo(f"{kernel}: {sides}")
     result = evaluate(req)
     if req.compile_only:
         if not result.ok:
             raise AstraError(result.reason)
         cached = " (cached)" if result.build.cached else ""
         raise AstraError(f"no CUDA GPU here: candidate and baseline built ({result.build.seconds:.1f}s{cached}); "
-                         "checking and timing need a GPU")
+                         f"checking and timing need a GPU [{sides}]")
     print_result(result)
+    note = eager_note(result)
+    if note:
+        click.echo(note)
     path = Path(out or f"runs/bench-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     path.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(result, path)
@@ -150,6 +158,22 @@ def _register_commands() -> None:
 
 
 _register_commands()
+
+
+EAGER_HOST_BOUND = 1.5
+"""An eager time this many times the graph time is the host's per-call work, not the kernel's."""
+
+
+def eager_note(result) -> str:
+    """One line explaining eager times far above the graph times (the same kernel, another measurement)."""
+    rows = [s for s in result.shapes if s.candidate and s.eager_candidate_us]
+    slow = [s for s in rows if s.eager_candidate_us > EAGER_HOST_BOUND * s.candidate.median_us]
+    if not slow:
+        return ""
+    host = min(s.eager_candidate_us for s in slow)
+    return (f"eager is over {EAGER_HOST_BOUND}x the graph time at {len(slow)} of {len(rows)} shapes: one call at a time "
+            f"from Python, each waits for the host's dispatch (>= {host:.1f} us a call here), so it measures the host, "
+            "not the kernel; compare kernels by the graph columns (docs/timing.md)")
 
 
 def _has_gpu() -> bool:

@@ -1,0 +1,127 @@
+"""`astra-sglang bench OP` with no --candidate / --baseline: the shipped patch against SGLang's own op where
+SGLang imports, else against the tool's reference kernel, saying which; and the eager note. The evaluation
+itself is faked (no GPU here): these tests check what is asked for and what is printed."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from astra_sglang.cli import eager_note, main
+from astra_sglang.harness import isolate
+from astra_sglang.harness.records import BuildInfo, EvalResult, ShapeResult, Timing
+from astra_sglang.ops import defaults
+from astra_sglang.ops.adapters import KERNEL_BASELINES
+from astra_sglang.paths import kernels_dir, patches_dir
+
+OPS = ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse"]
+
+
+def _row(shape, graph_us, eager_us):
+    return ShapeResult(shape=shape, dtype="bfloat16", correct=True, candidate=Timing(
+        median_us=graph_us, p10_us=graph_us, p90_us=graph_us), baseline=Timing(
+        median_us=2 * graph_us, p10_us=2 * graph_us, p90_us=2 * graph_us), speedup=2.0,
+        eager_candidate_us=eager_us, eager_baseline_us=eager_us)
+
+
+@pytest.fixture
+def bench(monkeypatch, tmp_path):
+    """invoke(args, sglang=bool, gpu=bool) -> (CliResult, the EvalRequest bench built)."""
+    seen = []
+
+    def fake_evaluate(req):
+        seen.append(req)
+        return EvalResult(kernel=req.kernel, candidate=req.candidate.name(), baseline=req.baseline.name(), ok=True,
+                          stage="done", build=BuildInfo(ok=True, seconds=0.5), gpu="fake GPU",
+                          shapes=[_row((1, 4096), 2.0, 9.0), _row((8192, 4096), 40.0, 41.0)])
+
+    monkeypatch.setattr(isolate, "evaluate", fake_evaluate)
+
+    def invoke(args, sglang=True, gpu=True):
+        monkeypatch.setattr(defaults, "missing_for", lambda op: None if sglang else "sglang")
+        monkeypatch.setattr("astra_sglang.cli._has_gpu", lambda: gpu)
+        res = CliRunner().invoke(main, ["bench", *args, "--shapes", "quick", "--out", str(tmp_path / "r.jsonl")])
+        return res, seen[-1] if seen else None
+
+    return invoke
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_default_is_the_shipped_patch_against_sglangs_op(bench, op):
+    res, req = bench([op])
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((patches_dir() / op / "manifest.json").read_text())
+    assert Path(req.candidate.path) == (patches_dir() / op / manifest["kernel"]).resolve()
+    assert req.candidate.defines == manifest["defines"] and req.candidate.label == f"patches/{op}"
+    assert req.baseline.path == KERNEL_BASELINES[op]
+    first = res.output.splitlines()[0]
+    assert first == f"{op}: patches/{op} (the shipped patch) vs {KERNEL_BASELINES[op]} (SGLang's own op)"
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_without_sglang_the_baseline_is_the_reference_kernel_with_a_note(bench, op):
+    res, req = bench([op], sglang=False)
+    assert res.exit_code == 0, res.output
+    assert req.baseline.path == str(kernels_dir() / f"{op}.cu") and req.candidate.label == f"patches/{op}"
+    first = res.output.splitlines()[0]
+    assert "the shipped patch" in first and "the tool's reference kernel: sglang is not importable here" in first
+
+
+def test_merge_state_builds_the_sibling_kernel_base2_and_says_it_ships_disabled(bench):
+    res, req = bench(["merge_state"])
+    assert res.exit_code == 0, res.output
+    assert Path(req.candidate.path) == (patches_dir() / "merge_attn_states_lse" / "kernel.cu").resolve()
+    assert req.candidate.defines == {"ASTRA_LSE_BASE2": "1"}
+    assert "disabled in the patch set" in res.output.splitlines()[0]
+    assert req.baseline.path == KERNEL_BASELINES["merge_state"]
+
+
+def test_knobs_add_to_the_manifest_defines_and_explicit_sides_win(bench, tmp_path):
+    res, req = bench(["merge_state", "-D", "ASTRA_DEFAULT_PDL=0"])
+    assert req.candidate.defines == {"ASTRA_LSE_BASE2": "1", "ASTRA_DEFAULT_PDL": "0"}
+    mine = tmp_path / "mine.cu"
+    mine.write_text("// a candidate\n")
+    res, req = bench(["rmsnorm", "--candidate", str(mine), "--baseline", "py:sgl_kernel:rmsnorm"], sglang=False)
+    assert res.exit_code == 0, res.output
+    assert req.candidate.path == str(mine) and req.candidate.defines == {}
+    assert req.baseline.path == "py:sgl_kernel:rmsnorm"
+    assert res.output.splitlines()[0] == f"rmsnorm: {mine} (given) vs py:sgl_kernel:rmsnorm (given)"
+
+
+def test_baseline_sglang_is_the_first_call_site(bench):
+    res, req = bench(["rmsnorm", "--baseline", "sglang"])
+    assert req.baseline.path == "py:sglang.srt.layers.layernorm:rmsnorm"
+
+
+def test_a_patch_set_without_the_op_falls_back_to_the_reference_kernel(bench, monkeypatch, tmp_path):
+    monkeypatch.setenv("ASTRA_SGLANG_PATCHES", str(tmp_path / "empty"))
+    res, req = bench(["rmsnorm"])
+    assert req.candidate.path == str(kernels_dir() / "rmsnorm.cu")
+    assert "no patch for rmsnorm" in res.output.splitlines()[0]
+
+
+def test_without_a_gpu_one_line_names_both_sides(bench):
+    res, _ = bench(["rmsnorm"], sglang=False, gpu=False)
+    assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1
+    assert "no CUDA GPU here" in res.output and "patches/rmsnorm (the shipped patch) vs ours:rmsnorm" in res.output
+
+
+def test_eager_note_only_where_the_host_sets_the_eager_time(bench):
+    res, _ = bench(["rmsnorm"])
+    note = [ln for ln in res.output.splitlines() if ln.startswith("eager is over")]
+    assert note and "at 1 of 2 shapes" in note[0] and ">= 9.0 us a call" in note[0]
+    quiet = EvalResult(kernel="rmsnorm", candidate="c", shapes=[_row((8192, 4096), 40.0, 41.0)])
+    assert eager_note(quiet) == ""
+
+
+def test_missing_for_names_the_first_absent_package(monkeypatch):
+    present = {"sglang"}
+    monkeypatch.setattr(defaults.importlib.util, "find_spec", lambda name: object() if name in present else None)
+    assert defaults.missing_for("rmsnorm") == "sgl_kernel"
+    assert defaults.missing_for("merge_state") == "flashinfer"
+    present |= {"sgl_kernel", "flashinfer"}
+    assert defaults.missing_for("rmsnorm") is None and defaults.missing_for("merge_state") is None
+    present.clear()
+    assert defaults.missing_for("silu_and_mul") == "sglang"
