@@ -1,16 +1,16 @@
-"""Per kernel instantiation: do two builds compile to the same SASS? The check behind the notes' "same device
-code as the timed build" claims (a timed number stays valid for an unchanged instantiation). CPU only; needs
+"""Per kernel instantiation: do two builds compile to the same SASS? The check that a kernel or header change
+left the generated code alone (a timed number stays valid for an unchanged instantiation). CPU only; needs
 cuobjdump on PATH (a CUDA toolkit's, or the bin folder of the `nvidia-cuda-cuobjdump` wheel).
 
 Usage:
     python3 benchmarks/sass_diff.py NEW OLD [-D NAME=VALUE] [--old-define NAME=VALUE] [--grep TEXT]
-NEW / OLD: a file, or GIT_REV:PATH (read with `git show`), e.g.
+NEW / OLD: a file, or GIT_REV:PATH (read with `git show`, and built with that revision's harness_templates/
+headers, so a change to the shared header is compared too), e.g.
     python3 benchmarks/sass_diff.py patches/silu_and_mul/kernel.cu cacc5fc:patches/silu_and_mul/kernel.cu
 Prints one line per kernel (same / differs / only in one build) and the counts. `--rename REGEX=TEXT` rewrites
 NEW's kernel names before matching, for a build that gained a template parameter, e.g. merge's ORDER:
     python3 benchmarks/sass_diff.py patches/merge_attn_states_lse/kernel.cu \
-        benchmarks/results/2026-11-21-h200-s6/sources/merge-x.cu --old-define ASTRA_MERGE_EARLY=1 \
-        --grep ELi1EEEv --rename "ELi1EEEv=EEEv"
+        4b56011:patches/merge_attn_states_lse/kernel.cu --grep ELi1EEEv --rename "ELi1EEEv=EEEv"
 """
 import argparse
 import re
@@ -18,29 +18,42 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from unittest import mock
 
-from astra_sglang.harness.build import build_library
+from astra_sglang.harness import build
 
 
-def source(spec: str, folder: Path, name: str) -> Path:
+def git_text(rev: str, path: str) -> str:
+    text = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True)
+    if text.returncode != 0:
+        raise SystemExit(f"sass_diff: git show {rev}:{path}: {text.stderr.strip()[:200]}")
+    return text.stdout
+
+
+def source(spec: str, folder: Path, name: str) -> tuple[Path, Path | None]:
+    """The file to build and, for GIT_REV:PATH, a folder with that revision's project headers."""
     if Path(spec).is_file():
-        return Path(spec)
+        return Path(spec), None
     if ":" not in spec:
         raise SystemExit(f"sass_diff: no such file or GIT_REV:PATH: {spec}")
     rev, path = spec.split(":", 1)
-    text = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True)
-    if text.returncode != 0:
-        raise SystemExit(f"sass_diff: git show {spec}: {text.stderr.strip()[:200]}")
     out = folder / name
-    out.write_text(text.stdout)
-    return out
+    out.write_text(git_text(rev, path))
+    headers = folder / f"{name}.headers"
+    headers.mkdir()
+    for header in build.HEADERS:
+        (headers / header).write_text(git_text(rev, f"harness_templates/{header}"))
+    return out, headers
 
 
-def sass(path: Path, defines: dict[str, str]) -> dict[str, list[str]]:
-    build = build_library(path, defines)
-    if not build.ok:
-        raise SystemExit(f"sass_diff: build of {path} failed: {build.log[-300:]}")
-    return parse(subprocess.run(["cuobjdump", "-sass", build.library], capture_output=True, text=True,
+def sass(path: Path, defines: dict[str, str], headers: Path | None = None) -> dict[str, list[str]]:
+    if headers is not None:  # the build reads its headers (and keys its cache) through templates_dir()
+        with mock.patch.object(build, "templates_dir", lambda: headers):
+            return sass(path, defines)
+    result = build.build_library(path, defines)
+    if not result.ok:
+        raise SystemExit(f"sass_diff: build of {path} failed: {result.log[-300:]}")
+    return parse(subprocess.run(["cuobjdump", "-sass", result.library], capture_output=True, text=True,
                                 check=True).stdout)
 
 
@@ -75,8 +88,10 @@ def main() -> None:
     if not shutil.which("cuobjdump"):
         raise SystemExit("sass_diff: cuobjdump not on PATH (CUDA toolkit, or the nvidia-cuda-cuobjdump wheel)")
     with tempfile.TemporaryDirectory() as tmp:
-        new = sass(source(args.new, Path(tmp), "new.cu"), dict(d.split("=", 1) for d in args.defines))
-        old = sass(source(args.old, Path(tmp), "old.cu"), dict(d.split("=", 1) for d in args.old_define))
+        new_path, new_headers = source(args.new, Path(tmp), "new.cu")
+        new = sass(new_path, dict(d.split("=", 1) for d in args.defines), new_headers)
+        old_path, old_headers = source(args.old, Path(tmp), "old.cu")
+        old = sass(old_path, dict(d.split("=", 1) for d in args.old_define), old_headers)
     new = {name: code for name, code in new.items() if args.grep in name}
     new = {rename(name, args.rename): code for name, code in new.items()}
     counts = {"same": 0, "differs": 0, "only in one build": 0}

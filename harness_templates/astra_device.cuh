@@ -1,11 +1,12 @@
-// astra-sglang device helpers shared by the shipped kernels (patches/<op>/kernel.cu): conversions,
-// one-access vector loads/stores, PDL, warp and row sums, the launch with optional PDL, and the
-// dynamic shared-memory opt-in. Kernel files include it next to astra_abi.h (`#include "astra_device.cuh"`);
-// it is part of every build's cache key.
+// astra-sglang helpers shared by the shipped kernels (patches/<op>/kernel.cu). Device: conversions, one-access
+// vector loads/stores, PDL, warp and row sums. Host: the launch with optional PDL, the dynamic shared-memory
+// opt-in, the widest access a call's layout allows, and the dtype dispatch. Kernel files include it
+// (`#include "astra_device.cuh"`, which brings astra_abi.h); it is part of every build's cache key.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <initializer_list>
 #include <type_traits>
 #include "astra_abi.h"
 
@@ -106,10 +107,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 // The caller must __syncthreads() before red is written again.
 // FITTED (the register path): blockDim.x may be below THREADS, and the second level runs in registers, lane
 // w taking warp w's sum, so every thread ends with the same total (one smem read, 5 shuffles). The
-// 32 unrolled smem reads of the fixed-width form cost the 32-register fitted builds a spill (session 4);
+// 32 unrolled smem reads of the fixed-width form cost the 32-register fitted builds a spill (ptxas -v);
 // the loop and cached-row kernels keep that form, where the butterfly made the 1024-thread build spill.
 // LDS (fitted only, at most 8 warps): every thread sums the warp sums read from shared memory, in warp order,
-// instead of 5 more dependent shuffles; the reads issue back to back (rmsnorm, session 7).
+// instead of 5 more dependent shuffles; the reads issue back to back (used by rmsnorm).
 template <int THREADS, int ROWS, bool FITTED = false, bool LDS = false>
 __device__ __forceinline__ float row_sum(float v, float (*red)[(THREADS + 31) / 32]) {
   v = warp_sum(v);
@@ -164,6 +165,43 @@ static int launch(K kernel, bool pdl, dim3 grid, dim3 block, size_t smem, cudaSt
   cfg.numAttrs = pdl ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, args...);
   return err == cudaSuccess ? (int)cudaGetLastError() : (int)err;
+}
+
+// An access of `elems` elements (`bytes` bytes) fits a call when every base is `bytes`-aligned and every row
+// starts on a whole access: the row width and, unless there is one row, each row stride a multiple of elems.
+static bool access_fits(int bytes, int64_t elems, int64_t width, int64_t rows, std::initializer_list<const void*> bases,
+                        std::initializer_list<int64_t> row_strides) {
+  for (const void* b : bases)
+    if ((uintptr_t)b % bytes != 0) return false;
+  if (width % elems != 0) return false;
+  if (rows == 1) return true;
+  for (int64_t s : row_strides)
+    if (s % elems != 0) return false;
+  return true;
+}
+
+// The widest access `fits(elems, bytes)` allows for elements of `size` bytes: 16 bytes, else 8, else one element.
+template <typename Fits> static int64_t access_elems(int64_t size, Fits fits) {
+  return fits(16 / size, 16) ? 16 / size : fits(8 / size, 8) ? 8 / size : 1;
+}
+
+// run(std::integral_constant<int, N>) with N the elements of T in the widest access `fits` allows.
+template <typename T, typename Fits, typename Run> static int by_access(Fits fits, Run run) {
+  constexpr int V16 = 16 / (int)sizeof(T);
+  if (fits(V16, 16)) return run(std::integral_constant<int, V16>{});
+  if (fits(V16 / 2, 8)) return run(std::integral_constant<int, V16 / 2>{});
+  return run(std::integral_constant<int, 1>{});
+}
+
+// run(Type<T>{}) with T the C++ type of an ASTRA_* dtype; ASTRA_UNSUPPORTED for any other dtype.
+template <typename T> struct Type { using type = T; };
+template <typename Run> static int by_dtype(int dtype, Run run) {
+  switch (dtype) {
+    case ASTRA_FLOAT32: return run(Type<float>{});
+    case ASTRA_FLOAT16: return run(Type<__half>{});
+    case ASTRA_BFLOAT16: return run(Type<__nv_bfloat16>{});
+    default: return ASTRA_UNSUPPORTED;
+  }
 }
 
 }  // namespace

@@ -24,3 +24,14 @@ def test_rename_maps_a_new_template_parameter_onto_the_old_name(bench_script):
     new = "merge_kernelI13__nv_bfloat16Li8ELi128ELi1ELb1ELi2EEEvPKT_"
     assert sass_diff.rename(new, ["ELi2EEEv=EEEv"]) == "merge_kernelI13__nv_bfloat16Li8ELi128ELi1ELb1EEEvPKT_"
     assert sass_diff.rename(new, []) == new
+
+
+def test_a_revision_side_is_built_with_that_revisions_headers(bench_script, tmp_path):
+    sass_diff = bench_script("sass_diff")
+    path, headers = sass_diff.source("HEAD:patches/silu_and_mul/kernel.cu", tmp_path, "old.cu")
+    assert "silu_and_mul_kernel" in path.read_text()
+    assert sorted(p.name for p in headers.iterdir()) == sorted(sass_diff.build.HEADERS)
+    assert "ASTRA_ENTRY" in (headers / "astra_abi.h").read_text()
+    here = tmp_path / "k.cu"
+    here.write_text("// a file\n")
+    assert sass_diff.source(str(here), tmp_path, "new.cu") == (here, None)

@@ -18,16 +18,16 @@
 //  - Optional PDL: griddepcontrol.wait before any memory access keeps stream order exact.
 //
 // Tuner knobs (template parameters of astra_launch_cfg, in this order). The search space is pruned by
-// measurement (H200, benchmarks/notes/kernels.md run 2): PDL off cost ~0.6 us in every op; for the norms,
-// 32/64 threads and VPT 8 never won, and ROWS > 2 only matters below d = 1024 (no model shape).
+// measurement (H200, 2026-11-21, the knob sweep in docs/kernels.md): PDL off cost ~0.6 us in every op; for
+// the norms, 32/64 threads and VPT 8 never won, and ROWS > 2 only matters below d = 1024 (no model shape).
 // astra:knob THREADS 128 256 512 1024
 // astra:knob VPT 1 2 4
 // astra:knob ROWS 1 2
 // astra:knob PDL 1
 // astra:knob WIDE 1 2
-// FIT 1: the register path uses the fewest whole warps that hold the row, not THREADS (session 4).
+// FIT 1: the register path uses the fewest whole warps that hold the row, not THREADS.
 // astra:knob FIT 0 1
-#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp/row sums, launch, smem opt-in
+#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, row sums, launch, smem opt-in, dispatch
 
 namespace {
 
@@ -130,8 +130,8 @@ far_loop_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w,
 // (U vectors of each per thread in flight before the first use), writes the residual and keeps s in
 // shared memory; pass 2 reads s back from shared memory instead of re-reading the row from L2. 1024
 // threads at <= 32 registers, so two blocks (two rows) fit an SM: at 256 rows on 132 SMs that is one
-// wave, not two. (This replaced a thread-block-cluster split of each row, which was 10-20% SLOWER at
-// 256x13824 and 512x14336, H200 2026-11-21, benchmarks/notes/kernels.md.)
+// wave, not two. (A thread-block-cluster split of each row was 10-20% SLOWER at 256x13824 and 512x14336,
+// H200, 2026-11-21; docs/kernels.md.)
 template <typename T, int N, int THREADS, int U, int MINB, bool PDL>
 __global__ void __launch_bounds__(THREADS, MINB)
 far_cache_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, int64_t rows, int nvec, float inv_d,
@@ -198,7 +198,7 @@ far_cache_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w
 constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride beyond this many blocks
 
 #ifndef ASTRA_ROW_CACHE
-#define ASTRA_ROW_CACHE 1  // 0: wide rows take the re-reading loop path (the kernel before 2026-11-21, session 3)
+#define ASTRA_ROW_CACHE 1  // 0: wide rows take the re-reading loop path (no cached-row path)
 #endif
 
 // Knob combinations that cannot launch or would spill are clamped here, so every combination is valid:
@@ -239,21 +239,12 @@ static int run(const AstraTensor& in, const AstraTensor& res, const AstraTensor&
                 in.stride[0], res.stride[0], eps);
 }
 
-// N-element vectors need N-aligned bases and every row start (d, strides) a whole number of vectors.
-static bool vec_ok(const AstraTensor& in, const AstraTensor& res, const AstraTensor& w, int64_t elems, int bytes) {
-  return ((uintptr_t)in.data % bytes == 0) && ((uintptr_t)res.data % bytes == 0) && ((uintptr_t)w.data % bytes == 0) &&
-         in.shape[1] % elems == 0 &&
-         (in.shape[0] == 1 || (in.stride[0] % elems == 0 && res.stride[0] % elems == 0));
-}
-
-// 16-byte vectors where the layout allows, else 8-byte ones, else one element per access.
-template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, typename T>
-static int run_any(const AstraTensor& in, const AstraTensor& res, const AstraTensor& w, float eps,
-                   cudaStream_t stream) {
-  constexpr int V16 = 16 / (int)sizeof(T);
-  if (vec_ok(in, res, w, V16, 16)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, V16>(in, res, w, eps, stream);
-  if (vec_ok(in, res, w, V16 / 2, 8)) return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, V16 / 2>(in, res, w, eps, stream);
-  return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, 1>(in, res, w, eps, stream);
+// The accesses this call's layout allows.
+static auto fits(const AstraTensor& in, const AstraTensor& res, const AstraTensor& w) {
+  return [&](int64_t elems, int bytes) {
+    return access_fits(bytes, elems, in.shape[1], in.shape[0], {in.data, res.data, w.data},
+                       {in.stride[0], res.stride[0]});
+  };
 }
 
 static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars) {
@@ -281,12 +272,12 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
   const AstraTensor& w = tensors[2];
   if (in.shape[0] == 0 || in.shape[1] == 0) return ASTRA_OK;  // empty output: launch nothing
   const float eps = (float)scalars[0];
-  switch (in.dtype) {
-    case ASTRA_FLOAT32: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, float>(in, res, w, eps, stream);
-    case ASTRA_FLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, __half>(in, res, w, eps, stream);
-    case ASTRA_BFLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, __nv_bfloat16>(in, res, w, eps, stream);
-    default: return ASTRA_UNSUPPORTED;
-  }
+  return by_dtype(in.dtype, [&](auto type) {
+    using T = typename decltype(type)::type;
+    return by_access<T>(fits(in, res, w), [&](auto n) {
+      return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, T, n.value>(in, res, w, eps, stream);
+    });
+  });
 }
 
 #ifndef ASTRA_NO_DEFAULT_ENTRY
@@ -303,24 +294,24 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 // for 128 threads x 4 vectors, and 67.3 vs 79.9 us at 8192 rows. PDL off cost 0.6 us more at small shapes.
 // Wider rows: the cached-row path, 1024 threads; WIDE 2 (more loads in flight, one block per SM) for at
 // most 128 rows, WIDE 1 (two blocks per SM) above. Measured (H200, bf16, 2026-11-21, us, ours / flashinfer;
-// benchmarks/results/2026-11-21-h200-s3/variants): WIDE 1: 256x13824 8.88 / 9.27, 512x14336 17.48 / 17.71,
-// 4096x14336 121.5 / 119.7; WIDE 2: 7x8200 3.00 / 3.38, 64x13824 4.71 / 4.86, 128x11008 5.39 / 5.63 but
-// 256x13824 10.73. The re-reading loop path before it: 9.78 at 256x13824, 18.51 at 512x14336.
-// FIT (session 4, benchmarks/results/2026-11-21-h200-s4, `variants fit`; speedup vs flashinfer): threads cut to
-// the row, e.g. 640 of 1024 at d = 5120: 8192x5120 0.850 -> 0.982, 2048x5120 0.889 -> 1.009, 512x5120
-// 0.986 -> 1.079, no shape slower. Rows of 1025-1536 vectors, at most 128 of them: the register path with
-// 2 vectors a thread (768 x 2, fitted), 128x11008 1.013 -> 1.183 (cached path before).
-// Session 8 (benchmarks/results/2026-11-21-h200-s8, `variants models-cfg`, us 1 / 2 vectors a thread, fitted,
-// as timed and checked there): at most 128 rows of 513-1024 vectors take 2 vectors a thread: 1x8192 2.01 /
-// 1.78, 8x8192 2.34 / 2.27, 32x8192 2.57 / 2.53, 128x8192 3.91 / 3.83, 1x5120 1.52 / 1.48, 8x5120 1.97 /
-// 1.95 (128x5120 2.93 / 2.95); 512x8192 10.22 / 10.44: one vector a thread from 129 rows.
+// rows: `git show 1a07363:benchmarks/results/2026-11-21-h200-s3/variants/f2-wide-silucfg.jsonl`): WIDE 1:
+// 256x13824 8.88 / 9.27, 512x14336 17.48 / 17.71, 4096x14336 121.5 / 119.7; WIDE 2: 7x8200 3.00 / 3.38,
+// 64x13824 4.71 / 4.86, 128x11008 5.39 / 5.63 but 256x13824 10.73. The re-reading loop path: 9.78 at
+// 256x13824, 18.51 at 512x14336.
+// FIT (H200, 2026-11-21, speedup vs flashinfer; commit fbb4b50, `bash benchmarks/gpu/call_f.sh OUT variants
+// fit`): threads cut to the row, e.g. 640 of 1024 at d = 5120: 8192x5120 0.850 -> 0.982, 2048x5120 0.889 ->
+// 1.009, 512x5120 0.986 -> 1.079, no shape slower. Rows of 1025-1536 vectors, at most 128 of them: the
+// register path with 2 vectors a thread (768 x 2, fitted), 128x11008 1.013 -> 1.183 (cached path before).
+// Vectors a thread at d = 5120-8192 (H200, 2026-11-21, us 1 / 2 vectors a thread, fitted, each timed and
+// checked; commit 9a32a38, `bash benchmarks/gpu/call_f.sh OUT variants models-cfg`): at most 128 rows of
+// 513-1024 vectors take 2 vectors a thread: 1x8192 2.01 / 1.78, 8x8192 2.34 / 2.27, 32x8192 2.57 / 2.53,
+// 128x8192 3.91 / 3.83, 1x5120 1.52 / 1.48, 8x5120 1.97 / 1.95 (128x5120 2.93 / 2.95); 512x8192 10.22 /
+// 10.44: one vector a thread from 129 rows.
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
   const AstraTensor& in = tensors[0];
-  const int64_t size = in.dtype == ASTRA_FLOAT32 ? 4 : 2;
-  const int64_t vec = vec_ok(in, tensors[1], tensors[2], 16 / size, 16) ? 16 / size
-                      : vec_ok(in, tensors[1], tensors[2], 8 / size, 8) ? 8 / size : 1;
+  const int64_t vec = access_elems(in.dtype == ASTRA_FLOAT32 ? 4 : 2, fits(in, tensors[1], tensors[2]));
   const int64_t nv = (in.shape[1] + vec - 1) / vec, rows = in.shape[0];
   constexpr int P = ASTRA_DEFAULT_PDL;
 #define ASTRA_GO(TH, V, R, W) \
@@ -330,7 +321,7 @@ ASTRA_ENTRY {
   if (nv <= 128) ASTRA_GO(128, 1, 1, 1);
   if (nv <= 256) ASTRA_GO(256, 1, 1, 1);
   if (nv <= 512) ASTRA_GO(512, 1, 1, 1);
-  if (nv <= 1024 && rows <= 128) ASTRA_GO(1024, 2, 1, 1);  // 2 vectors a thread (session 8, above)
+  if (nv <= 1024 && rows <= 128) ASTRA_GO(1024, 2, 1, 1);  // 2 vectors a thread (above)
   if (nv <= 1024) ASTRA_GO(1024, 1, 1, 1);
   if (nv <= 1536 && rows <= 128) ASTRA_GO(768, 2, 1, 1);  // the register path, fitted: 2 vectors a thread
   if (rows <= 128) ASTRA_GO(1024, 1, 1, 2);  // capacity 1024 < nv: the cached-row path

@@ -15,13 +15,13 @@
 //  - Optional PDL: griddepcontrol.wait before any memory access keeps stream order exact.
 //
 // Tuner knobs (template parameters of astra_launch_cfg, in this order). PDL stays on: off cost ~0.6 us
-// at small shapes in every op (H200, benchmarks/notes/kernels.md run 2).
+// at small shapes in every op (H200, 2026-11-21, the knob sweep in docs/kernels.md).
 // astra:knob THREADS 64 128 256 512
 // astra:knob VPT 1 2 4
 // astra:knob PDL 1
 // astra:knob ORDER 0 1 2
 #include <math.h>
-#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp_sum, launch
+#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, launch, access width, dtype dispatch
 
 namespace {
 
@@ -154,9 +154,9 @@ static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars
   return ASTRA_OK;
 }
 
+// 16-byte accesses of the value tensors (contiguous, checked by validate): aligned bases, head_dim in whole vectors.
 static bool vec_ok(const AstraTensor* t, int64_t elems) {
-  return (uintptr_t)t[0].data % 16 == 0 && (uintptr_t)t[2].data % 16 == 0 && (uintptr_t)t[4].data % 16 == 0 &&
-         t[0].shape[2] % elems == 0;
+  return access_fits(16, elems, t[0].shape[2], 1, {t[0].data, t[2].data, t[4].data}, {});
 }
 
 }  // namespace
@@ -170,19 +170,12 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
   const AstraTensor& v = tensors[0];
   const int64_t pairs = v.shape[0] * v.shape[1], head_dim = v.shape[2];
   if (pairs == 0) return ASTRA_OK;  // nothing to do: launch nothing
-  switch (v.dtype) {
-    case ASTRA_FLOAT32:
-      return vec_ok(tensors, 4) ? run<float, 4, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream)
-                                : run<float, 1, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream);
-    case ASTRA_FLOAT16:
-      return vec_ok(tensors, 8) ? run<__half, 8, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream)
-                                : run<__half, 1, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream);
-    case ASTRA_BFLOAT16:
-      return vec_ok(tensors, 8) ? run<__nv_bfloat16, 8, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream)
-                                : run<__nv_bfloat16, 1, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream);
-    default:
-      return ASTRA_UNSUPPORTED;
-  }
+  return by_dtype(v.dtype, [&](auto type) {  // 16-byte vectors, else one element per access
+    using T = typename decltype(type)::type;
+    constexpr int V16 = 16 / (int)sizeof(T);
+    return vec_ok(tensors, V16) ? run<T, V16, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream)
+                                : run<T, 1, THREADS, VPT, PDL, ORDER>(tensors, pairs, head_dim, stream);
+  });
 }
 
 #ifndef ASTRA_NO_DEFAULT_ENTRY
@@ -190,13 +183,14 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 #define ASTRA_DEFAULT_PDL 1
 #endif
 // Hand-chosen dispatch, 128-thread blocks and one vector per lane everywhere; ORDER by size (H200,
-// 2026-11-21, session 6, variants merge-x: bf16, paper + model shapes, speedup vs SGLang's merge_state_v2):
+// 2026-11-21, bf16, paper + model shapes, speedup vs SGLang's merge_state_v2; commit 30faccc,
+// `bash benchmarks/gpu/call_f.sh OUT variants merge-x`):
 //  - above 2^24 value elements (>= 8192 tokens x 28-64 heads x 128): ORDER 0, whose lighter blocks fill the
 //    SM (0.989-1.002x; ORDER 1 at 128 threads 0.970-1.004x; the former 256-thread blocks 0.976-0.989x).
 //  - a lane count (threads) in (2^15, 2^17], one partial wave of 3-8 blocks per SM (128 tokens x 28-64
 //    heads x 128): ORDER 2 (1.194-1.256x; ORDER 1 1.102-1.229x, ORDER 0 1.137-1.209x). Why the LSEs must go
-//    first only here is not understood. Session 6's merge-final run (each ORDER fixed) puts the best edges
-//    at (49152, 163840] instead (ORDER 1 at 64x40x128 1.344 vs 1.281x, 96x32x128 1.299 vs 1.269x; ORDER 2 at
+//    first only here is not understood. The `merge-final` plan of the same commit (each ORDER fixed) puts
+//    the best edges at (49152, 163840] instead (ORDER 1 at 64x40x128 1.344 vs 1.281x, 96x32x128 1.299 vs 1.269x; ORDER 2 at
 //    320x32x128 1.178 vs 1.138x; agreeing inside and above: 64x32x256, 256x32x128, 384x32x128). Not moved
 //    yet: the held-out 300x8x96 would change ORDER, and this build's checks and memcheck ran with these edges.
 //  - everything else: ORDER 1 (1-32 tokens 1.33-1.56x vs 1.24-1.33x; 512-2048 tokens 1.026-1.168x vs

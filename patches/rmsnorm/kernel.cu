@@ -14,20 +14,20 @@
 //  - Optional PDL: griddepcontrol.wait before any memory access keeps stream order exact.
 //
 // Tuner knobs (template parameters of astra_launch_cfg, in this order). The search space is pruned by
-// measurement (H200, benchmarks/notes/kernels.md run 2): PDL off cost ~0.6 us in every op; for the norms,
-// 32/64 threads and VPT 8 never won, and ROWS > 2 only matters below d = 1024 (no model shape).
+// measurement (H200, 2026-11-21, the knob sweep in docs/kernels.md): PDL off cost ~0.6 us in every op; for
+// the norms, 32/64 threads and VPT 8 never won, and ROWS > 2 only matters below d = 1024 (no model shape).
 // astra:knob THREADS 128 256 512 1024
 // astra:knob VPT 1 2 4
 // astra:knob ROWS 1 2
 // astra:knob PDL 1
 // astra:knob WIDE 1 2
-// FIT 1: the register path uses the fewest whole warps that hold the row, not THREADS (session 4).
+// FIT 1: the register path uses the fewest whole warps that hold the row, not THREADS.
 // astra:knob FIT 0 1
-// TIE 1: the register path's weight loads are issued with x's (see rms_reg_kernel; session 7).
+// TIE 1: the register path's weight loads are issued with x's (see rms_reg_kernel).
 // astra:knob TIE 0 1
-// LDS 1: the register path's row sum ends with shared-memory reads at <= 256 threads (row_sum LDS; session 7).
+// LDS 1: the register path's row sum ends with shared-memory reads at <= 256 threads (row_sum LDS).
 // astra:knob LDS 0 1
-#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp/row sums, launch, smem opt-in
+#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, row sums, launch, smem opt-in, dispatch
 
 namespace {
 
@@ -43,14 +43,15 @@ template <typename T, int N> __device__ __forceinline__ uint32_t word(const Vec<
 // bf16 build took 42-45 registers at 1024 threads, one block per SM, and ran 2048x8192 in 45.2 us against
 // 35.6 us for the 32-register fp16 build (H200, 2026-11-21). With TIE, half an SM (<= 64 registers): the
 // weight loads issued up front took bf16 256 x 4 from 64 to 68 registers, 3 blocks per SM instead of 4;
-// capped, it is 63 with no spill and the loads still up front (SASS, session 7).
+// capped, it is 63 with no spill and the loads still up front (ptxas -v and the SASS).
 constexpr int reg_min_blocks(int threads, int vpt, bool tie) {
   const int want = vpt == 1 ? 2048 / threads : tie ? 1024 / threads : 1;
   return want > 0 ? want : 1;
 }
 // Elements are read through their 32-bit words (elem_f): per-element reads cost the bf16 256 x 4 build 94
 // registers (2 blocks per SM) against 62 for fp16; with elem_f both take 64 (4 blocks per SM), and bf16
-// 16384x8192 went from 163.1 to 131.7 us (H200, session 5, `variants elem elem-cfg`).
+// 16384x8192 went from 163.1 to 131.7 us (H200, 2026-11-21; rows: `git show
+// 1a07363:benchmarks/results/2026-11-21-h200-s5/variants/c1-elem.jsonl`).
 template <typename T, int N, int THREADS, int VPT, int ROWS, bool PDL, bool TIE, bool LDS>
 __global__ void __launch_bounds__(THREADS * ROWS, reg_min_blocks(THREADS * ROWS, VPT, TIE))
 rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, float inv_d,
@@ -142,8 +143,8 @@ rms_loop_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
 // Cached-row path, for rows wider than the register path holds: pass 1 reads the row ONCE (U vectors
 // per thread in flight before the first use) and keeps it in shared memory; pass 2 reads it back from
 // shared memory instead of re-reading it from L2. 1024 threads at <= 32 registers, so two blocks (two
-// rows) fit an SM. (This replaced a thread-block-cluster split of each row, which was 30-65% SLOWER at
-// 256x13824 and 512x14336, H200 2026-11-21, benchmarks/notes/kernels.md.)
+// rows) fit an SM. (A thread-block-cluster split of each row was 30-65% SLOWER at 256x13824 and 512x14336,
+// H200, 2026-11-21; docs/kernels.md.)
 template <typename T, int N, int THREADS, int U, int MINB, bool PDL>
 __global__ void __launch_bounds__(THREADS, MINB)
 rms_cache_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ out, int64_t rows, int nvec, float inv_d,
@@ -205,7 +206,7 @@ rms_cache_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict
 constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride beyond this many blocks
 
 #ifndef ASTRA_ROW_CACHE
-#define ASTRA_ROW_CACHE 1  // 0: wide rows take the re-reading loop path (the kernel before 2026-11-21, session 3)
+#define ASTRA_ROW_CACHE 1  // 0: wide rows take the re-reading loop path (no cached-row path)
 #endif
 
 // Knob combinations that cannot launch or would spill are clamped here, so every combination is valid:
@@ -246,23 +247,12 @@ static int run(const AstraTensor& in, const AstraTensor& w, const AstraTensor& o
                 in.stride[0], out.stride[0], eps);
 }
 
-// N-element vectors need N-aligned bases and every row start (d, strides) a whole number of vectors.
-static bool vec_ok(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, int64_t elems, int bytes) {
-  return ((uintptr_t)in.data % bytes == 0) && ((uintptr_t)w.data % bytes == 0) && ((uintptr_t)out.data % bytes == 0) &&
-         in.shape[1] % elems == 0 &&
-         (in.shape[0] == 1 || (in.stride[0] % elems == 0 && out.stride[0] % elems == 0));
-}
-
-// 16-byte vectors where the layout allows, else 8-byte ones, else one element per access.
-template <int THREADS, int VPT, int ROWS, int PDL, int WIDE, int FIT, int TIE, int LDS, typename T>
-static int run_any(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out, float eps,
-                   cudaStream_t stream) {
-  constexpr int V16 = 16 / (int)sizeof(T);
-  if (vec_ok(in, w, out, V16, 16))
-    return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, T, V16>(in, w, out, eps, stream);
-  if (vec_ok(in, w, out, V16 / 2, 8))
-    return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, T, V16 / 2>(in, w, out, eps, stream);
-  return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, T, 1>(in, w, out, eps, stream);
+// The accesses this call's layout allows.
+static auto fits(const AstraTensor& in, const AstraTensor& w, const AstraTensor& out) {
+  return [&](int64_t elems, int bytes) {
+    return access_fits(bytes, elems, in.shape[1], in.shape[0], {in.data, w.data, out.data},
+                       {in.stride[0], out.stride[0]});
+  };
 }
 
 static int validate(const AstraTensor* tensors, int num_tensors, int num_scalars) {
@@ -290,13 +280,12 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
   const AstraTensor& out = tensors[2];
   if (in.shape[0] == 0 || in.shape[1] == 0) return ASTRA_OK;  // empty output: launch nothing
   const float eps = (float)scalars[0];
-  switch (in.dtype) {
-    case ASTRA_FLOAT32: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, float>(in, w, out, eps, stream);
-    case ASTRA_FLOAT16: return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, __half>(in, w, out, eps, stream);
-    case ASTRA_BFLOAT16:
-      return run_any<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, __nv_bfloat16>(in, w, out, eps, stream);
-    default: return ASTRA_UNSUPPORTED;
-  }
+  return by_dtype(in.dtype, [&](auto type) {
+    using T = typename decltype(type)::type;
+    return by_access<T>(fits(in, w, out), [&](auto n) {
+      return run<THREADS, VPT, ROWS, PDL, WIDE, FIT, TIE, LDS, T, n.value>(in, w, out, eps, stream);
+    });
+  });
 }
 
 #ifndef ASTRA_NO_DEFAULT_ENTRY
@@ -317,29 +306,31 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 //  - wider rows: the cached-row path; at most 128 rows: 1024 threads, WIDE 2 (more loads in flight, one
 //    block per SM): 3.78 / 4.17 at 128x11008, 3.42 / 3.95 at 64x13824, 2.70 / 2.94 at 7x8200; more rows:
 //    512 threads, WIDE 1: 6.38 / 6.11 at 256x13824, 10.58 / 11.39 at 512x14336, 66.0 / 80.2 at 4096x14336
-//    (benchmarks/results/2026-11-21-h200-s3/variants). The two-pass loop path before it (second read
-//    from L2, 256 threads): 6.43 / 6.05 at 256x13824, 4.37 / 4.20 at 128x11008.
-//  - FIT (session 4, benchmarks/results/2026-11-21-h200-s4, `variants fit`; speedup vs flashinfer): threads
+//    (rows: `git show 1a07363:benchmarks/results/2026-11-21-h200-s3/variants/f2-wide-silucfg.jsonl`). The
+//    two-pass loop path (second read from L2, 256 threads): 6.43 / 6.05 at 256x13824, 4.37 / 4.20 at 128x11008.
+//  - FIT (speedup vs flashinfer; commit fbb4b50, `bash benchmarks/gpu/call_f.sh OUT variants fit`): threads
 //    cut to the row, e.g. 160 of 256 (x 4 vectors) at d = 5120: 16384x5120 0.871 -> 1.240, 8192x5120 0.884
 //    -> 1.302, 2048x5120 0.905 -> 1.222, 640x6144 1.088 -> 1.304. At most 128 rows of 1025-1536 vectors:
 //    the register path, 768 x 2 fitted, 128x11008 1.061 -> 1.226 (cached path before).
-//  - Session 5 (elem_f, 64 registers at 256 x 4; `variants elem-cfg`, speedup vs flashinfer): 129-256 rows
+//  - elem_f (64 registers at 256 x 4; speedup vs flashinfer, rows: `git show 1a07363:benchmarks/results/
+//    2026-11-21-h200-s5/variants/c1-elem.jsonl`, plan elem-cfg): 129-256 rows
 //    of 1025-2048 vectors take the register path 512 x 4 fitted (256x11008 1.144 vs 1.096 cached, 256x13824
 //    1.103 vs 1.069); more rows keep the cached path (512x14336 1.176 vs 1.113).
-//  - TIE (session 7, benchmarks/results/2026-11-21-h200-s7, `variants tie`, us untied / tied, every VPT > 1
-//    path tied): above 2^21 elements faster at all 18 shapes on those paths, 1024x4096 6.01 / 5.55,
+//  - TIE (us untied / tied; commit f253450, `OPS=rmsnorm bash benchmarks/gpu/call_f.sh OUT variants tie`;
+//    every VPT > 1 path tied): above 2^21 elements faster at all 18 shapes on those paths, 1024x4096 6.01 / 5.55,
 //    1024x8192 10.94 / 10.09, 2048x8192 19.02 / 18.09, 2048x4096 10.59 / 9.68, 512x8192 6.16 / 5.76,
 //    256x13824 5.50 / 5.40, >= 8192 rows 1-2%; at or below it, 1-4% slower at 11 of 23 shapes (512x4096
 //    3.97 / 4.05, 512x3584 3.62 / 3.75, 128x8192 2.85 / 2.94, 1x4096 1.22 / 1.26) and 2-4% faster at the
 //    four 8-row shapes (8x5120 2.01 / 1.93): untied there.
-//  - LDS (session 7, call 5, `variants lds`, us without / with, on top of TIE): faster at 17 of 20 shapes,
+//  - LDS (us without / with, on top of TIE; commit 0202dac, `OPS=rmsnorm bash benchmarks/gpu/call_f.sh OUT
+//    variants lds`): faster at 17 of 20 shapes,
 //    128x4096 2.15 / 2.08 (1.299 -> 1.355x), 256x4096 2.83 / 2.69, 128x3584 2.10 / 1.96, 1024x4096 5.70 /
 //    5.49, 2048x4096 9.92 / 9.51, 8x4096 1.76 / 1.68; even at 512x14336 (cached path, unchanged); slower at
 //    512x4096 3.92 / 4.16 and 512x3584 3.58 / 3.82 (the untied 128 x 4 build; the time step agrees, 3.89 /
 //    4.13), where it is off: above 256 rows on that path (256x4096 gains on it).
-//  - Session 8 (benchmarks/results/2026-11-21-h200-s8, `variants models-cfg`, us shipped before / new, fixed
-//    configurations tied, as timed and checked there): 257-512 rows of <= 512 vectors, the untied 128 x 4
-//    build above, now 1024 x 1 fitted (one vector a thread): 512x4096 3.91 / 3.64, 512x3584 3.62 / 3.41.
+//  - Model widths (us, former dispatch / now, fixed configurations tied, each timed and checked; commit
+//    9a32a38, `bash benchmarks/gpu/call_f.sh OUT variants models-cfg`): 257-512 rows of <= 512 vectors, the
+//    untied 128 x 4 build above, now 1024 x 1 fitted (one vector a thread): 512x4096 3.91 / 3.64, 512x3584 3.62 / 3.41.
 //    Rows of 513-640 vectors (d = 5120 at 2 bytes; the 160 x 4 build before): <= 128 rows 1024 x 1 fitted
 //    (1x5120 1.41 / 1.30, 8x5120 1.98 / 1.77, 32x5120 2.11 / 1.97, 128x5120 2.49 / 2.34), <= 512 rows
 //    1024 x 2 fitted (512x5120 4.89 / 4.25; 1024 x 1 there 5.07); from 2048 rows 256 x 4 stays best
@@ -348,9 +339,7 @@ ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
   const AstraTensor& in = tensors[0];
-  const int64_t size = in.dtype == ASTRA_FLOAT32 ? 4 : 2;
-  const int64_t vec = vec_ok(in, tensors[1], tensors[2], 16 / size, 16) ? 16 / size
-                      : vec_ok(in, tensors[1], tensors[2], 8 / size, 8) ? 8 / size : 1;
+  const int64_t vec = access_elems(in.dtype == ASTRA_FLOAT32 ? 4 : 2, fits(in, tensors[1], tensors[2]));
   const int64_t nv = (in.shape[1] + vec - 1) / vec, rows = in.shape[0];
   constexpr int P = ASTRA_DEFAULT_PDL;
   const bool tie = rows * in.shape[1] > ((int64_t)1 << 21);
@@ -363,10 +352,10 @@ ASTRA_ENTRY {
   if (nv <= 256) ASTRA_GO(64, 4, 1, 1);
   if (nv <= 512) {
     if (rows <= 128) ASTRA_GO(256, 2, 1, 1);
-    if (rows > 256 && !tie) return ASTRA_CFG(1024, 1, 1, 1, 1, 1);  // one vector a thread, tied as measured (session 8)
+    if (rows > 256 && !tie) return ASTRA_CFG(1024, 1, 1, 1, 1, 1);  // one vector a thread, tied as measured
     ASTRA_GO(128, 4, 1, 1);
   }
-  // session 8: 1-2 vectors a thread at d = 5120, tied as measured
+  // 1-2 vectors a thread at d = 5120, tied as measured (model widths, above)
   if (nv <= 640 && rows <= 128) return ASTRA_CFG(1024, 1, 1, 1, 1, 1);
   if (nv <= 640 && rows <= 512) return ASTRA_CFG(1024, 2, 1, 1, 1, 1);
   if (nv <= 1024) ASTRA_GO(256, 4, 1, 1);

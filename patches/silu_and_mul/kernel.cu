@@ -12,11 +12,11 @@
 //    memory, so ordering with the previous kernel on the stream is unchanged; only the launch overlaps.
 //
 // Tuner knobs (template parameters of astra_launch_cfg, in this order). PDL stays on: off cost ~0.6 us
-// at small shapes in every op (H200, benchmarks/notes/kernels.md run 2).
+// at small shapes in every op (H200, 2026-11-21, the knob sweep in docs/kernels.md).
 // astra:knob THREADS 64 128 256 512
 // astra:knob VPT 1 2 4
 // astra:knob PDL 1
-#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, warp_sum, launch
+#include "astra_device.cuh"  // conversions, Vec loads/stores, PDL, launch, access width, dtype dispatch
 
 namespace {
 
@@ -54,9 +54,10 @@ silu_and_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows,
 #pragma unroll
         for (int e = 0; e < N; ++e) {
           // 256-thread blocks read elements through their 32-bit words (elem_f), 64-thread ones per element:
-          // each form won in its own range (H200, session 5, `variants elem`, same build per block size:
+          // each form won in its own range (H200, 2026-11-21, speedup vs SGLang, same build per block size:
           // 128x11008 0.968 -> 1.032x and 128x14336 0.981 -> 1.020x with elem_f at 256 threads, 8x28672
-          // 1.145 -> 1.091x at 64 threads, where its build differed).
+          // 1.145 -> 1.091x at 64 threads, where its build differed; rows: `git show
+          // 1a07363:benchmarks/results/2026-11-21-h200-s5/variants/c1-elem.jsonl`).
           const float g = THREADS >= 256 ? elem_f(gv[k], e) : to_f(gv[k].e[e]);
           const float u = THREADS >= 256 ? elem_f(uv[k], e) : to_f(uv[k].e[e]);
           ov.e[e] = from_f<T>(silu_mul(g, u));
@@ -81,21 +82,11 @@ static int run(const AstraTensor& in, const AstraTensor& out, cudaStream_t strea
                 static_cast<const T*>(in.data), static_cast<T*>(out.data), rows, nvec, d, in.stride[0], out.stride[0]);
 }
 
-// N-element vectors need N-aligned bases and every row start (d, strides) a whole number of vectors.
-static bool vec_ok(const AstraTensor& in, const AstraTensor& out, int64_t elems, int bytes) {
-  const int64_t d = out.shape[1];
-  return ((uintptr_t)in.data % bytes == 0) && ((uintptr_t)out.data % bytes == 0) && d % elems == 0 &&
-         (out.shape[0] == 1 || (in.stride[0] % elems == 0 && out.stride[0] % elems == 0));
-}
-
-// 16-byte vectors where the layout allows, else 8-byte ones (d % 8 == 4 at 2 bytes, e.g. 4100), else one
-// element per access.
-template <typename T, int THREADS, int VPT, int PDL>
-static int run_any(const AstraTensor& in, const AstraTensor& out, cudaStream_t stream) {
-  constexpr int V16 = 16 / (int)sizeof(T);
-  if (vec_ok(in, out, V16, 16)) return run<T, V16, THREADS, VPT, PDL>(in, out, stream);
-  if (vec_ok(in, out, V16 / 2, 8)) return run<T, V16 / 2, THREADS, VPT, PDL>(in, out, stream);
-  return run<T, 1, THREADS, VPT, PDL>(in, out, stream);
+// The accesses this call's layout allows (8 bytes where d % 8 == 4 at 2 bytes, e.g. 4100).
+static auto fits(const AstraTensor& in, const AstraTensor& out) {
+  return [&](int64_t elems, int bytes) {
+    return access_fits(bytes, elems, out.shape[1], out.shape[0], {in.data, out.data}, {in.stride[0], out.stride[0]});
+  };
 }
 
 // Validation shared by the default entry and the tuner's entry: the layouts our first kernel accepts.
@@ -121,12 +112,10 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
   const AstraTensor& in = tensors[0];
   const AstraTensor& out = tensors[1];
   if (out.shape[0] == 0 || out.shape[1] == 0) return ASTRA_OK;  // nothing to do: launch nothing
-  switch (in.dtype) {
-    case ASTRA_FLOAT32: return run_any<float, THREADS, VPT, PDL>(in, out, stream);
-    case ASTRA_FLOAT16: return run_any<__half, THREADS, VPT, PDL>(in, out, stream);
-    case ASTRA_BFLOAT16: return run_any<__nv_bfloat16, THREADS, VPT, PDL>(in, out, stream);
-    default: return ASTRA_UNSUPPORTED;
-  }
+  return by_dtype(in.dtype, [&](auto type) {
+    using T = typename decltype(type)::type;
+    return by_access<T>(fits(in, out), [&](auto n) { return run<T, n.value, THREADS, VPT, PDL>(in, out, stream); });
+  });
 }
 
 #ifndef ASTRA_NO_DEFAULT_ENTRY
@@ -134,20 +123,20 @@ static int astra_launch_cfg(const AstraTensor* tensors, int num_tensors, const d
 #define ASTRA_DEFAULT_PDL 1
 #endif
 // Hand-chosen dispatch, one vector per thread, block size by the call's total vectors V (rows x d / vector
-// width), from a configuration sweep (H200, 2026-11-21, benchmarks/results/2026-11-21-h200-s3/variants;
-// us, ours / SGLang): up to 128K vectors, 64 threads win (bf16 16x4096 1.44 / 1.72, 64x14336 2.72 / 2.90,
-// 100x9728 2.82 / 2.92; 128 threads: 1.45, 2.84, 2.91); above, 64-thread blocks lose badly (fp32
-// 64x14336 4.74 / 3.93, bf16 512x14336 17.9 / 11.6) and 256 threads are within 1% of the best at every
-// shape measured (333x12288 7.19 / 7.02, 512x14336 11.81 / 11.57, 4000x2816 17.07 / 16.95, 8192x14336
-// 162.6 / 162.6). This replaced the tuner's nearest-shape table (session 2), which sent held-out and model
-// shapes to 64-thread or 512 x 2 configurations: 4000x2816 0.73x, 128x18944 0.76x, fp32 100x9728 0.82x.
+// width), from a configuration sweep (H200, 2026-11-21, us, ours / SGLang; the rows: `git show
+// 1a07363:benchmarks/results/2026-11-21-h200-s3/variants/f2-wide-silucfg.jsonl`): up to 128K vectors, 64
+// threads win (bf16 16x4096 1.44 / 1.72, 64x14336 2.72 / 2.90, 100x9728 2.82 / 2.92; 128 threads: 1.45,
+// 2.84, 2.91); above, 64-thread blocks lose badly (fp32 64x14336 4.74 / 3.93, bf16 512x14336 17.9 / 11.6)
+// and 256 threads are within 1% of the best at every shape measured (333x12288 7.19 / 7.02, 512x14336
+// 11.81 / 11.57, 4000x2816 17.07 / 16.95, 8192x14336 162.6 / 162.6). A nearest-shape table of the tuner's
+// sent held-out and model shapes to 64-thread or 512 x 2 configurations: 4000x2816 0.73x, 128x18944 0.76x,
+// fp32 100x9728 0.82x.
 ASTRA_ENTRY {
   const int bad = validate(tensors, num_tensors, num_scalars);
   if (bad != ASTRA_OK) return bad;
   const AstraTensor& in = tensors[0];
   const AstraTensor& out = tensors[1];
-  const int64_t size = in.dtype == ASTRA_FLOAT32 ? 4 : 2;
-  const int64_t vec = vec_ok(in, out, 16 / size, 16) ? 16 / size : vec_ok(in, out, 8 / size, 8) ? 8 / size : 1;
+  const int64_t vec = access_elems(in.dtype == ASTRA_FLOAT32 ? 4 : 2, fits(in, out));
   const int64_t vectors = out.shape[0] * ((out.shape[1] + vec - 1) / vec);
   constexpr int P = ASTRA_DEFAULT_PDL;
   if (vectors <= ((int64_t)1 << 17)) return astra_launch_cfg<64, 1, P>(tensors, num_tensors, scalars, num_scalars, stream);
