@@ -63,21 +63,23 @@ def kernels() -> None:
 @click.option("--candidate", type=click.Path(exists=True, dir_okay=False), help="Kernel .cu to evaluate "
               "(default: the shipped patch, patches/KERNEL/ with its manifest's defines).")
 @click.option("--baseline", help="Kernel .cu to compare against, e.g. an extracted DIR/kernel.cu; "
-              "py:MODULE:FUNCTION for a Python op such as py:sgl_kernel:rmsnorm; or 'sglang' for the first call "
-              "site the installed SGLang binds (default: SGLang's own op where SGLang imports, else the tool's "
-              "reference kernel, astra_sglang/kernels/KERNEL.cu).")
+              "py:MODULE:FUNCTION for a Python op such as py:sgl_kernel:rmsnorm; 'sglang' for the first call site "
+              "the installed SGLang binds; 'reference' for the tool's reference kernel, astra_sglang/kernels/KERNEL.cu "
+              "(default: SGLang's own op where SGLang imports, else the reference kernel).")
 @click.option("--shapes", default="quick", show_default=True,
               help="Shape set (quick, paper, models, edge, held_out, all; join with '+') or a list like 16x4096,32x8192.")
 @click.option("--dtypes", default="bfloat16,float16", show_default=True, help="Comma-separated dtypes.")
 @click.option("-D", "defines", multiple=True, help="Compile-time knob for the candidate, NAME=VALUE (repeatable).")
-@click.option("--no-check", is_flag=True, help="Time only (skip the correctness trials).")
+@click.option("--no-check", is_flag=True, help="Time only (skip the correctness trials; every timed launch's "
+              "output is still compared with the reference after timing).")
+@click.option("--no-time", is_flag=True, help="Check only (skip the timing).")
 @click.option("--out", type=click.Path(dir_okay=False), help="JSONL file to append results to "
               "(default: runs/bench-KERNEL-TIME.jsonl).")
 @click.option("--timeout", default=900.0, show_default=True, help="Hard limit for the isolated evaluation, seconds.")
 @click.option("--l2", type=click.Choice(["cold", "hot"]), default="cold", show_default=True,
               help="cold: inputs rotated over 2x the L2 (every launch reads DRAM); hot: one input set replayed, as "
                    "when the producer kernel has just written it.")
-def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, timeout, l2) -> None:
+def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_time, out, timeout, l2) -> None:
     """Build, check and time KERNEL on every shape; print a table and write JSONL.
 
     By default the shipped patch (patches/KERNEL/) against SGLang's own op, or against the tool's reference
@@ -103,6 +105,8 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, t
     from astra_sglang.patching.store import default_root
     from astra_sglang.specs.registry import get_spec, resolve_shapes
 
+    if no_check and no_time:
+        raise AstraError("--no-check and --no-time leave nothing to do")
     spec = get_spec(kernel)
     try:
         dtype_list = [canonical_dtype(d) for d in dtypes.split(",") if d.strip()]
@@ -122,7 +126,7 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, out, t
     req = EvalRequest(kernel=kernel, candidate=KernelSource(path=cand.path, defines=cand.defines, label=cand.label),
                       baseline=KernelSource(path=base.path, defines=base.defines, label=base.label),
                       shapes=resolve_shapes(spec, shapes), dtypes=dtype_list, check=not no_check,
-                      timeout_s=timeout, compile_only=not _has_gpu(), l2=l2)
+                      time=not no_time, timeout_s=timeout, compile_only=not _has_gpu(), l2=l2)
     if not req.compile_only:
         click.echo(f"{kernel}: {sides}")
     result = evaluate(req)

@@ -1,5 +1,5 @@
 """Registers and spill bytes per kernel instantiation of a kernel file (ptxas -v through the harness build),
-optionally with the register path's launch bound changed: the figures quoted in benchmarks/notes/kernels.md.
+optionally with the register path's launch bound changed (the register figures of docs/kernels.md).
 CPU only (nvcc, sm_90 unless --arch).
 
 Usage:

@@ -1,78 +1,190 @@
-"""Summarize harness JSONL rows as a markdown table: geomean speedup over the paper shapes and over all
-timed shapes, the range of per-shape speedups, the worst shape, and the largest shape's % of roofline,
-per (op, candidate, baseline, dtype). Rows written before the JSONL kept labels show "?" for them.
+"""Turn a results folder into benchmarks/RESULTS.md and the README's results table. CPU only.
 
-Usage: python3 benchmarks/summarize.py [--set NAME] [--detail] RESULTS.jsonl|final.json [...]
-(final.json: one evaluation as the tuner / agent loop saves it, e.g. RUN_DIR/final.json)
---set NAME  only the rows of a spec shape set (paper, models, quick, ... joined with +)
---detail    a second table per group: the shapes slower than the baseline (with their % of the copy roofline),
-            % of the copy roofline at the shapes moving >= 256 MiB, and time over the empty kernel at <= 64
-            tokens (rows)
+A results folder (benchmarks/results/<date>-<gpu>/, or the OUT of benchmarks/gpu/run_all.sh) holds harness
+rows (`astra-sglang bench --out`), per-call rows (benchmarks/per_call.py) and sources.jsonl: one line per
+(file, ops) naming the kind of rows (timed | checks | per_call), the shape sets they cover, and the date, GPU,
+commit and command they came from. Every figure written names its source.
+
+Usage:
+    python3 benchmarks/summarize.py [FOLDER]          # write benchmarks/RESULTS.md and the README's table
+    python3 benchmarks/summarize.py FOLDER --out DIR  # write DIR/RESULTS.md only (e.g. a GPU run's OUT)
+    python3 benchmarks/summarize.py --check           # exit 1 where RESULTS.md or the README's table differ
+FOLDER defaults to the newest folder under benchmarks/results/.
 """
+from __future__ import annotations
+
 import argparse
 import json
 import math
-from collections import defaultdict
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 
+import jinja2
+
+from astra_sglang.paths import templates_dir
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
-LARGE_BYTES = 256 << 20  # the roofline target's size (issue: shapes moving >= 256 MiB)
-SMALL_TOKENS = 64  # the empty-kernel target's sizes (1-64 tokens)
-
-ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-ap.add_argument("paths", nargs="+")
-ap.add_argument("--set", dest="shape_set")
-ap.add_argument("--detail", action="store_true")
-args = ap.parse_args()
-groups = defaultdict(list)
-def rows_of(path):
-    if path.endswith(".json"):  # an EvalResult: its shape rows, labelled like write_jsonl's
-        result = json.load(open(path))
-        for shape in result["shapes"]:
-            yield {**shape, "type": "shape", "kernel": result["kernel"], "candidate_label": result["candidate"],
-                   "baseline_label": result["baseline"]}
-    else:
-        yield from (json.loads(line) for line in open(path))
+ROOT = Path(__file__).resolve().parents[1]
+OPS = ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse"]
+DTYPE = "bfloat16"  # the table's dtype; the checks cover every dtype a patch serves
+DECODE_TOKENS = 64  # per-call figures in the table: 1-64 tokens, where the host's work per call matters
+NAMES = {"py:astra_sglang.ops.adapters:sglang_silu_and_mul": "sglang.srt.layers.activation.silu_and_mul"}
+"""Baselines by the name a user knows (the adapter calls exactly that function)."""
+BEGIN, END = "<!-- results: written by benchmarks/summarize.py -->", "<!-- /results -->"
 
 
-in_set: dict[str, set] = {}  # op -> the shapes of --set, resolved once per op
-for path in args.paths:
-    for row in rows_of(path):
-        if args.shape_set and row.get("kernel"):
-            if row["kernel"] not in in_set:
-                in_set[row["kernel"]] = {tuple(x) for x in resolve_shapes(get_spec(row["kernel"]), args.shape_set)}
-            if tuple(row.get("shape", ())) not in in_set[row["kernel"]]:
+@dataclass(frozen=True)
+class Source:
+    file: str
+    kind: str
+    ops: list[str]
+    date: str
+    gpu: str
+    commit: str
+    command: str
+    sets: list[str] = field(default_factory=list)
+    software: str = ""
+    origin: str = ""
+    note: str = ""
+
+
+@dataclass
+class OpSummary:
+    op: str
+    baseline: str = ""
+    paper: tuple[float, int, int] | None = None  # geomean, shapes timed, shapes in the set
+    models: tuple[float, int, int] | None = None
+    timed: list[dict] = field(default_factory=list)  # one row per shape, paper rows first
+    per_call: list[dict] = field(default_factory=list)
+    checks: dict[str, int] = field(default_factory=dict)
+    check_dtypes: list[str] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+
+    @property
+    def slowest(self) -> dict | None:
+        return min(self.timed, key=lambda r: r["speedup"]) if self.timed else None
+
+    @property
+    def largest(self) -> dict | None:
+        return max(self.timed, key=lambda r: r["min_bytes"]) if self.timed else None
+
+    @property
+    def decode_ratio(self) -> tuple[float, float] | None:
+        values = [r["ratio"] for r in self.per_call if r["shape"][0] <= DECODE_TOKENS]
+        return (min(values), max(values)) if values else None
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def summarize_op(op: str, folder: Path, sources: list[Source]) -> OpSummary:
+    spec, out = get_spec(op), OpSummary(op)
+    mine = [s for s in sources if op in s.ops]
+    out.sources = mine
+    seen, by_set = set(), {"paper": {}, "models": {}}
+    members = {name: {tuple(x) for x in resolve_shapes(spec, name)} for name in ("paper", "quick", "models")}
+    for src in (s for s in mine if s.kind == "timed"):
+        for row in read_rows(folder / src.file):
+            if row.get("type") != "shape" or row["kernel"] != op or row["dtype"] != DTYPE or not row.get("speedup"):
                 continue
-        if row.get("type") == "shape" and row.get("speedup"):
-            key = (row["kernel"], row.get("candidate_label", "?"), row.get("baseline_label", "?"), row["dtype"])
-            groups[key].append(row)
+            shape = tuple(row["shape"])
+            out.baseline = out.baseline or row.get("baseline_label", "")
+            for name in by_set:  # a set's figure comes from the rows measured for that set
+                if name in src.sets and shape not in by_set[name]:
+                    by_set[name][shape] = row
+            if shape not in seen:
+                seen.add(shape)
+                out.timed.append({**row, "source": src, "sets": [n for n, m in members.items() if shape in m]})
+    for name, rows in by_set.items():
+        want = {tuple(s) for s in resolve_shapes(spec, name)}
+        got = [r["speedup"] for shape, r in rows.items() if shape in want]
+        setattr(out, name, (geomean(got), len(got), len(want)) if got else None)
+    for src in (s for s in mine if s.kind == "per_call"):
+        out.per_call += [{**r, "source": src} for r in read_rows(folder / src.file) if r["op"] == op]
+    counts = {"pass": 0, "fail": 0, "not covered": 0}
+    for src in (s for s in mine if s.kind == "checks"):
+        for row in read_rows(folder / src.file):
+            if row.get("type") == "shape" and row["kernel"] == op:
+                verdict = "not covered" if not row["covered"] else {True: "pass", False: "fail"}.get(row["correct"])
+                if verdict:
+                    counts[verdict] += 1
+                    if row["dtype"] not in out.check_dtypes:
+                        out.check_dtypes.append(row["dtype"])
+    out.checks = counts
+    return out
 
 
-def geo(values):
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+def newest_folder() -> Path:
+    folders = sorted(p for p in (ROOT / "benchmarks" / "results").iterdir() if (p / "sources.jsonl").is_file())
+    if not folders:
+        raise SystemExit("summarize: no results folder with a sources.jsonl under benchmarks/results/")
+    return folders[-1]
 
 
-print("| op | kernel | baseline | dtype | paper geomean | all-shapes geomean (n) | range | worst shape | "
-      "largest shape % roofline |")
-print("|---|---|---|---|---|---|---|---|---|")
-for (op, cand, base, dtype), rows in sorted(groups.items()):
-    paper = {tuple(s) for s in get_spec(op).shapes.paper}
-    worst = min(rows, key=lambda r: r["speedup"])
-    largest = max(rows, key=lambda r: r["min_bytes"])
-    print(f"| {op} | {cand} | {base} | {dtype} | {geo([r['speedup'] for r in rows if tuple(r['shape']) in paper]):.3f}x"
-          f" | {geo([r['speedup'] for r in rows]):.3f}x ({len(rows)}) | {worst['speedup']:.3f}-"
-          f"{max(r['speedup'] for r in rows):.3f} | {'x'.join(map(str, worst['shape']))} "
-          f"{worst['speedup']:.3f}x | {'x'.join(map(str, largest['shape']))} {largest['pct_roofline']:.0f}% |")
+def load(folder: Path) -> tuple[list[OpSummary], list[Source]]:
+    sources = [Source(**s) for s in read_rows(folder / "sources.jsonl")]
+    if not sources:
+        raise SystemExit(f"summarize: {folder}/sources.jsonl is missing or empty")
+    ops = [op for op in OPS if any(op in s.ops for s in sources)]
+    return [summarize_op(op, folder, sources) for op in ops], sources
 
-if args.detail:
-    print()
-    print("| op | kernel | dtype | slower than the baseline (% roofline) | % roofline at >= 256 MiB (n) | x empty kernel at <= 64 "
-          "tokens (n) |")
-    print("|---|---|---|---|---|---|")
-    for (op, cand, base, dtype), rows in sorted(groups.items()):
-        slower = ", ".join(f"{'x'.join(map(str, r['shape']))} {r['speedup']:.3f}x ({r['pct_roofline']:.0f}%)"
-                           for r in sorted(rows, key=lambda r: r["speedup"]) if r["speedup"] < 1.0) or "none"
-        large = [r["pct_roofline"] for r in rows if r["min_bytes"] >= LARGE_BYTES]
-        small = [r["candidate"]["median_us"] / r["empty_kernel_us"] for r in rows if r["shape"][0] <= SMALL_TOKENS]
-        span = lambda v, fmt: f"{fmt.format(min(v))}-{fmt.format(max(v))} ({len(v)})" if v else "-"  # noqa: E731
-        print(f"| {op} | {cand} | {dtype} | {slower} | {span(large, '{:.0f}%')} | {span(small, '{:.1f}x')} |")
+
+def render(template: str, folder: Path, ops: list[OpSummary], sources: list[Source]) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates_dir() / "reports"), trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    env.filters["shape"] = lambda s: "x".join(map(str, s))
+    env.filters["op_name"] = lambda label: NAMES.get(label, label.removeprefix("py:").replace(":", "."))
+    try:
+        folder_name = str(folder.resolve().relative_to(ROOT))
+    except ValueError:
+        folder_name = str(folder)
+    dates = sorted({s.date[:10] for s in sources})
+    gpus = sorted({s.gpu for s in sources})
+    commits = list(dict.fromkeys(s.commit for s in sources))
+    return env.get_template(template).render(ops=ops, sources=sources, folder=folder_name, dtype=DTYPE,
+                                             dates=dates, gpus=gpus, commits=commits, tokens=DECODE_TOKENS)
+
+
+def with_block(readme: str, block: str) -> str:
+    start, end = readme.find(BEGIN), readme.find(END)
+    if start < 0 or end < start:
+        raise SystemExit(f"summarize: README.md has no {BEGIN} ... {END} block")
+    return readme[:start] + BEGIN + "\n" + block + readme[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("folder", nargs="?", type=Path)
+    ap.add_argument("--out", type=Path, help="write OUT/RESULTS.md only")
+    ap.add_argument("--check", action="store_true", help="compare with the committed files instead of writing")
+    args = ap.parse_args(argv)
+    folder = args.folder or newest_folder()
+    ops, sources = load(folder)
+    results = render("results.md.j2", folder, ops, sources)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "RESULTS.md").write_text(results)
+        print(render("results_table.md.j2", folder, ops, sources))
+        return 0
+    readme_path, results_path = ROOT / "README.md", ROOT / "benchmarks" / "RESULTS.md"
+    readme = with_block(readme_path.read_text(), render("results_table.md.j2", folder, ops, sources))
+    if args.check:
+        stale = [p.name for p, text in ((results_path, results), (readme_path, readme))
+                 if not p.is_file() or p.read_text() != text]
+        if stale:
+            print(f"summarize: {', '.join(stale)} differ from {folder}: run python3 benchmarks/summarize.py")
+        return 1 if stale else 0
+    results_path.write_text(results)
+    readme_path.write_text(readme)
+    print(f"wrote {results_path.relative_to(ROOT)} and the README's table from {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,7 +12,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 @pytest.fixture
 def bench_script():
-    """bench_script("bounds_table") or bench_script("gpu/variants"): the module, freshly executed."""
+    """bench_script("summarize") or bench_script("sass_diff"): the module, freshly executed."""
     def load(name: str):
         spec = importlib.util.spec_from_file_location(Path(name).name, BENCHMARKS / f"{name}.py")
         module = importlib.util.module_from_spec(spec)

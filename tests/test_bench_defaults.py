@@ -90,9 +90,17 @@ def test_knobs_add_to_the_manifest_defines_and_explicit_sides_win(bench, tmp_pat
     assert res.output.splitlines()[0] == f"rmsnorm: {mine} (given) vs py:sgl_kernel:rmsnorm (given)"
 
 
-def test_baseline_sglang_is_the_first_call_site(bench):
+def test_baseline_keywords_sglang_and_reference(bench):
     res, req = bench(["rmsnorm", "--baseline", "sglang"])
     assert req.baseline.path == "py:sglang.srt.layers.layernorm:rmsnorm"
+    res, req = bench(["rmsnorm", "--baseline", "reference", "--no-time"])
+    assert req.baseline.path == str(kernels_dir() / "rmsnorm.cu") and req.time is False and req.check is True
+    assert "vs ours:rmsnorm (the tool's reference kernel)" in res.output.splitlines()[0]
+
+
+def test_no_check_and_no_time_together_is_an_error(bench):
+    res, _ = bench(["rmsnorm", "--no-check", "--no-time"])
+    assert res.exit_code == 1 and "nothing to do" in res.output
 
 
 def test_a_patch_set_without_the_op_falls_back_to_the_reference_kernel(bench, monkeypatch, tmp_path):

@@ -59,6 +59,8 @@ def baseline_side(spec: KernelSpec, baseline: str | None) -> Side:
     if baseline == "sglang":
         path = sglang_baseline(spec)
         return Side(path, path, "what the installed SGLang calls")
+    if baseline == "reference":
+        return reference(spec.name)
     if baseline:
         return Side(baseline, baseline, "given")
     missing = missing_for(spec.name)

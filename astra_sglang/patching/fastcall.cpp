@@ -2,7 +2,8 @@
 // astra_launch, with no Python frame, no ctypes and no torch dispatcher in between.
 //
 // Why: SGLang's own ops cost 5-12 us a call from Python, and the ctypes path cost 1.05-1.34x that
-// (H200, benchmarks/results/2026-11-21-h200-s3/final/per_call.md); this path does in C++ what
+// (H200, 2026-11-21, benchmarks/per_call.py; rows: `git show 1a07363:benchmarks/results/2026-11-21-h200-s3/
+// final/per_call.jsonl`); this path does in C++ what
 // PatchedOp._core does in Python for the common case (known shape, verdict cached, verification off).
 // Anything else returns the MISS sentinel and the Python path handles the call exactly as before: unknown
 // shapes (Python computes the coverage verdict and hands it back with `remember`), keywords, non-tensors,
