@@ -31,7 +31,7 @@ def main() -> None:
     \b
     astra-sglang kernels                      # the ops it knows
     astra-sglang extract fused_add_rmsnorm    # SGLang's kernel as a standalone harness
-    astra-sglang bench silu_and_mul           # check + time a kernel on a GPU
+    astra-sglang bench silu_and_mul           # the shipped kernel vs SGLang's own, checked + timed
     astra-sglang optimize silu_and_mul        # agents (with --llm) or the built-in tuner
     astra-sglang launch -- --model-path M     # SGLang with the patches in every process
     """

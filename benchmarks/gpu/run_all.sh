@@ -2,10 +2,10 @@
 # Every figure of the README's results table and benchmarks/RESULTS.md, re-measured from scratch on one GPU in
 # one command:
 #   per_call  benchmarks/per_call.py: each enabled patch's eager call against SGLang's own call, 1/16/64 tokens
-#   checks    astra-sglang bench OP --no-time: the harness's trials on the specs' edge and held-out shapes in
-#             bf16/fp16/fp32, against the tool's reference kernel (SGLang's ops refuse or fault at some of them)
 #   timed     astra-sglang bench OP: the shipped patch against SGLang's own op (bench's defaults), the paper
 #             and model shape sets, bf16, checked and timed
+#   checks    astra-sglang bench OP --no-time: the harness's trials on the specs' edge and held-out shapes in
+#             bf16/fp16/fp32, against the tool's reference kernel (SGLang's ops refuse or fault at some of them)
 # then benchmarks/summarize.py. Writes OUT/{per_call,checks,kernels,sources}.jsonl, OUT/per_call.md,
 # OUT/RESULTS.md and OUT/run.log (8 files at most), and prints the README's table last.
 #
@@ -13,32 +13,45 @@
 #   COMMIT=<git rev-parse --short HEAD of the tree> bash benchmarks/gpu/run_all.sh OUT
 # Afterwards, in a checkout: copy OUT/*.jsonl to benchmarks/results/<date>-<gpu>/, run
 # `python3 benchmarks/summarize.py` (README table + benchmarks/RESULTS.md) and commit the three.
-# BUDGET (seconds, default 450) bounds the three steps together: each evaluation's harness timeout is cut to
-# what is left, and a cut evaluation keeps the shapes it finished (RESULTS.md then says "n of N").
+# BUDGET (seconds, default 420) bounds the three steps together (builds come first, outside it): each
+# evaluation's harness timeout is cut to its share of what is left (the timed step leaves RESERVE, default
+# 100 s, to the checks), and a cut evaluation keeps the shapes it finished (RESULTS.md then says "n of N").
 # OPS (default: the four shipped ops) and SETS (default paper+models) narrow the run.
 set -u
 OUT=${1:?usage: run_all.sh OUTDIR}
-# Own process group, so that the trap below ends everything this script started.
-if [ -z "${ASTRA_RUN_ALL_GROUP:-}" ]; then
-  ASTRA_RUN_ALL_GROUP=1 exec setsid -w bash "$0" "$@"
-fi
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 exec > >(tee -a "$OUT/run.log") 2>&1
+TEE=$!
 
-stop_sessions() {
-  # Harness children run in sessions of their own (a candidate must not signal its parent): end those that
-  # this group's processes started.
-  for pid in $(pgrep -g $$); do
-    for child in $(pgrep -P "$pid"); do
-      [ "$(ps -o sid= -p "$child" | tr -d ' ')" = "$child" ] && kill -KILL -- "-$child" 2>/dev/null
-    done
+# Every process this script started, also those in sessions of their own (the harness runs each evaluation
+# in a new session, so that a candidate cannot signal its parent): children are listed before their parents.
+# Steps run in sessions of their own too (`step`), so that a signal to this script's group reaches only the
+# script, whose trap then ends each step's whole tree; a step's harness child is never orphaned.
+descendants() {
+  local child
+  for child in $(pgrep -P "$1"); do
+    descendants "$child"
+    echo "$child"
   done
 }
-trap stop_sessions EXIT
-trap 'stop_sessions; trap - EXIT; kill -TERM -- -$$' INT TERM
+stop_all() {
+  local pid
+  for pid in $(descendants $$); do
+    [ "$pid" = "$TEE" ] || kill -KILL "$pid" 2>/dev/null
+  done
+}
+trap stop_all EXIT
+trap 'exit 143' INT TERM
+# step LOG CMD...: CMD in a session of its own, output to LOG, waited for (a trapped signal interrupts the wait)
+step() {
+  local log=$1; shift
+  setsid "$@" > "$log" 2>&1 &
+  wait $!
+}
 
-BUDGET=${BUDGET:-450}
+BUDGET=${BUDGET:-420}
+RESERVE=${RESERVE:-100}
 OPS=${OPS:-silu_and_mul fused_add_rmsnorm rmsnorm merge_attn_states_lse}
 SETS=${SETS:-paper+models}
 T0=$(date +%s)
@@ -71,8 +84,14 @@ sources = [(str(templates_dir() / "probes.cu"), {}, None)]
 for op in sys.argv[1:]:
     manifest = json.load(open(f"patches/{op}/manifest.json"))
     sources += [(f"patches/{op}/{manifest['kernel']}", manifest["defines"], None), (str(kernels_dir() / f"{op}.cu"), {}, None)]
-prebuild(sources)
-fastcall.build()
+from concurrent.futures import ThreadPoolExecutor
+with ThreadPoolExecutor(1) as pool:  # the C++ fast path (a torch extension) builds alongside the kernels
+    fast = pool.submit(fastcall.build)
+    prebuild(sources)
+    try:
+        fast.result()
+    except Exception as exc:  # per_call.py then takes the Python path and says so in its rows
+        print(f"the C++ fast path did not build: {exc}")
 PY
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
@@ -95,37 +114,39 @@ shapes_of() {  # shapes_of OP SETS: how many shapes the sets hold (the timed ste
 bench_op() {
   local seconds=$1 op=$2; shift 2
   if [ "$seconds" -lt 20 ]; then echo "SKIPPED $op $*: ${seconds}s left of the budget"; return 0; fi
-  timeout -k 10 $((seconds + 30)) astra-sglang bench "$op" --timeout "$seconds" "$@" 2>&1 \
-    | grep -E "^[a-z_]+: |geomean|FAILED|error|results:" || true
+  step "$OUT/step.log" timeout -k 10 $((seconds + 30)) astra-sglang bench "$op" --timeout "$seconds" "$@"
+  grep -E "^[a-z_]+: |geomean|FAILED|error|results:" "$OUT/step.log"
+  rm -f "$OUT/step.log"
 }
 
 echo "== per_call (t=$(( $(date +%s) - START ))s)"
 t=$(left); [ "$t" -gt 150 ] && t=150
 PER_CALL="python3 benchmarks/per_call.py OUT --tokens 1,16,64"
-timeout -k 10 "$t" python3 benchmarks/per_call.py "$OUT" --tokens 1,16,64 > "$OUT/per_call.log" 2>&1
+step "$OUT/per_call.log" timeout -k 10 "$t" python3 benchmarks/per_call.py "$OUT" --tokens 1,16,64
 code=$?
 echo "per_call exit code $code"; grep -E "^(ERROR|SKIP|note|WARN)" "$OUT/per_call.log"
 [ "$code" = 0 ] || tail -3 "$OUT/per_call.log"
 rm -f "$OUT/per_call.log"
 source_line per_call.jsonl per_call "" "$OPS" "$PER_CALL"
 
-echo "== checks (t=$(( $(date +%s) - START ))s)"
-CHECK_ARGS="--shapes edge+held_out --dtypes bf16,fp16,fp32 --baseline reference --no-time"
-for op in $OPS; do
-  t=$(left); [ "$t" -gt 60 ] && t=60
-  bench_op "$t" "$op" $CHECK_ARGS --out "$OUT/checks.jsonl"
-done
-source_line checks.jsonl checks edge+held_out "$OPS" "astra-sglang bench OP $CHECK_ARGS"
-
 echo "== timed (t=$(( $(date +%s) - START ))s)"
 TIMED_ARGS="--shapes $SETS --dtypes bf16"
 declare -A COUNT; total=0
 for op in $OPS; do COUNT[$op]=$(shapes_of "$op" "$SETS"); total=$((total + COUNT[$op])); done
 for op in $OPS; do  # each op gets its share of what is left, by shape count
-  t=$(( $(left) * COUNT[$op] / total )); total=$((total - COUNT[$op]))
+  t=$(( ($(left) - RESERVE) * COUNT[$op] / total )); total=$((total - COUNT[$op]))
   bench_op "$t" "$op" $TIMED_ARGS --out "$OUT/kernels.jsonl"
 done
 source_line kernels.jsonl timed "$SETS" "$OPS" "astra-sglang bench OP $TIMED_ARGS"
+
+echo "== checks (t=$(( $(date +%s) - START ))s)"
+CHECK_ARGS="--shapes edge+held_out --dtypes bf16,fp16,fp32 --baseline reference --no-time"
+n=$(echo $OPS | wc -w)
+for op in $OPS; do  # an equal share of what is left, at most 90 s
+  t=$(( $(left) / n )); n=$((n - 1)); [ "$t" -gt 90 ] && t=90
+  bench_op "$t" "$op" $CHECK_ARGS --out "$OUT/checks.jsonl"
+done
+source_line checks.jsonl checks edge+held_out "$OPS" "astra-sglang bench OP $CHECK_ARGS"
 
 echo "== done: $(( $(date +%s) - START ))s of the ${BUDGET}s budget, $(( $(date +%s) - T0 ))s in all"
 python3 benchmarks/summarize.py "$OUT" --out "$OUT"
