@@ -119,7 +119,7 @@ def test_without_a_gpu_one_line_names_both_sides(bench):
 def test_eager_note_only_where_the_host_sets_the_eager_time(bench):
     res, _ = bench(["rmsnorm"])
     note = [ln for ln in res.output.splitlines() if ln.startswith("eager is over")]
-    assert note and "at 1 of 2 shapes" in note[0] and ">= 9.0 us a call" in note[0]
+    assert note and "at 1 of 2 shapes" in note[0] and "eager measures the host" in note[0]
     quiet = EvalResult(kernel="rmsnorm", candidate="c", shapes=[_row((8192, 4096), 40.0, 41.0)])
     assert eager_note(quiet) == ""
 

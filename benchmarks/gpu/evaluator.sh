@@ -2,7 +2,7 @@
 # One GPU command for the evaluator: every rejection fixture on the GPU (tests/evaluator/test_gpu_fixtures.py),
 # then the cost of one evaluation and the shipped kernels' figures with this tree's evaluator against an
 # earlier tree's, same GPU, same process order (A B B A), against SGLang's own ops (quick shapes, bf16).
-# Usage (GPU machine, repo root; .stage/ carried, and the earlier package tree as .old/astra_sglang made with
+# Usage (GPU machine, repo root; .stage/ unpacked (setup.sh), and the earlier package tree as .old/astra_sglang made with
 #   mkdir .old && git archive REV astra_sglang | tar -x -C .old):
 #   bash benchmarks/gpu/evaluator.sh OUTDIR
 # Prints the fixture tests' summary and a table: per op, seconds per evaluation and speedups, old vs new.

@@ -7,12 +7,13 @@
 #   checks    astra-sglang bench OP --no-time: the harness's trials on the specs' edge and held-out shapes in
 #             bf16/fp16/fp32, against the tool's reference kernel (SGLang's ops refuse or fault at some of them)
 # then benchmarks/summarize.py. Writes OUT/{per_call,checks,kernels,sources}.jsonl, OUT/per_call.md,
-# OUT/RESULTS.md and OUT/run.log (8 files at most), and prints the README's table last.
+# OUT/RESULTS.md and OUT/run.log, and prints the README's table last.
 #
-# Usage (GPU machine, repo root, the SGLang runtime kit carried as .stage/; no network needed):
+# Usage (GPU machine, repo root, SGLang importable or its runtime kit unpacked as .stage/: see setup.sh; no
+# network needed):
 #   COMMIT=<git rev-parse --short HEAD of the tree> bash benchmarks/gpu/run_all.sh OUT
 # Afterwards, in a checkout: copy OUT/*.jsonl to benchmarks/results/<date>-<gpu>/, run
-# `python3 benchmarks/summarize.py` (README table + benchmarks/RESULTS.md) and commit the three.
+# `python3 benchmarks/summarize.py` (README table + benchmarks/RESULTS.md) and commit them.
 # BUDGET (seconds, default 420) bounds the three steps together (builds come first, outside it): each
 # evaluation's harness timeout is cut to its share of what is left (the timed step leaves RESERVE, default
 # 100 s, to the checks), and a cut evaluation keeps the shapes it finished (RESULTS.md then says "n of N").
