@@ -1,15 +1,20 @@
-"""Record the numbers of a kernels.sh run in each shipped patch's manifest (patches/<op>/manifest.json).
+"""Record the rows of a `bench` run (e.g. benchmarks/gpu/run_all.sh's OUT/kernels.jsonl) in each shipped patch's
+manifest (patches/<op>/manifest.json).
 
-Usage: python3 benchmarks/record_patch_measurements.py KERNELS_JSONL GPU_NAME DATE
-Only rows of `patches/<op>` candidates timed against SGLang's own op (py: baselines) are recorded.
+Usage: python3 benchmarks/record_patch_measurements.py KERNELS_JSONL GPU_NAME DATE [SOURCE]
+Only rows of `patches/<op>` candidates timed against SGLang's own op (py: baselines) are recorded. SOURCE (e.g.
+"H200, 2026-12-01, commit abc1234, `bash benchmarks/gpu/run_all.sh OUT`") replaces what the provenance notes
+say about the run behind `measured`, up to the next ";".
 """
 import json
+import re
 import sys
 from pathlib import Path
 
 from astra_sglang.patching.manifest import MeasuredShape, PatchManifest
 
 rows_path, gpu, date = sys.argv[1], sys.argv[2], sys.argv[3]
+source = sys.argv[4] if len(sys.argv) > 4 else ""
 measured: dict[str, list[MeasuredShape]] = {}
 baselines: dict[str, str] = {}
 for line in Path(rows_path).read_text().splitlines():
@@ -29,5 +34,10 @@ for op, shapes in measured.items():
     manifest = PatchManifest.load(folder)
     manifest.measured, manifest.baseline = shapes, baselines[op]
     manifest.provenance.date, manifest.provenance.gpu = date, gpu
+    if source:
+        notes = manifest.provenance.notes
+        clause = f"`measured`: {source}"
+        notes, found = re.subn(r"`measured`: [^;]*", lambda m: clause, notes)
+        manifest.provenance.notes = notes if found else f"{notes}; {clause}".lstrip("; ")
     manifest.save(folder)
     print(op, len(shapes), "shapes recorded")
