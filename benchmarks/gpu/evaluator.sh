@@ -12,28 +12,26 @@ mkdir -p "$OUTDIR"
 source benchmarks/gpu/setup.sh
 export ASTRA_SGLANG_CACHE=/tmp/astra-cache
 OPS="silu_and_mul fused_add_rmsnorm rmsnorm merge_attn_states_lse"
-bench() {  # bench TREE OP JSONL [extra args]: TREE=new (this checkout) or old (.old)
-  local tree=$1 op=$2 out=$3; shift 3
-  if [ "$tree" = old ]; then
-    PYTHONPATH=$PWD/.old${PYTHONPATH:+:$PYTHONPATH} python3 -m astra_sglang.cli bench "$op" \
-      --candidate "patches/$op/kernel.cu" --baseline sglang --dtypes bf16 --out "$out" "$@"
-  else
-    python3 -m astra_sglang.cli bench "$op" --candidate "patches/$op/kernel.cu" --baseline sglang --dtypes bf16 \
-      --out "$out" "$@"
-  fi
+LOG=$OUTDIR/log.txt
+bench() {  # bench SECONDS TREE OP JSONL [extra args]: TREE=new (this checkout) or old (.old)
+  local limit=$1 tree=$2 op=$3 out=$4 path=$PYTHONPATH; shift 4
+  [ "$tree" = old ] && path=$PWD/.old${PYTHONPATH:+:$PYTHONPATH}
+  echo "-- $tree $op $*" >> "$LOG"
+  PYTHONPATH=$path timeout "$limit" python3 -m astra_sglang.cli bench "$op" --candidate "patches/$op/kernel.cu" \
+    --baseline sglang --dtypes bf16 --out "$out" "$@" >> "$LOG" 2>&1
 }
+echo "== fixtures"  # first: they are the acceptance test of this evaluator
+timeout 300 python3 -m pytest -q -p no:cacheprovider -rA tests/evaluator/test_gpu_fixtures.py \
+  > "$OUTDIR/fixtures.txt" 2>&1
+grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed|Error" "$OUTDIR/fixtures.txt" | tail -30
 echo "== warm-up: builds and SGLang's JIT kernels, outside the measured runs"
-for op in $OPS; do timeout 120 bench new "$op" "$OUTDIR/warmup.jsonl" --shapes 1x4096 --no-check > /dev/null 2>&1; done
+for op in $OPS; do bench 120 new "$op" /tmp/warmup.jsonl --shapes 1x4096 --no-check; done
 echo "== cost and figures: old vs new, A B B A"
 for op in $OPS; do
   for tree in old new new old; do
-    timeout 150 bench "$tree" "$op" "$OUTDIR/cost-$tree.jsonl" --shapes quick > "$OUTDIR/bench-$op-$tree.txt" 2>&1
+    bench 150 "$tree" "$op" "$OUTDIR/cost-$tree.jsonl" --shapes quick
   done
 done
-echo "== fixtures"
-timeout 300 python3 -m pytest -q -p no:cacheprovider -rA tests/evaluator/test_gpu_fixtures.py \
-  --junitxml "$OUTDIR/fixtures.xml" > "$OUTDIR/fixtures.txt" 2>&1
-grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$OUTDIR/fixtures.txt" | tail -30
 python3 - "$OUTDIR" <<'PY'
 import json, statistics, sys
 from pathlib import Path
