@@ -4,10 +4,12 @@
 # earlier tree's, same GPU, same process order (A B B A), against SGLang's own ops (quick shapes, bf16).
 # Usage (GPU machine, repo root; .stage/ carried, and the earlier package tree as .old/astra_sglang made with
 #   mkdir .old && git archive REV astra_sglang | tar -x -C .old):
-#   bash benchmarks/gpu/evaluator.sh OUTDIR
+#   bash benchmarks/gpu/evaluator.sh OUTDIR [fixtures] [cost]     (both steps when none is named)
 # Prints the fixture tests' summary and a table: per op, seconds per evaluation and speedups, old vs new.
 set -u
 OUTDIR=${1:?output dir}
+shift
+STEPS=${*:-fixtures cost}
 mkdir -p "$OUTDIR"
 source benchmarks/gpu/setup.sh
 export ASTRA_SGLANG_CACHE=/tmp/astra-cache
@@ -20,10 +22,13 @@ bench() {  # bench SECONDS TREE OP JSONL [extra args]: TREE=new (this checkout) 
   PYTHONPATH=$path timeout "$limit" python3 -m astra_sglang.cli bench "$op" --candidate "patches/$op/kernel.cu" \
     --baseline sglang --dtypes bf16 --out "$out" "$@" >> "$LOG" 2>&1
 }
-echo "== fixtures"  # first: they are the acceptance test of this evaluator
-timeout 300 python3 -m pytest -q -p no:cacheprovider -rA tests/evaluator/test_gpu_fixtures.py \
-  > "$OUTDIR/fixtures.txt" 2>&1
-grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed|Error" "$OUTDIR/fixtures.txt" | tail -30
+if [[ $STEPS == *fixtures* ]]; then
+  echo "== fixtures"  # the acceptance test of this evaluator
+  timeout 540 python3 -m pytest -v -p no:cacheprovider --timeout 240 --durations 0 tests/evaluator/test_gpu_fixtures.py \
+    > "$OUTDIR/fixtures.txt" 2>&1
+  grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|[0-9.]+s call" "$OUTDIR/fixtures.txt" | tail -40
+fi
+[[ $STEPS == *cost* ]] || exit 0
 echo "== warm-up: builds and SGLang's JIT kernels, outside the measured runs"
 for op in $OPS; do bench 120 new "$op" /tmp/warmup.jsonl --shapes 1x4096 --no-check; done
 echo "== cost and figures: old vs new, A B B A"
