@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU command for the evaluator: every rejection fixture on the GPU (tests/evaluator/test_gpu_fixtures.py),
 # then the cost of one evaluation and the shipped kernels' figures with this tree's evaluator against an
-# earlier tree's, same GPU, same process order (A B B A), against SGLang's own ops (quick shapes, bf16).
+# earlier tree's, same GPU, alternating which runs first, against SGLang's own ops (quick shapes, bf16).
 # Usage (GPU machine, repo root; .stage/ carried, and the earlier package tree as .old/astra_sglang made with
 #   mkdir .old && git archive REV astra_sglang | tar -x -C .old):
 #   bash benchmarks/gpu/evaluator.sh OUTDIR [fixtures] [cost]     (both steps when none is named)
@@ -31,11 +31,11 @@ fi
 [[ $STEPS == *cost* ]] || exit 0
 echo "== warm-up: builds and SGLang's JIT kernels, outside the measured runs"
 for op in $OPS; do bench 120 new "$op" /tmp/warmup.jsonl --shapes 1x4096 --no-check; done
-echo "== cost and figures: old vs new, A B B A"
+echo "== cost and figures: old vs new, alternating which goes first"
+order="old new"
 for op in $OPS; do
-  for tree in old new new old; do
-    bench 150 "$tree" "$op" "$OUTDIR/cost-$tree.jsonl" --shapes quick
-  done
+  for tree in $order; do bench 150 "$tree" "$op" "$OUTDIR/cost-$tree.jsonl" --shapes quick; done
+  [ "$order" = "old new" ] && order="new old" || order="old new"
 done
 python3 - "$OUTDIR" <<'PY'
 import json, statistics, sys
