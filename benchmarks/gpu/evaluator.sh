@@ -30,7 +30,11 @@ if [[ $STEPS == *fixtures* ]]; then
 fi
 [[ $STEPS == *cost* ]] || exit 0
 echo "== warm-up: builds and SGLang's JIT kernels, outside the measured runs"
-for op in $OPS; do bench 120 new "$op" /tmp/warmup.jsonl --shapes 1x4096 --no-check; done
+for op in $OPS; do  # in parallel: the JIT compiles and builds are CPU work; nothing here is measured
+  shape=1x4096; [ "$op" = merge_attn_states_lse ] && shape=1x32x128
+  bench 150 new "$op" "/tmp/warmup-$op.jsonl" --shapes "$shape" --no-check &
+done
+wait
 echo "== cost and figures: old vs new, alternating which goes first"
 order="old new"
 for op in $OPS; do
