@@ -49,15 +49,17 @@ BASELINE_CRASHED = "the original op crashed here"
 MEASUREMENT = "measurement failure"
 
 
-def physics(row: ShapeResult, roofline_gbps: float, empty_us: float, hot: bool) -> str:
-    """'' when the candidate's time is one the hardware allows: no faster than the empty kernel, and (L2
-    cold) moving its bytes at no more than ROOFLINE_MARGIN x the copy roofline measured in the same run."""
-    us = row.candidate.median_us
+def physics(row: ShapeResult, roofline_gbps: float, empty_us: float, hot: bool, us: float | None = None,
+            what: str = "a launch") -> str:
+    """'' when the candidate's time (`us`, default its graph-replay median) is one the hardware allows: no
+    faster than the empty kernel, and (L2 cold) moving its bytes at no more than ROOFLINE_MARGIN x the copy
+    roofline measured in the same run."""
+    us = row.candidate.median_us if us is None else us
     if us < FLOOR_MARGIN * empty_us:
-        return (f"{MEASUREMENT}: {us:.3g} us a launch is less than the empty kernel's {empty_us:.3g} us "
+        return (f"{MEASUREMENT}: {us:.3g} us {what} is less than the empty kernel's {empty_us:.3g} us "
                 "measured in this run")
     if not hot and row.min_bytes / us / 1e3 > ROOFLINE_MARGIN * roofline_gbps:
-        return (f"{MEASUREMENT}: {row.min_bytes} bytes in {us:.3g} us is {row.min_bytes / us / 1e3:.0f} GB/s, "
+        return (f"{MEASUREMENT}: {row.min_bytes} bytes in {us:.3g} us ({what}) is {row.min_bytes / us / 1e3:.0f} GB/s, "
                 f"more than {ROOFLINE_MARGIN}x the {roofline_gbps:.0f} GB/s copy roofline measured in this run")
     return ""
 
@@ -167,6 +169,7 @@ class GpuSession:
         cand = fns["candidate"]
         row.eager_candidate_us = blame("candidate", lambda: eager_us(cand, launches))
         wrong = blame("candidate", lambda: sets.verify(lambda: [cand(i) for i in range(launches)], "eager calls"))
+        wrong = wrong or physics(row, self.roofline, 0.0, hot, row.eager_candidate_us, "a call, eager")
         if wrong:
             row.correct, row.reason, row.candidate, row.speedup, row.eager_candidate_us = False, wrong, None, None, None
             return

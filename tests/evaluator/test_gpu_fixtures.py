@@ -17,7 +17,7 @@ CHEATS = Path(__file__).parents[1] / "fixtures" / "cheats"
 
 def _eval(fixture, shapes, op="silu_and_mul", time=True, dtypes=("bfloat16",)):
     return evaluate(EvalRequest(kernel=op, candidate=KernelSource(path=str(CHEATS / fixture)), shapes=shapes,
-                                dtypes=list(dtypes), time=time, timeout_s=600))
+                                dtypes=list(dtypes), time=time, timeout_s=200))
 
 
 @pytest.mark.parametrize("fixture, shape, reason", [
