@@ -54,8 +54,11 @@ class OpSummary:
     op: str
     baseline: str = ""
     paper: tuple[float, int, int] | None = None  # geomean, shapes timed, shapes in the set
+    quick: tuple[float, int, int] | None = None  # paper + quick: decode to large prefill
     models: tuple[float, int, int] | None = None
-    timed: list[dict] = field(default_factory=list)  # one row per shape, paper rows first
+    timed: list[dict] = field(default_factory=list)  # one row per shape, in the order the sources list them
+    main_rows: list[dict] = field(default_factory=list)
+    """The rows measured for the paper and quick sets: the table's slowest and largest shapes come from these."""
     per_call: list[dict] = field(default_factory=list)
     checks: dict[str, int] = field(default_factory=dict)
     check_dtypes: list[str] = field(default_factory=list)
@@ -63,11 +66,11 @@ class OpSummary:
 
     @property
     def slowest(self) -> dict | None:
-        return min(self.timed, key=lambda r: r["speedup"]) if self.timed else None
+        return min(self.main_rows, key=lambda r: r["speedup"]) if self.main_rows else None
 
     @property
     def largest(self) -> dict | None:
-        return max(self.timed, key=lambda r: r["min_bytes"]) if self.timed else None
+        return max(self.main_rows, key=lambda r: r["min_bytes"]) if self.main_rows else None
 
     @property
     def decode_ratio(self) -> tuple[float, float] | None:
@@ -87,7 +90,7 @@ def summarize_op(op: str, folder: Path, sources: list[Source]) -> OpSummary:
     spec, out = get_spec(op), OpSummary(op)
     mine = [s for s in sources if op in s.ops]
     out.sources = mine
-    seen, by_set = set(), {"paper": {}, "models": {}}
+    seen, by_set = set(), {"paper": {}, "quick": {}, "models": {}}
     members = {name: {tuple(x) for x in resolve_shapes(spec, name)} for name in ("paper", "quick", "models")}
     for src in (s for s in mine if s.kind == "timed"):
         for row in read_rows(folder / src.file):
@@ -103,8 +106,13 @@ def summarize_op(op: str, folder: Path, sources: list[Source]) -> OpSummary:
                 out.timed.append({**row, "source": src, "sets": [n for n, m in members.items() if shape in m]})
     for name, rows in by_set.items():
         want = {tuple(s) for s in resolve_shapes(spec, name)}
-        got = [r["speedup"] for shape, r in rows.items() if shape in want]
-        setattr(out, name, (geomean(got), len(got), len(want)) if got else None)
+        if name == "quick":  # the column is paper + quick
+            rows = {**rows, **{k: v for k, v in by_set["paper"].items() if k not in rows}}
+            want |= {tuple(s) for s in resolve_shapes(spec, "paper")}
+        got = [r for shape, r in rows.items() if shape in want]
+        setattr(out, name, (geomean([r["speedup"] for r in got]), len(got), len(want)) if got else None)
+        if name == "quick":
+            out.main_rows = got
     for src in (s for s in mine if s.kind == "per_call"):
         out.per_call += [{**r, "source": src} for r in read_rows(folder / src.file) if r["op"] == op]
     counts = {"pass": 0, "fail": 0, "not covered": 0}
@@ -135,7 +143,9 @@ def load(folder: Path) -> tuple[list[OpSummary], list[Source]]:
     return [summarize_op(op, folder, sources) for op in ops], sources
 
 
-def render(template: str, folder: Path, ops: list[OpSummary], sources: list[Source]) -> str:
+def render(template: str, folder: Path, ops: list[OpSummary], sources: list[Source], readme: bool = False) -> str:
+    """A template over the summaries; the README's table (readme=True) leaves out the model-shape column, which
+    only a longer run (benchmarks/gpu/run_all.sh with SETS=models) measures."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates_dir() / "reports"), trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     env.filters["shape"] = lambda s: "x".join(map(str, s))
@@ -148,7 +158,8 @@ def render(template: str, folder: Path, ops: list[OpSummary], sources: list[Sour
     gpus = sorted({s.gpu for s in sources})
     commits = list(dict.fromkeys(s.commit for s in sources))
     return env.get_template(template).render(ops=ops, sources=sources, folder=folder_name, dtype=DTYPE,
-                                             dates=dates, gpus=gpus, commits=commits, tokens=DECODE_TOKENS)
+                                             dates=dates, gpus=gpus, commits=commits, tokens=DECODE_TOKENS,
+                                             with_models=not readme and any(o.models for o in ops))
 
 
 def with_block(readme: str, block: str) -> str:
@@ -170,10 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "RESULTS.md").write_text(results)
-        print(render("results_table.md.j2", folder, ops, sources))
+        print(render("results_table.md.j2", folder, ops, sources, readme=True))
         return 0
     readme_path, results_path = ROOT / "README.md", ROOT / "benchmarks" / "RESULTS.md"
-    readme = with_block(readme_path.read_text(), render("results_table.md.j2", folder, ops, sources))
+    readme = with_block(readme_path.read_text(), render("results_table.md.j2", folder, ops, sources, readme=True))
     if args.check:
         stale = [p.name for p, text in ((results_path, results), (readme_path, readme))
                  if not p.is_file() or p.read_text() != text]

@@ -60,16 +60,19 @@ def test_figures_per_set_with_partial_counts_per_call_range_and_checks(summarize
     (ops, sources) = summarize.load(tmp_path)
     (op,) = ops
     assert op.paper[0] == pytest.approx(math.sqrt(1.2 * 1.5)) and op.paper[1:] == (2, 8)
+    assert op.quick[0] == pytest.approx(math.sqrt(1.2 * 1.5)) and op.quick[1:] == (2, 12)  # 1x4096: a models row
     assert op.models[0] == pytest.approx(math.sqrt(0.9 * 2.0)) and op.models[1] == 2
     assert [tuple(r["shape"]) for r in op.timed] == [*paper, (1, 4096)]  # each shape once, first source first
-    assert op.slowest["speedup"] == 0.9 and tuple(op.largest["shape"]) == paper[1]
+    # slowest and largest: of the paper and quick rows (the 1x4096 row came from the models run, 0.9x)
+    assert op.slowest["speedup"] == 1.2 and tuple(op.largest["shape"]) == paper[1]
     assert op.decode_ratio == (0.6, 0.7)
     assert op.checks == {"pass": 2, "fail": 1, "not covered": 1} and op.check_dtypes == ["bfloat16", "float32"]
     assert op.baseline == "py:sgl_kernel:rmsnorm"
-    table = summarize.render("results_table.md.j2", tmp_path, ops, sources)
-    assert "| rmsnorm | `sgl_kernel.rmsnorm` | 1.342x (2 of 8) |" in table
+    table = summarize.render("results_table.md.j2", tmp_path, ops, sources, readme=True)
+    assert "| rmsnorm | `sgl_kernel.rmsnorm` | 1.342x (2 of 8) | 1.342x (2 of 12) | 128x4096 1.200x |" in table
     assert "0.60-0.70x SGLang's time | 2 of 4 |" in table and "commits abc1234, def5678" in table
     page = summarize.render("results.md.j2", tmp_path, ops, sources)
+    assert "| 1.342x (2 of 8) | 1.342x (2 of 12) | 1.342x (2 of 32) | 128x4096 1.200x |" in page  # + model shapes
     assert "| 1x4096 | quick+models | 2.00 (1.90-2.10) | 2.00 | 0.900x |" in page
     assert "`def5678` | `make models.jsonl` |" in page
 
@@ -78,7 +81,7 @@ def test_an_op_without_rows_shows_dashes_and_the_readme_needs_its_markers(summar
     _write(tmp_path, "sources.jsonl", [_source("kernels.jsonl", "timed", ["silu_and_mul"], ["paper"])])
     ops, sources = summarize.load(tmp_path)
     table = summarize.render("results_table.md.j2", tmp_path, ops, sources)
-    assert "| silu_and_mul | - | - | - | - | - | - | 0 of 0 |" in table
+    assert "| silu_and_mul | - | - | - | - | - | - | 0 of 0 |" in table and "model shapes" not in table
     assert summarize.with_block(f"a\n{summarize.BEGIN}\nold\n{summarize.END}\nb", "new\n") == \
         f"a\n{summarize.BEGIN}\nnew\n{summarize.END}\nb"
     with pytest.raises(SystemExit, match="no .* block"):

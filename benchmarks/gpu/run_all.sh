@@ -3,9 +3,10 @@
 # one command:
 #   per_call  benchmarks/per_call.py: each enabled patch's eager call against SGLang's own call, 1/16/64 tokens
 #   timed     astra-sglang bench OP: the shipped patch against SGLang's own op (bench's defaults), the paper
-#             and model shape sets, bf16, checked and timed
+#             and quick shape sets, bf16, checked and timed, one op after the other
 #   checks    astra-sglang bench OP --no-time: the harness's trials on the specs' edge and held-out shapes in
-#             bf16/fp16/fp32, against the tool's reference kernel (SGLang's ops refuse or fault at some of them)
+#             bf16/fp16/fp32, against the tool's reference kernel (SGLang's ops refuse or fault at some of them);
+#             no timing, so the four ops run at once
 # then benchmarks/summarize.py. Writes OUT/{per_call,checks,kernels,sources}.jsonl, OUT/per_call.md,
 # OUT/RESULTS.md and OUT/run.log, and prints the README's table last.
 #
@@ -17,7 +18,10 @@
 # BUDGET (seconds, default 420) bounds the three steps together (builds come first, outside it): each
 # evaluation's harness timeout is cut to its share of what is left (the timed step leaves RESERVE, default
 # 100 s, to the checks), and a cut evaluation keeps the shapes it finished (RESULTS.md then says "n of N").
-# OPS (default: the four shipped ops) and SETS (default paper+models) narrow the run.
+# OPS (default: the four shipped ops), SETS (the timed shape sets, default paper+quick) and STEPS (default
+# "per_call timed checks") narrow or widen the run. The model-shape column of benchmarks/RESULTS.md comes from a
+# second, longer command, `STEPS=timed SETS=models bash benchmarks/gpu/run_all.sh OUT2` (its rows go to
+# OUT2/kernels-models.jsonl; append its sources.jsonl line to the first run's).
 set -u
 OUT=${1:?usage: run_all.sh OUTDIR}
 mkdir -p "$OUT"
@@ -54,7 +58,11 @@ step() {
 BUDGET=${BUDGET:-420}
 RESERVE=${RESERVE:-100}
 OPS=${OPS:-silu_and_mul fused_add_rmsnorm rmsnorm merge_attn_states_lse}
-SETS=${SETS:-paper+models}
+SETS=${SETS:-paper+quick}
+STEPS=${STEPS:-per_call timed checks}
+TIMED=kernels.jsonl
+[ "$SETS" = paper+quick ] || TIMED="kernels-${SETS//+/-}.jsonl"
+has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
 T0=$(date +%s)
 source benchmarks/gpu/setup.sh
 DATE=$(date -u +%F)
@@ -120,34 +128,50 @@ bench_op() {
   rm -f "$OUT/step.log"
 }
 
-echo "== per_call (t=$(( $(date +%s) - START ))s)"
-t=$(left); [ "$t" -gt 150 ] && t=150
-PER_CALL="python3 benchmarks/per_call.py OUT --tokens 1,16,64"
-step "$OUT/per_call.log" timeout -k 10 "$t" python3 benchmarks/per_call.py "$OUT" --tokens 1,16,64
-code=$?
-echo "per_call exit code $code"; grep -E "^(ERROR|SKIP|note|WARN)" "$OUT/per_call.log"
-[ "$code" = 0 ] || tail -3 "$OUT/per_call.log"
-rm -f "$OUT/per_call.log"
-source_line per_call.jsonl per_call "" "$OPS" "$PER_CALL"
+if has per_call; then
+  echo "== per_call (t=$(( $(date +%s) - START ))s)"
+  t=$(left); [ "$t" -gt 150 ] && t=150
+  PER_CALL="python3 benchmarks/per_call.py OUT --tokens 1,16,64"
+  step "$OUT/per_call.log" timeout -k 10 "$t" python3 benchmarks/per_call.py "$OUT" --tokens 1,16,64
+  code=$?
+  echo "per_call exit code $code"; grep -E "^(ERROR|SKIP|note|WARN)" "$OUT/per_call.log"
+  [ "$code" = 0 ] || tail -3 "$OUT/per_call.log"
+  rm -f "$OUT/per_call.log"
+  source_line per_call.jsonl per_call "" "$OPS" "$PER_CALL"
+fi
 
-echo "== timed (t=$(( $(date +%s) - START ))s)"
-TIMED_ARGS="--shapes $SETS --dtypes bf16"
-declare -A COUNT; total=0
-for op in $OPS; do COUNT[$op]=$(shapes_of "$op" "$SETS"); total=$((total + COUNT[$op])); done
-for op in $OPS; do  # each op gets its share of what is left, by shape count
-  t=$(( ($(left) - RESERVE) * COUNT[$op] / total )); total=$((total - COUNT[$op]))
-  bench_op "$t" "$op" $TIMED_ARGS --out "$OUT/kernels.jsonl"
-done
-source_line kernels.jsonl timed "$SETS" "$OPS" "astra-sglang bench OP $TIMED_ARGS"
+if has timed; then
+  echo "== timed (t=$(( $(date +%s) - START ))s)"
+  TIMED_ARGS="--shapes $SETS --dtypes bf16"
+  declare -A COUNT; total=0
+  for op in $OPS; do COUNT[$op]=$(shapes_of "$op" "$SETS"); total=$((total + COUNT[$op])); done
+  reserve=0; has checks && reserve=$RESERVE
+  for op in $OPS; do  # each op gets its share of what is left, by shape count
+    t=$(( ($(left) - reserve) * COUNT[$op] / total )); total=$((total - COUNT[$op]))
+    bench_op "$t" "$op" $TIMED_ARGS --out "$OUT/$TIMED"
+  done
+  source_line "$TIMED" timed "$SETS" "$OPS" "astra-sglang bench OP $TIMED_ARGS"
+fi
 
-echo "== checks (t=$(( $(date +%s) - START ))s)"
-CHECK_ARGS="--shapes edge+held_out --dtypes bf16,fp16,fp32 --baseline reference --no-time"
-n=$(echo $OPS | wc -w)
-for op in $OPS; do  # an equal share of what is left, at most 90 s
-  t=$(( $(left) / n )); n=$((n - 1)); [ "$t" -gt 90 ] && t=90
-  bench_op "$t" "$op" $CHECK_ARGS --out "$OUT/checks.jsonl"
-done
-source_line checks.jsonl checks edge+held_out "$OPS" "astra-sglang bench OP $CHECK_ARGS"
+if has checks; then
+  echo "== checks (t=$(( $(date +%s) - START ))s)"
+  CHECK_ARGS="--shapes edge+held_out --dtypes bf16,fp16,fp32 --baseline reference --no-time"
+  t=$(left); [ "$t" -gt 150 ] && t=150
+  pids=()
+  for op in $OPS; do  # correctness only: the ops share the GPU at once, each in a session and log of its own
+    if [ "$t" -lt 20 ]; then echo "SKIPPED checks of $op: ${t}s left of the budget"; continue; fi
+    setsid timeout -k 10 $((t + 30)) astra-sglang bench "$op" --timeout "$t" $CHECK_ARGS --out "$OUT/checks-$op.jsonl" \
+      > "$OUT/checks-$op.log" 2>&1 &
+    pids+=($!)
+  done
+  [ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
+  for op in $OPS; do
+    [ -f "$OUT/checks-$op.log" ] && grep -E "^[a-z_]+: |geomean|FAILED|error" "$OUT/checks-$op.log"
+    [ -f "$OUT/checks-$op.jsonl" ] && cat "$OUT/checks-$op.jsonl" >> "$OUT/checks.jsonl"
+    rm -f "$OUT/checks-$op.log" "$OUT/checks-$op.jsonl"
+  done
+  source_line checks.jsonl checks edge+held_out "$OPS" "astra-sglang bench OP $CHECK_ARGS"
+fi
 
 echo "== done: $(( $(date +%s) - START ))s of the ${BUDGET}s budget, $(( $(date +%s) - T0 ))s in all"
 python3 benchmarks/summarize.py "$OUT" --out "$OUT"
