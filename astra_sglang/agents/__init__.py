@@ -9,7 +9,8 @@ paper's Algorithm-1 loop, with a safety gate in front of every build.
 - loop.py, journal.py, winner.py, report.py: the loop, its run directory, the winner, the report
 - cli.py: the `optimize` click command
 """
-from astra_sglang.agents.llm import BudgetExceeded, LLMError, OpenAIModel, ScriptedModel
+from astra_sglang.agents.llm import BudgetExceeded, LLMError, OpenAIModel
+from astra_sglang.agents.scripted import ScriptedModel
 from astra_sglang.agents.loop import Optimizer, resume, run
 from astra_sglang.agents.records import LLMConfig, RunConfig, RunOutcome, Winner
 from astra_sglang.agents.winner import write_patch

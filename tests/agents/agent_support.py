@@ -67,6 +67,7 @@ def kernel(mark: str = "", extra: str = "") -> str:
 
 
 PLAN = "1. Vectorize loads with 16-byte accesses.\n2. Use __expf in place of expf."
+PLANS = '```json\n{"plans": [{"parent": "r00", "plan": "1. Vectorize loads."}, {"parent": "r00", "plan": "2. Use __expf."}]}\n```'
 TESTS = '```json\n{"shapes": [[7, 4100], [1, 128], [3, 5, 7], [0, 4]], "trials": 4, "rationale": "tails"}\n```'
 SUMMARY = "- memory bound at large shapes\n- latency bound at 1 token"
 
@@ -92,6 +93,10 @@ def llm_config(server, **kw) -> LLMConfig:
 
 
 def run_config(**kw) -> RunConfig:
+    """The paper's loop (one candidate a round, no repairs) unless the test asks for a population."""
+    kw.setdefault("population", 1)
+    kw.setdefault("plans", 1)
+    kw.setdefault("repairs", 0)
     kw.setdefault("kernel", "silu_and_mul")
     kw.setdefault("start_source", str(kernels_dir() / "silu_and_mul.cu"))
     kw.setdefault("shapes", "quick")

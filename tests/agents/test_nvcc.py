@@ -6,7 +6,7 @@ import pytest
 from agent_support import PLAN, TESTS, kernel, run_config
 
 from astra_sglang.agents.journal import RunLog
-from astra_sglang.agents.llm import ScriptedModel
+from astra_sglang.agents.scripted import ScriptedModel
 from astra_sglang.agents.loop import run
 
 pytestmark = pytest.mark.nvcc
