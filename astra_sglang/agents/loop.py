@@ -220,14 +220,16 @@ class Optimizer:
             for j, (plan, n) in enumerate(zip(plans, counts)):
                 parent = self.db.get(plan.parent) or ctx.best
                 groups.append((j, parent, coder.prompt(ctx, plan, parent, source_of(parent)), n))
-        slots = iter(range(self.config.population))
+        firsts = [sum(g[3] for g in groups[:j]) for j in range(len(groups))]  # plan j's candidates: c<first>...
         with ThreadPoolExecutor(max_workers=self.config.population) as lineages, \
                 ThreadPoolExecutor(max_workers=len(groups)) as drafting:
-            def group(j, parent, prompt, n):
+            def group(j, parent, prompt, n, first):
                 answers = self._drafts(r, j or 0, prompt, n)
-                return [lineages.submit(Lineage(self, r, next(slots), prompt, a, parent.id, j).run) for a in answers]
+                return [lineages.submit(Lineage(self, r, first + i, prompt, a, parent.id, j).run)
+                        for i, a in enumerate(answers)]
 
-            futures = [f for g in [drafting.submit(group, *g) for g in groups] for f in (_result(g) or [])]
+            futures = [f for g in [drafting.submit(group, *g, first) for g, first in zip(groups, firsts)]
+                       for f in (_result(g) or [])]
             entries = [e for e in (_result(f) for f in futures) if isinstance(e, Entry)]
         best = max((e for e in entries if e.ok), key=lambda e: e.speedup or 0, default=None)
         if best is not None and best.id == self.db.best().id:

@@ -50,13 +50,17 @@ def _pin(gpu: str) -> None:
 
 
 class LocalPool:
-    """One host's builds and GPUs (see the module docstring). Use as a context manager, or close()."""
+    """One host's builds and GPUs (see the module docstring). Use as a context manager, or close().
+
+    Default: the harness's evaluate and build_library. A caller's own evaluator builds nothing ahead unless
+    it also gives a builder (a stand-in evaluator may not build real sources at all)."""
 
     def __init__(self, gpus: list[str] | None = None, evaluator: Evaluator | None = None,
                  builder: Builder | None = None, build_workers: int | None = None):
         self.gpus = visible_gpus() if gpus is None else list(gpus)
-        self.evaluator = evaluator or harness_evaluate
-        self.builder = builder or harness_build
+        if evaluator is None:
+            evaluator, builder = harness_evaluate, builder or harness_build
+        self.evaluator, self.builder = evaluator, builder
         self.lanes = self.gpus or ["-"]  # no GPU: one worker, the harness answers that it has no GPU
         self._stats = PoolStats(lanes=self.lanes)
         self._lock = threading.Lock()
@@ -108,7 +112,7 @@ class LocalPool:
     # -- stages ------------------------------------------------------------------------------------
     def _build(self, req: EvalRequest, future: Future) -> None:
         try:
-            for source in (req.candidate, req.baseline):
+            for source in (req.candidate, req.baseline) if self.builder is not None else ():
                 if source is None or source.is_python or not os.path.isfile(source.path):
                     continue  # a missing file: the evaluation reports it
                 start = time.time()

@@ -92,7 +92,9 @@ class RayPool:
         if self._owned:
             ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False,
                      **(init or {}))
-        self.evaluator, self.builder = evaluator or harness_evaluate, builder or harness_build
+        if evaluator is None:
+            evaluator, builder = harness_evaluate, builder or harness_build
+        self.evaluator, self.builder = evaluator, builder  # no builder: the evaluation builds (LocalPool's rule)
         self._build = ray.remote(num_cpus=1)(build_task)
         self._eval = ray.remote(num_cpus=0, num_gpus=1)(eval_task)
         self._waiters = ThreadPoolExecutor(max_workers=waiters, thread_name_prefix="astra-ray")
@@ -120,11 +122,13 @@ class RayPool:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         texts = _texts(req)
-        node, info, start, end = self._ray.get(self._build.remote(req, texts, self.builder))
-        self._stats.builds.append(Span(lane="cpu", start=start, end=end, cached=info.cached))
-        if not info.ok:
-            return build_failure(req, info)
-        task = self._eval.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True))
+        task = self._eval
+        if self.builder is not None:
+            node, info, start, end = self._ray.get(self._build.remote(req, texts, self.builder))
+            self._stats.builds.append(Span(lane="cpu", start=start, end=end, cached=info.cached))
+            if not info.ok:
+                return build_failure(req, info)
+            task = self._eval.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True))
         if req.compile_only:  # no GPU needed: a CPU slot anywhere
             task = self._ray.remote(num_cpus=1)(eval_task)
         lane, result, start, end = self._ray.get(task.remote(req, texts, self.evaluator))

@@ -29,13 +29,14 @@ def test_llm_run_and_resume(fake, tmp_path, monkeypatch):
                    "coding": [kernel("speedup=1.2", "// MARK kill\n"), kernel("speedup=1.3")]}, {"profiling": SUMMARY})
     out = tmp_path / "run"
     args = ["silu_and_mul", "--rounds", "2", "--llm", "o4-mini", "--base-url", server.base_url, "--api-key", "k",
-            "--out", str(out), "--shapes", "quick", "--patches-dir", str(tmp_path / "patches")]
+            "--out", str(out), "--shapes", "quick", "--patches-dir", str(tmp_path / "patches"),
+            "--population", "1", "--plans", "1", "--repairs", "0"]
     result = invoke(args, StandIn(kill_on="kill"), monkeypatch)
     assert isinstance(result.exception, Killed)
     result = invoke(["silu_and_mul", "--resume", str(out), "--base-url", server.base_url, "--api-key", "k",
                      "--patches-dir", str(tmp_path / "patches")], StandIn(), monkeypatch)
     assert result.exit_code == 0, result.output
-    assert "winner: round 2, geomean 1.300x" in result.output
+    assert "winner: r02-c0-a0 (llm), geomean 1.300x" in result.output
     assert PatchManifest.load(tmp_path / "patches" / "silu_and_mul").provenance.method == "llm"
     assert "api_key" not in (out / "config.json").read_text()
 
@@ -43,9 +44,9 @@ def test_llm_run_and_resume(fake, tmp_path, monkeypatch):
 def test_no_llm_falls_back_to_the_tuner(tmp_path, monkeypatch):
     starts = []
 
-    def run_tuner(spec, start, rounds, run_dir, evaluator, echo=None, baseline=None):
+    def run_tuner(spec, start, rounds, run_dir, evaluator, echo=None, baseline=None, batch=None):
         starts.append(start)
-        final = evaluator(cli_request(spec, start))
+        final = batch([cli_request(spec, start)])[0]
         return Winner(kernel=spec.name, source=str(start), round=1, speedup=1.1, final=final, method="tuner",
                       rounds=rounds, run_id=run_dir.name)
 
