@@ -30,6 +30,20 @@ def speedup_at(marks: set[str], shape) -> float:
     return float(found.get(size, found.get("speedup", 1.0)))
 
 
+def knob_factor(src: str, marks: set[str], shape) -> float:
+    """A tuner dispatch (`// 16x4096 -> 64, 1` rows): 1.2x where the nearest row's first knob is the
+    candidate's `knob_fast=V` mark, else 1.0."""
+    import math
+
+    fast = next((m.split("=", 1)[1] for m in marks if m.startswith("knob_fast=")), None)
+    rows = re.findall(r"\{ ([-\d., ]+) \},  // \d+(?:x\d+)+ -> ([\d, ]+)$", src, re.M)
+    if fast is None or not rows:
+        return 1.0
+    dims, config = min(rows, key=lambda r: sum((math.log2(max(n, 1)) - float(x)) ** 2
+                                               for n, x in zip(shape, r[0].split(","))))
+    return 1.2 if config.split(",")[0].strip() == fast else 1.0
+
+
 def ensemble_marks(src: str):
     """A generated per-shape dispatch: (marks of each member by label, rows (log2 dims, dtype, label))."""
     if "per-shape dispatch among" not in src:
@@ -85,7 +99,7 @@ class StandIn:
                         shapes.append(ShapeResult(shape=s, dtype=d, covered=False))
                         continue
                     here = ensemble[0][label]
-                speedup = speedup_at(here, s)
+                speedup = speedup_at(here, s) * knob_factor(src, here, s)
                 correct = not ("wrong" in here or ("heldout_wrong" in here and tuple(s) in held_out))
                 us = 10.0 / speedup
                 shapes.append(ShapeResult(shape=s, dtype=d, correct=correct, reason="" if correct else "mismatch",

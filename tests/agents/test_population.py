@@ -151,3 +151,19 @@ def test_resume_mid_population_asks_nothing_twice(tmp_path):
     again = run(config, tmp_path / "r", StandIn(), ScriptedModel(script, name="o4-mini"))
     assert answers["n"] == asked and again.winner.candidate == first.winner.candidate
     assert first.winner.candidate in ("r01-c0-a1", "r01-c1-a1")
+
+
+def test_llm_plus_tuner_tunes_a_finalists_knobs(fake, tmp_path):
+    """A candidate that exposes knobs (the tuner's convention) is tuned per shape at the end; the tuned
+    kernel wins when it is faster (the stand-in times THREADS=64 at 1.2x)."""
+    from pathlib import Path
+
+    knobbed = (Path(__file__).parents[1] / "fixtures" / "honest" / "silu_and_mul_knobs.cu").read_text()
+    answer = "```cuda\n// MARK speedup=1.2\n// MARK knob_fast=64\n" + knobbed + "```"
+    server = fake({"testing": [TESTS], "planning": ["1. Expose the block size as a knob."], "coding": [answer]},
+                  {"profiling": SUMMARY})
+    outcome = run(run_config(rounds=1, tune_configs=4), tmp_path / "r", StandIn(), OpenAIModel(llm_config(server)))
+    w = outcome.winner
+    assert w.candidate == "r01-c0-a0-tuned" and w.method == "llm+tuner" and w.speedup == pytest.approx(1.44)
+    tuned = (tmp_path / "r" / "tuning" / "r01-c0-a0" / "candidates" / "final.cu").read_text()
+    assert "astra_launch_cfg<64, " in tuned
