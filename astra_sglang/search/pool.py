@@ -75,6 +75,7 @@ class LocalPool:
         for t in self._threads:
             t.start()
         self._facts: GpuFacts | None = None
+        self._cancelled = False
 
     # -- public ------------------------------------------------------------------------------------
     def submit(self, req: EvalRequest) -> Future:
@@ -94,6 +95,20 @@ class LocalPool:
             self._facts = probe(self.gpus[0]) if self.gpus else GpuFacts()
         return self._facts
 
+    def cancel(self) -> int:
+        """Cancel every request not yet on a GPU (a budget ran out); returns how many. Running evaluations
+        finish; later submissions are cancelled too."""
+        self._cancelled, count = True, 0
+        while True:
+            try:
+                item = self._ready.get_nowait()
+            except queue.Empty:
+                return count
+            if item is None:  # a close() sentinel: leave it for its lane
+                self._ready.put(None)
+                return count
+            count += item[1].cancel()
+
     def close(self) -> None:
         self._builds.shutdown(wait=True)
         for _ in self._threads:
@@ -111,6 +126,9 @@ class LocalPool:
 
     # -- stages ------------------------------------------------------------------------------------
     def _build(self, req: EvalRequest, future: Future) -> None:
+        if self._cancelled:
+            future.cancel()
+            return
         try:
             for source in (req.candidate, req.baseline) if self.builder is not None else ():
                 if source is None or source.is_python or not os.path.isfile(source.path):
@@ -127,7 +145,10 @@ class LocalPool:
         except BaseException as exc:  # noqa: BLE001 - the caller sees it on the future
             future.set_exception(exc)
             return
-        self._ready.put((req, future))
+        if self._cancelled:
+            future.cancel()
+        else:
+            self._ready.put((req, future))
 
     def _lane(self, gpu: str) -> None:
         executor = self._procs.get(gpu)

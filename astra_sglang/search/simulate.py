@@ -3,7 +3,9 @@ benchmark's --simulate mode): the pool, the Ray backend and the population loop 
 nvcc and GPU time are sleeps of a stated length.
 
 Results are deterministic functions of the candidate's text: `// MARK build_fail | crash | wrong |
-speedup=X` lines decide (as in the agent tests); any other kernel gets a speedup from a hash of its text,
+speedup=X` lines decide (as in the agent tests), and so do the replay model's deliberate mutations
+(agents/replay.py: a "deliberately broken" line does not build, a "deliberately wrong" one is incorrect,
+as the harness finds them on a GPU); any other kernel gets a speedup from a hash of its text,
 per shape, so a population has real differences to select on. Each simulated shape has a floor (no kernel
 is more than 1.5x faster than the baseline there), reported as the roofline. Both are picklable
 dataclasses: they run in GPU worker processes and as Ray tasks.
@@ -26,7 +28,12 @@ FLOOR = 1.5
 
 
 def marks(text: str) -> set[str]:
-    return set(re.findall(r"// MARK (\S+)", text))
+    found = set(re.findall(r"// MARK (\S+)", text))
+    if "// deliberately broken" in text:
+        found.add("build_fail")
+    if "// deliberately wrong" in text:
+        found.add("wrong")
+    return found
 
 
 def _unit(text: str) -> float:
