@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from astra_sglang.agents.database import Entry, entry_from
 from astra_sglang.agents.journal import candidate_id
+from astra_sglang.agents.llm import RequestRejected
 from astra_sglang.agents.parse import ParseError, strip_code
 from astra_sglang.agents.records import CodeResult, HistoryRow, LogRecord, Message, Shape, Transcript
 from astra_sglang.agents.roles import parse_kernel, repair_message, single_shapes
@@ -69,13 +70,18 @@ class Lineage:
     def _code(self, attempt: int, messages: list[Message], transcript: Transcript) -> LogRecord:
         opt = self.opt
         transcript.messages = list(messages)
+        base = dict(parent=self.parent, plan_index=self.plan_index)
         if attempt > 0:
             opt.check_stop()
-            reply = opt.model.complete(messages, tag=f"r{self.round:02d} repair c{self.slot}a{attempt}")
+            try:
+                reply = opt.model.complete(messages, tag=f"r{self.round:02d} repair c{self.slot}a{attempt}")
+            except RequestRejected as exc:  # the conversation outgrew the model's context: the candidate ends
+                transcript.errors.append(str(exc))
+                return LogRecord(round=self.round, role="code", summary=f"c{self.slot}a{attempt} rejected",
+                                 payload=CodeResult(error=str(exc), status="parse", **base).model_dump(mode="json"))
             transcript.usage = reply.usage
             transcript.messages.append(Message(role="assistant", content=reply.content))
         answer = transcript.messages[-1].content
-        base = dict(parent=self.parent, plan_index=self.plan_index)
         try:
             source = parse_kernel(answer)
         except (ParseError, UnsafeCode) as exc:

@@ -27,7 +27,7 @@ from astra_sglang.agents.context import RoundContext, history, past_plans, sourc
 from astra_sglang.agents.database import ORIGINAL, Database, Entry, entry_from, shape_key
 from astra_sglang.agents.journal import RunLog, step_key, test_suite
 from astra_sglang.agents.lineage import Lineage, entry_of
-from astra_sglang.agents.llm import BudgetExceeded, LLMError
+from astra_sglang.agents.llm import BudgetExceeded, LLMError, RequestRejected
 from astra_sglang.agents.prompts import StepFailed
 from astra_sglang.agents.protocols import Model, Profiler
 from astra_sglang.agents.records import (CodeResult, Drafts, HistoryRow, LogRecord, PlanItem, PlanSet, ProfileSummary,
@@ -96,6 +96,10 @@ class Optimizer:
         transcript = Transcript(round=round, role=role, key=key)
         try:
             record = fn(transcript)
+        except RequestRejected as exc:  # this prompt does not fit the model: this step fails, the run goes on
+            transcript.errors.append(str(exc))
+            self.log.save_transcript(transcript)
+            raise StepFailed(str(exc), transcript) from exc
         except (BudgetExceeded, LLMError) as exc:
             if transcript.messages:
                 self.log.save_transcript(transcript)
@@ -224,7 +228,11 @@ class Optimizer:
         with ThreadPoolExecutor(max_workers=self.config.population) as lineages, \
                 ThreadPoolExecutor(max_workers=len(groups)) as drafting:
             def group(j, parent, prompt, n, first):
-                answers = self._drafts(r, j or 0, prompt, n)
+                try:
+                    answers = self._drafts(r, j or 0, prompt, n)
+                except StepFailed as exc:
+                    self.echo(f"r{r:02d} plan {j or 0}: no drafts ({exc})"[:200])
+                    return []
                 return [lineages.submit(Lineage(self, r, first + i, prompt, a, parent.id, j).run)
                         for i, a in enumerate(answers)]
 

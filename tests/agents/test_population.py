@@ -167,3 +167,19 @@ def test_llm_plus_tuner_tunes_a_finalists_knobs(fake, tmp_path):
     assert w.candidate == "r01-c0-a0-tuned" and w.method == "llm+tuner" and w.speedup == pytest.approx(1.44)
     tuned = (tmp_path / "r" / "tuning" / "r01-c0-a0" / "candidates" / "final.cu").read_text()
     assert "astra_launch_cfg<64, " in tuned
+
+
+def test_survives_an_sglang_server_with_dummy_weights(tmp_path):
+    """SGLang serving a model with a plain tokenizer and random weights: chat answers 400 (no template), the
+    context is small, every answer is noise. All rounds still run; nothing stops the loop."""
+    noise = " ".join(["lorem", "ipsum", "dolor"] * 1000)
+    with FakeOpenAI(lambda body: noise, Server(chat_template=False, context_len=5000)) as server:
+        config = run_config(population=2, plans=1, repairs=1, rounds=2)
+        outcome = run(config, tmp_path / "r", StandIn(), OpenAIModel(llm_config(server)))
+    assert outcome.rounds_done == 2 and outcome.stop_reason == "" and outcome.winner is None
+    assert all("prompt" in b for b in server.requests)  # completions, with our own prompt format
+    assert server.refused[0].startswith("Cannot use chat template functions")
+    cands = [r.payload for r in RunLog(tmp_path / "r").of_role("cand")]
+    assert len(cands) == 4 and {c["status"] for c in cands} == {"parse"}
+    assert any("does not fit the model's context" in c["detail"] for c in cands)  # a repair that outgrew it
+    assert "completions" in (tmp_path / "r" / "llm.log").read_text()
