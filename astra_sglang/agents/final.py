@@ -23,7 +23,7 @@ from astra_sglang.tuner.ensemble import ORIGINAL, Member, choose, ensemble_sourc
 from astra_sglang.tuner.knobs import parse_knobs
 
 if TYPE_CHECKING:
-    from astra_sglang.agents.loop import Optimizer
+    from astra_sglang.agents.steps import Steps as Optimizer
 
 TUNE_ROUNDS = 2
 

@@ -20,7 +20,7 @@ from astra_sglang.agents.safety import UnsafeCode
 from astra_sglang.harness.records import EvalResult
 
 if TYPE_CHECKING:
-    from astra_sglang.agents.loop import Optimizer
+    from astra_sglang.agents.steps import Steps as Optimizer
 
 DONE = ("ok", "compiled", "failed")
 """Statuses a repair cannot change: a winner candidate, a build with nothing to run on, a baseline problem."""
