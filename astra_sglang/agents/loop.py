@@ -90,7 +90,8 @@ class Optimizer(Steps):
         def run(t: Transcript) -> LogRecord:
             library = result.build.library if result.build else ""
             local = self.profiler is not None and result.ok and library and Path(library).is_file()
-            facts = self.profiler(entry.source, result) if local else None
+            # on a GPU worker, alone on its GPU: ncu's replays must not overlap another candidate's timing
+            facts = self.pool.exclusive(self.profiler, entry.source, result).result() if local else None
             summary = self.profiling.summarize(round, result, facts, self.dtypes, t)
             payload = {**summary.model_dump(mode="json"), "bottleneck": bottleneck(result, facts).model_dump()}
             return LogRecord(round=round, role="profile", candidate=entry.source, payload=payload)

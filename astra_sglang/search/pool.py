@@ -86,6 +86,13 @@ class LocalPool:
     def map(self, reqs: list[EvalRequest]) -> list[EvalResult]:
         return [f.result() for f in [self.submit(r) for r in reqs]]
 
+    def exclusive(self, fn: Callable, *args) -> Future:
+        """fn(*args) on a GPU worker, alone on its GPU like an evaluation (a profiler run: ncu's replays
+        would disturb a timing on the same GPU). With several GPUs `fn` must pickle."""
+        future: Future = Future()
+        self._ready.put(((fn, args), future))
+        return future
+
     def stats(self) -> PoolStats:
         with self._lock:
             return self._stats.model_copy(deep=True)
@@ -107,7 +114,7 @@ class LocalPool:
             if item is None:  # a close() sentinel: leave it for its lane
                 self._ready.put(None)
                 return count
-            count += item[1].cancel()
+            count += isinstance(item[0], EvalRequest) and item[1].cancel()
 
     def close(self) -> None:
         self._builds.shutdown(wait=True)
@@ -154,14 +161,16 @@ class LocalPool:
         executor = self._procs.get(gpu)
         while (item := self._ready.get()) is not None:
             req, future = item
+            fn, args = (self.evaluator, (req,)) if isinstance(req, EvalRequest) else req
             start = time.time()
             try:
-                result = executor.submit(self.evaluator, req).result() if executor else self.evaluator(req)
+                result = executor.submit(fn, *args).result() if executor else fn(*args)
             except BaseException as exc:  # noqa: BLE001 - the caller sees it on the future
                 future.set_exception(exc)
                 continue
             finally:
-                self._record("eval", Span(lane=gpu, start=start, end=time.time()))
+                if fn is self.evaluator:
+                    self._record("eval", Span(lane=gpu, start=start, end=time.time()))
             future.set_result(result)
 
     def _record(self, kind: str, span: Span) -> None:

@@ -110,6 +110,11 @@ class RayPool:
     def map(self, reqs: list[EvalRequest]) -> list[EvalResult]:
         return [f.result() for f in [self.submit(r) for r in reqs]]
 
+    def exclusive(self, fn, *args) -> Future:
+        """fn(*args) as a task holding one GPU (a profiler run); it sees that node's files only."""
+        task = self._ray.remote(num_gpus=1, num_cpus=0)(fn)
+        return self._waiters.submit(lambda: self._ray.get(task.remote(*args)))
+
     def stats(self) -> PoolStats:
         return self._stats.model_copy(deep=True)
 

@@ -2,6 +2,7 @@
 is pinned to its GPU and never runs two evaluations at once, failed builds and compile-only requests never
 take a GPU."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,14 @@ def test_simulated_speedups_are_deterministic_and_bounded(shape, dtype):
     value = simulated_speedup(text, shape, dtype)
     assert value == simulated_speedup(text, shape, dtype) and 0.5 < value <= FLOOR
     assert simulated_speedup("// MARK speedup=1.3\n" + text, shape, dtype) == pytest.approx(1.3)
+
+
+def test_exclusive_work_takes_a_gpu_like_an_evaluation(tmp_path):
+    """A profiler run goes through a GPU worker (pinned there), never beside an evaluation on that GPU."""
+    trace = tmp_path / "trace.jsonl"
+    with LocalPool(gpus=["0", "1"], evaluator=SimulatedEvaluator(seconds=0.2, trace=str(trace)),
+                   builder=SimulatedBuilder(0.01)) as pool:
+        futures = [pool.submit(r) for r in requests(tmp_path, 4)]
+        gpu = pool.exclusive(os.getenv, "CUDA_VISIBLE_DEVICES").result()
+        [f.result() for f in futures]
+        assert gpu in ("0", "1") and len(pool.stats().evaluations) == 4
