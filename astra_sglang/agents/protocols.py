@@ -1,7 +1,8 @@
-"""The three things the agent loop talks to, as Protocols: a chat model, an evaluator and a profiler.
+"""What the agent loop talks to, as Protocols: a chat model, an evaluator or a pool of them, a profiler.
 
-Anything with these shapes plugs in: the OpenAI-compatible client or a ScriptedModel; the harness's
-isolated `evaluate` or a deterministic stand-in in tests; Nsight Compute or nothing.
+Anything with these shapes plugs in: the OpenAI-compatible client or a ScriptedModel; a LocalPool or a
+RayPool (astra_sglang.search), or a bare evaluator (the harness's isolated `evaluate`, a stand-in in
+tests), which the loop runs one at a time; Nsight Compute or nothing.
 """
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ class Pool(Protocol):
     def submit(self, req: EvalRequest) -> Future[EvalResult]: ...
 
     def map(self, reqs: list[EvalRequest]) -> list[EvalResult]: ...
+
+    def exclusive(self, fn, *args) -> Future:
+        """fn(*args) alone on a GPU, as an evaluation would be (a profiler run)."""
+        ...
 
 
 class Profiler(Protocol):
