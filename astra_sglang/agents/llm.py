@@ -4,7 +4,8 @@ It learns the endpoint's protocol from its 400 answers and keeps what it learned
 - no chat template (SGLang serving a model with a plain tokenizer): /v1/completions with our own prompt
   format (harness_templates/prompts/completion.j2) and stop strings;
 - no system role: the system prompt becomes the head of the first user message;
-- `max_completion_tokens` refused: the cap is sent as `max_tokens`;
+- `max_completion_tokens` refused: the cap is sent as `max_tokens`; a cap above the model's output limit
+  is lowered to that limit;
 - a request that does not fit the model's context: the cap is lowered to what fits (a prompt that alone is
   too long fails that step only: RequestRejected);
 - `n` refused, or fewer choices returned: the other samples are separate requests, in parallel.
@@ -65,7 +66,9 @@ class Protocol:
 _TEMPLATE = re.compile(r"chat[ _]?template", re.I)
 _SYSTEM = re.compile(r"system (role|message|prompt)s? (is |are )?not (supported|allowed)|roles must alternate|"
                      r"role[\"' ]*(system)[\"' ]*(is )?(not|un)|support[s]? [\"']?system", re.I)
-_CAP = re.compile(r"max_completion_tokens", re.I)
+_CAP = re.compile(r"(unsupported|unrecogni[sz]ed|not supported|unknown|unexpected|extra)[^.]{0,60}"
+                  r"max_completion_tokens|max_completion_tokens[^.]{0,60}(not supported|not permitted|unsupported)", re.I)
+_AT_MOST = re.compile(r"at most (\d+) (?:completion |output |new )?tokens", re.I)
 _CONTEXT = re.compile(r"maximum context length (?:is |of )?(\d+) tokens", re.I)
 _INPUT = re.compile(r"(\d+) tokens from the input|\((\d+) in the messages", re.I)
 _TOO_LONG = re.compile(r"input \((\d+) tokens\) is longer than the model's context|prompt is too long", re.I)
@@ -152,10 +155,13 @@ class OpenAIModel:
     def _adapt(self, text: str, n: int) -> bool:
         """Change the protocol after a 400 that says what the server does not accept; False = nothing to change."""
         p = self.protocol
+        most = _AT_MOST.search(text)
         if p.chat and self.config.api == "auto" and _TEMPLATE.search(text):
             p.chat = False
         elif p.chat and p.system_role and _SYSTEM.search(text):
             p.system_role = False
+        elif most and p.cap is not None and int(most.group(1)) < p.cap:  # the model's own output limit
+            p.cap = int(most.group(1))
         elif p.chat and p.cap_param == "max_completion_tokens" and _CAP.search(text):
             p.cap_param = "max_tokens"
         elif (context := _CONTEXT.search(text)) and (used := _INPUT.search(text)) and p.cap is not None:

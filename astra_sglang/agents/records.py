@@ -79,7 +79,8 @@ class RunConfig(BaseModel):
     compile_only: bool = False
     """Build candidates only (no GPU): no correctness or timing, so no winner."""
     parse_retries: int = 1
-    """How often a malformed or unsafe answer is fed back to the model before the step gives up."""
+    """How often a malformed answer of the testing, planning or profiling agent is fed back before its step
+    gives up (a candidate's malformed or unsafe answer uses one of its `repairs`)."""
     max_test_shapes: int = 8
     """Most extra shapes the TestingAgent may add."""
     max_test_bytes: int = 2 << 30

@@ -166,3 +166,17 @@ def test_scripted_model_samples_and_latency():
     assert [r.content for r in model.sample(HI, 2)] == ["a", "b"] and model.complete(HI).content == "c"
     with pytest.raises(LLMError, match="exhausted"):
         model.complete(HI)
+
+
+def test_a_cap_above_the_models_output_limit_is_lowered():
+    limit = ("max_completion_tokens is too large: 32768. This model supports at most 16384 completion tokens, "
+             "whereas you provided 32768.")
+
+    class Limited(FakeOpenAI):
+        def refusal(self, body, chat):
+            return limit if body.get("max_completion_tokens", 0) > 16384 else ""
+
+    with Limited(lambda body: Answer("ok")) as server:
+        model = OpenAIModel(llm_config(server))
+        assert model.complete(HI).content == "ok"
+    assert server.requests[0]["max_completion_tokens"] == 16384 and model.protocol.cap_param == "max_completion_tokens"
