@@ -111,13 +111,17 @@ class Bench:
     def sequential(self, seconds: float) -> Row:
         evaluate = SimulatedEvaluator(seconds=self.args.sim_eval_s, build_seconds=self.args.sim_build_s) \
             if self.args.simulate else self.evaluator
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
         os.environ["CUDA_VISIBLE_DEVICES"] = self.gpus[0]  # the evaluation child inherits it
         began, spans = time.time(), []
         while time.time() - began < seconds:
             start = time.time()
             evaluate(self.request("sequential"))
             spans.append(Span(lane=self.gpus[0], start=start, end=time.time()))
-        os.environ.pop("CUDA_VISIBLE_DEVICES")
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES")
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
         return throughput_row("sequential", self.gpus[:1], spans, began, time.time())
 
     def pooled(self, gpus: list[str], seconds: float) -> Row:

@@ -5,8 +5,8 @@ has one evaluation worker, so two evaluations never share a GPU while they time.
 the shared build cache (harness.build.build_library); a failed build is answered there, with no GPU. A
 built candidate waits in one queue that every GPU worker takes from; the worker calls the harness's
 isolated `evaluate`, whose child finds the library in the cache. With several GPUs each worker is a process
-of its own with CUDA_VISIBLE_DEVICES set to its GPU (the evaluation child inherits it); with one GPU, or
-none, it is a thread. Compile-only requests never wait for a GPU.
+of its own with CUDA_VISIBLE_DEVICES set to its GPU (the evaluation child inherits it); with no GPU, or the
+one GPU the children would use anyway, it is a thread. Compile-only requests never wait for a GPU.
 """
 from __future__ import annotations
 
@@ -49,6 +49,12 @@ def _pin(gpu: str) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = gpu
 
 
+def _already_on(gpus: list[str]) -> bool:
+    """One GPU that this process's children use anyway (no pinning needed: a thread worker will do)."""
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return len(gpus) == 1 and (inherited == gpus[0] or (inherited is None and gpus[0] == "0"))
+
+
 class LocalPool:
     """One host's builds and GPUs (see the module docstring). Use as a context manager, or close().
 
@@ -69,7 +75,7 @@ class LocalPool:
                                           thread_name_prefix="astra-build")
         spawn = multiprocessing.get_context("spawn")
         self._procs = {gpu: ProcessPoolExecutor(1, mp_context=spawn, initializer=_pin, initargs=(gpu,))
-                       for gpu in self.gpus} if len(self.gpus) > 1 else {}
+                       for gpu in self.gpus} if self.gpus and not _already_on(self.gpus) else {}
         self._threads = [threading.Thread(target=self._lane, args=(gpu,), daemon=True, name=f"astra-gpu-{gpu}")
                          for gpu in self.lanes]
         for t in self._threads:
