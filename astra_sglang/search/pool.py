@@ -81,6 +81,7 @@ class LocalPool:
         for t in self._threads:
             t.start()
         self._facts: GpuFacts | None = None
+        self._facts_lock = threading.Lock()
         self._cancelled = False
 
     # -- public ------------------------------------------------------------------------------------
@@ -104,9 +105,11 @@ class LocalPool:
             return self._stats.model_copy(deep=True)
 
     def gpu_facts(self) -> GpuFacts:
-        if self._facts is None:
-            self._facts = probe(self.gpus[0]) if self.gpus else GpuFacts()
-        return self._facts
+        """The first GPU's facts, probed once on its worker (a CUDA context made beside a timing disturbs it)."""
+        with self._facts_lock:  # not self._lock: a worker takes that one to record what it did
+            if self._facts is None:
+                self._facts = self.exclusive(probe).result() if self.gpus else GpuFacts()
+            return self._facts
 
     def cancel(self) -> int:
         """Cancel every request not yet on a GPU (a budget ran out); returns how many. Running evaluations

@@ -125,3 +125,15 @@ def test_exclusive_work_takes_a_gpu_like_an_evaluation(tmp_path):
         gpu = pool.exclusive(os.getenv, "CUDA_VISIBLE_DEVICES").result()
         [f.result() for f in futures]
         assert gpu in ("0", "1") and len(pool.stats().evaluations) == 4
+
+
+def test_gpu_facts_are_probed_once_on_a_worker_while_evaluations_run(tmp_path, monkeypatch):
+    import astra_sglang.search.pool as pool_module
+
+    probes = []
+    monkeypatch.setattr(pool_module, "probe", lambda: probes.append(1) or GpuFacts(name="probed"))
+    with LocalPool(gpus=["0"], evaluator=SimulatedEvaluator(seconds=0.1), builder=SimulatedBuilder(0.01)) as pool:
+        futures = [pool.submit(r) for r in requests(tmp_path, 3)]
+        assert pool.gpu_facts().name == "probed" and pool.gpu_facts().name == "probed"
+        assert all(f.result().ok for f in futures)
+    assert probes == [1]
