@@ -208,6 +208,14 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def write(out: Path, rows: list[Row], meta: dict) -> str:
+    """search.jsonl and search.md as they stand (after every arm: a run cut short keeps its finished arms)."""
+    (out / "search.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
+    text = f"# search throughput\n\n{json.dumps(meta)}\n\n{table(rows)}\n"
+    (out / "search.md").write_text(text)
+    return text
+
+
 def main(argv=None) -> list[Row]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True)
@@ -227,24 +235,27 @@ def main(argv=None) -> list[Row]:
     p.add_argument("--simulate", action="store_true", help="CPU: simulated builds and evaluations")
     p.add_argument("--sim-eval-s", type=float, default=2.0)
     p.add_argument("--sim-build-s", type=float, default=1.0)
+    p.add_argument("--table", action="store_true", help="only print the table of OUT/search.jsonl")
     args = p.parse_args(argv)
+    out = Path(args.out)
+    if args.table:
+        rows = [Row.model_validate_json(x) for x in (out / "search.jsonl").read_text().splitlines() if x.strip()]
+        print(table(rows))
+        return rows
     bench = Bench(args)
     if not bench.gpus:
         raise SystemExit("no GPU visible: run with --simulate on a machine without one")
     chosen = arms(bench)
     unit = args.budget / sum(LOOP_WEIGHT if n.startswith("loop") else 1 for n, _ in chosen)
-    rows = []
+    meta = {"date": time.strftime("%Y-%m-%d"), "op": args.op, "shapes": args.shapes, "dtypes": args.dtypes,
+            "simulated": args.simulate, "gpus": bench.gpus, "latency_s": args.latency, "budget_s": args.budget}
+    rows, text = [], ""
     for name, run in chosen:
         seconds = unit * (LOOP_WEIGHT if name.startswith("loop") else 1)
         print(f"arm {name}: {seconds:.0f} s", flush=True)
         rows.append(run(seconds))
         print(rows[-1].model_dump_json(), flush=True)
-    out = Path(args.out)
-    (out / "search.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in rows))
-    meta = {"date": time.strftime("%Y-%m-%d"), "op": args.op, "shapes": args.shapes, "dtypes": args.dtypes,
-            "simulated": args.simulate, "gpus": bench.gpus}
-    text = f"# search throughput\n\n{json.dumps(meta)}\n\n{table(rows)}\n"
-    (out / "search.md").write_text(text)
+        text = write(out, rows, meta)
     print(text)
     return rows
 

@@ -26,6 +26,9 @@ PID=$!
 trap 'kill -- -$PID 2>/dev/null' EXIT INT TERM
 wait $PID; rc=$?
 grep -E "^arm |Error|error" "$OUTDIR/search.log" | tail -20
-[ $rc -eq 0 ] || { echo "search_bench.py exit code $rc"; tail -30 "$OUTDIR/search.log"; }
-cat "$OUTDIR/search.md" 2>/dev/null
+if [ $rc -eq 0 ]; then cat "$OUTDIR/search.md"
+else  # cut short (the timeout): the arms that finished are in search.jsonl
+  echo "search_bench.py exit code $rc"; tail -30 "$OUTDIR/search.log"
+  [ -s "$OUTDIR/search.jsonl" ] && python3 benchmarks/search_bench.py --out "$OUTDIR" --table
+fi
 exit $rc
