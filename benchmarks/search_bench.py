@@ -89,7 +89,8 @@ class Bench:
         self.work = Path(args.work or Path(args.out) / "work")
         self.work.mkdir(parents=True, exist_ok=True)
         if args.simulate:
-            self.evaluator, self.builder = SimulatedEvaluator(seconds=args.sim_eval_s), SimulatedBuilder(args.sim_build_s)
+            self.evaluator = SimulatedEvaluator(seconds=args.sim_eval_s)
+            self.builder = SimulatedBuilder(args.sim_build_s)
             self.gpus = (args.gpus or "0,1").split(",")
         else:
             self.evaluator, self.builder, self.gpus = harness_evaluate, None, visible_gpus(args.gpus)
@@ -193,8 +194,8 @@ def arms(bench: Bench) -> list[tuple[str, callable]]:
 def table(rows: list[Row]) -> str:
     ref = {"pool": next((r.per_gpu_hour for r in rows if r.arm == "sequential"), None),
            "loop": next((r.per_gpu_hour for r in rows if r.arm == "loop-paper"), None)}
-    lines = ["| arm | GPUs | wall s | evals | evals / GPU-hour | throughput vs sequential | median s / eval | GPU busy | "
-             "GPU shares | rounds / hour | correct | fast_1.0 | fast_1.1 | best |", "|---" * 14 + "|"]
+    lines = ["| arm | GPUs | wall s | evals | evals / GPU-hour | throughput vs sequential | median s / eval | "
+             "GPU busy | GPU shares | rounds / hour | correct | fast_1.0 | fast_1.1 | best |", "|---" * 14 + "|"]
     for r in rows:
         base = ref["loop" if r.arm.startswith("loop") else "pool"]
         fp = r.fast_p or {}

@@ -165,8 +165,8 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
         if resume_dir and not ops:
             _summary(_resume(Path(resume_dir), pool, llm_config, rounds, click.echo), patches_dir)
             return
-        root = Path(out or resume_dir or Path("runs") / (
-            f"{ops[0]}-{dt.datetime.now():%Y%m%d-%H%M%S}" if len(ops) == 1 else f"job-{dt.datetime.now():%Y%m%d-%H%M%S}"))
+        stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"
+        root = Path(out or resume_dir or Path("runs") / (f"{ops[0]}-{stamp}" if len(ops) == 1 else f"job-{stamp}"))
 
         def one(op: str, run_dir: Path, echo) -> RunOutcome:
             if resume_dir:
@@ -187,7 +187,8 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
         print_table(results)
         click.echo(f"job: {root / 'job.md'}")
         if any(r.status == "failed" for r in results):
-            raise AstraError(f"{sum(r.status == 'failed' for r in results)} of {len(results)} ops failed (see the table)")
+            failed = sum(r.status == "failed" for r in results)
+            raise AstraError(f"{failed} of {len(results)} ops failed (see the table)")
     finally:
         pool.close()
 

@@ -87,8 +87,9 @@ class Lineage:
         except (ParseError, UnsafeCode) as exc:
             transcript.errors.append(str(exc))
             status = "unsafe" if isinstance(exc, UnsafeCode) else "parse"
+            code = CodeResult(error=str(exc), status=status, **base)
             return LogRecord(round=self.round, role="code", summary=f"{candidate_id(self.round, self.slot, attempt)} "
-                             f"{status}", payload=CodeResult(error=str(exc), status=status, **base).model_dump(mode="json"))
+                             f"{status}", payload=code.model_dump(mode="json"))
         shapes: list[Shape] = []
         if opt.config.single_agent:  # the answer also plans and may add test shapes
             shapes = single_shapes(opt.spec, answer, opt.suite()[0], opt.config)

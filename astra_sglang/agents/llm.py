@@ -67,7 +67,8 @@ _TEMPLATE = re.compile(r"chat[ _]?template", re.I)
 _SYSTEM = re.compile(r"system (role|message|prompt)s? (is |are )?not (supported|allowed)|roles must alternate|"
                      r"role[\"' ]*(system)[\"' ]*(is )?(not|un)|support[s]? [\"']?system", re.I)
 _CAP = re.compile(r"(unsupported|unrecogni[sz]ed|not supported|unknown|unexpected|extra)[^.]{0,60}"
-                  r"max_completion_tokens|max_completion_tokens[^.]{0,60}(not supported|not permitted|unsupported)", re.I)
+                  r"max_completion_tokens|"
+                  r"max_completion_tokens[^.]{0,60}(not supported|not permitted|unsupported)", re.I)
 _AT_MOST = re.compile(r"at most (\d+) (?:completion |output |new )?tokens", re.I)
 _CONTEXT = re.compile(r"maximum context length (?:is |of )?(\d+) tokens", re.I)
 _INPUT = re.compile(r"(\d+) tokens from the input|\((\d+) in the messages", re.I)

@@ -107,7 +107,8 @@ class Optimizer(Steps):
         prof = self.log.find(best.round, "profile", best.id) or self.log.find(0, "profile", ORIGINAL)
         return RoundContext(
             round=r, rounds=self.config.rounds, best=best, source=source_of(best),
-            elites=self.db.elites(self.config.elites), plans=past_plans(self.log, self.db, r), history=history(self.log),
+            elites=self.db.elites(self.config.elites), plans=past_plans(self.log, self.db, r),
+            history=history(self.log),
             keys=[shape_key(s, d) for d in self.dtypes for s in shapes], gpu=self.gpu,
             bottleneck=Bottleneck.model_validate(prof.payload["bottleneck"]) if prof and "bottleneck" in prof.payload
             else None, profile=ProfileSummary.model_validate(prof.payload).text if prof else "",

@@ -3,12 +3,13 @@ throughput and its share of good candidates can be measured reproducibly (benchm
 
 The coder's answers are knob variants of the op's shipped kernel: its default entry replaced by one that
 calls `astra_launch_cfg` with one configuration, so each variant is a distinct, honest kernel (it passes
-the safety check like an LLM's answer) that really builds and times differently. Some answers are deliberately bad: one in `wrong_every` returns before launching (its
-outputs stay poisoned, the harness must call it incorrect) and one in `broken_every` does not compile; a
-repair is answered with a variant that is neither. Which answer a request gets is a hash of the prompt and
-of how often that prompt was asked, so it does not depend on which thread asks first. The planner names
-variants on the first parent it is offered; the TestingAgent adds no shapes; the ProfilingAgent defers
-to the rule-based facts. Use with ScriptedModel(KernelReplay(spec), latency_s=L) for an endpoint's latency.
+the safety check like an LLM's answer) that really builds and times differently. Some answers are
+deliberately bad: one in `wrong_every` returns before launching (its outputs stay poisoned, the harness
+must call it incorrect) and one in `broken_every` does not compile; a repair is answered with a variant
+that is neither. Which answer a request gets is a hash of the prompt and of how often that prompt was
+asked, so it does not depend on which thread asks first. The planner names variants on the first parent
+it is offered; the TestingAgent adds no shapes; the ProfilingAgent defers to the rule-based facts. Use
+with ScriptedModel(KernelReplay(spec), latency_s=L) for an endpoint's latency.
 """
 from __future__ import annotations
 

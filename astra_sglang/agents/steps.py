@@ -108,7 +108,8 @@ class Steps:
     @staticmethod
     def trim(result: EvalResult) -> EvalResult:
         if result.build is not None and len(result.build.log) > 4000:
-            return result.model_copy(update={"build": result.build.model_copy(update={"log": result.build.log[-4000:]})})
+            build = result.build.model_copy(update={"log": result.build.log[-4000:]})
+            return result.model_copy(update={"build": build})
         return result
 
     def enter(self, round: int, slot: int, attempt: int, code: CodeResult, result: EvalResult | None) -> Entry:

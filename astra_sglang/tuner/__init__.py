@@ -39,8 +39,9 @@ Batch = Callable[[list[EvalRequest]], list[EvalResult]]
 class Tuning:
     """Timing samples per (shape, configuration) and the sources that produced them."""
 
-    def __init__(self, spec: KernelSpec, source: str, run_dir: Path, evaluator=None, echo=print, batch: Batch | None = None,
-                 shapes: list[tuple[int, ...]] | None = None, dtype: str = TUNE_DTYPE, arch: str | None = None):
+    def __init__(self, spec: KernelSpec, source: str, run_dir: Path, evaluator=None, echo=print,
+                 batch: Batch | None = None, shapes: list[tuple[int, ...]] | None = None, dtype: str = TUNE_DTYPE,
+                 arch: str | None = None):
         source = strip_dispatch(source)  # re-tuning a shipped (already tuned) kernel starts from what it wraps
         self.spec, self.source, self.run_dir, self.echo = spec, source, run_dir, echo
         self.batch = batch or (lambda reqs: evaluate_many(reqs, evaluator))

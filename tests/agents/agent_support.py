@@ -119,7 +119,6 @@ def kernel(mark: str = "", extra: str = "") -> str:
 
 
 PLAN = "1. Vectorize loads with 16-byte accesses.\n2. Use __expf in place of expf."
-PLANS = '```json\n{"plans": [{"parent": "r00", "plan": "1. Vectorize loads."}, {"parent": "r00", "plan": "2. Use __expf."}]}\n```'
 TESTS = '```json\n{"shapes": [[7, 4100], [1, 128], [3, 5, 7], [0, 4]], "trials": 4, "rationale": "tails"}\n```'
 SUMMARY = "- memory bound at large shapes\n- latency bound at 1 token"
 

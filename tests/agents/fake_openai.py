@@ -164,7 +164,8 @@ class FakeOpenAI:
             return "n > 1 is not supported by this model"
         cap = body.get("max_completion_tokens") or body.get("max_tokens") or 0
         if k.context_len is not None and words(body) >= k.context_len:
-            return f"The input ({words(body)} tokens) is longer than the model's context length ({k.context_len} tokens)."
+            return (f"The input ({words(body)} tokens) is longer than the model's context length "
+                    f"({k.context_len} tokens).")
         if k.context_len is not None and words(body) + cap > k.context_len:
             return (f"Requested token count exceeds the model's maximum context length of {k.context_len} tokens. "
                     f"You requested a total of {words(body) + cap} tokens: {words(body)} tokens from the input "

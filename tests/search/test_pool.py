@@ -19,8 +19,8 @@ def requests(folder: Path, n: int, marks=lambda i: "", **kw) -> list[EvalRequest
     for i in range(n):
         path = folder / f"k{i}.cu"
         path.write_text(f"// candidate {i}\n{marks(i)}ASTRA_ENTRY {{ return 0; }}\n")
-        out.append(EvalRequest(kernel="silu_and_mul", candidate=KernelSource(path=str(path)), shapes=[(1, 4096), (512, 14336)],
-                               dtypes=["bfloat16"], **kw))
+        out.append(EvalRequest(kernel="silu_and_mul", candidate=KernelSource(path=str(path)),
+                               shapes=[(1, 4096), (512, 14336)], dtypes=["bfloat16"], **kw))
     return out
 
 
