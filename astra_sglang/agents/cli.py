@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -158,8 +159,8 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
         if start and len(ops) > 1:
             raise AstraError("--from names one start kernel: give one op")
     use_llm = llm_configured(llm, base_url, api_key)
-    config = dict(rounds=rounds, population=population, plans=plans, repairs=repairs, shapes=shapes,
-                  single_agent=single_agent, compile_only=compile_only, baseline=baseline, start=start)
+    config = RunOptions(rounds=rounds, population=population, plans=plans, repairs=repairs, shapes=shapes,
+                        single_agent=single_agent, compile_only=compile_only, baseline=baseline, start=start)
     pool = make_pool(ray, gpus)
     try:
         if resume_dir and not ops:
@@ -193,34 +194,49 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
         pool.close()
 
 
-def _llm_run(op: str, run_dir: Path, pool, llm_config: LLMConfig, opts: dict, echo) -> RunOutcome:
+@dataclass(frozen=True)
+class RunOptions:
+    """What the command line says about every op's run (a job runs several with the same options)."""
+
+    rounds: int | None
+    population: int
+    plans: int
+    repairs: int
+    shapes: str
+    single_agent: bool
+    compile_only: bool
+    baseline: str | None
+    start: str | None
+
+
+def _llm_run(op: str, run_dir: Path, pool, llm_config: LLMConfig, opts: RunOptions, echo) -> RunOutcome:
     from astra_sglang.agents.llm import OpenAIModel
     from astra_sglang.agents.loop import run
     from astra_sglang.specs.registry import get_spec
 
     spec = get_spec(op)
-    start = start_source(spec, opts["start"])
-    config = RunConfig(kernel=spec.name, start_source=str(start), baseline=opts["baseline"] or "",
-                       rounds=opts["rounds"] or 5, shapes=opts["shapes"], population=opts["population"],
-                       plans=opts["plans"], repairs=opts["repairs"], single_agent=opts["single_agent"],
-                       compile_only=opts["compile_only"], llm=llm_config)
+    start = start_source(spec, opts.start)
+    config = RunConfig(kernel=spec.name, start_source=str(start), baseline=opts.baseline or "",
+                       rounds=opts.rounds or 5, shapes=opts.shapes, population=opts.population, plans=opts.plans,
+                       repairs=opts.repairs, single_agent=opts.single_agent, compile_only=opts.compile_only,
+                       llm=llm_config)
     echo(f"optimizing {spec.name} from {start} with {llm_config.model}: {config.population} candidates a round; "
          f"run dir {run_dir}")
-    return run(config, run_dir, pool, OpenAIModel(llm_config), profiler=_profiler(spec, opts["compile_only"]),
+    return run(config, run_dir, pool, OpenAIModel(llm_config), profiler=_profiler(spec, opts.compile_only),
                echo=echo)
 
 
-def _tuner_run(op: str, run_dir: Path, pool, opts: dict, echo) -> RunOutcome:
+def _tuner_run(op: str, run_dir: Path, pool, opts: RunOptions, echo) -> RunOutcome:
     from astra_sglang.agents.winner import write_patch
     from astra_sglang.specs.registry import get_spec
 
     spec = get_spec(op)
     echo("no LLM configured (--llm / OPENAI_API_KEY / OPENAI_BASE_URL): running the built-in tuner")
-    baseline = opts["baseline"]
+    baseline = opts.baseline
     if baseline and not baseline.startswith("py:"):
         baseline = str(Path(baseline).resolve())
-    rounds = opts["rounds"] or 5
-    winner = run_tuner_path(spec, tuner_start(spec, opts["start"]), rounds, run_dir, pool, baseline, echo)
+    rounds = opts.rounds or 5
+    winner = run_tuner_path(spec, tuner_start(spec, opts.start), rounds, run_dir, pool, baseline, echo)
     if winner is not None:
         write_patch(winner, run_dir / "patch", spec)
     return RunOutcome(run_dir=str(run_dir), winner=winner, rounds_done=rounds)

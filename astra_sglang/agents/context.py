@@ -69,7 +69,7 @@ def last_attempts(db: Database) -> list[Entry]:
         slot = entry.id.rsplit("-a", 1)[0]
         if entry.id != ORIGINAL and (slot not in latest or entry.attempts > latest[slot].attempts):
             latest[slot] = entry
-    return list(latest.values())
+    return sorted(latest.values(), key=lambda e: e.id)  # in id order, not in the order threads finished
 
 
 def past_plans(log: RunLog, db: Database, before: int) -> list[PastPlan]:
@@ -85,7 +85,7 @@ def past_plans(log: RunLog, db: Database, before: int) -> list[PastPlan]:
 
 
 def history(log: RunLog) -> list[HistoryRow]:
-    return [HistoryRow.model_validate(r.payload) for r in log.of_role("cand")]
+    return sorted((HistoryRow.model_validate(r.payload) for r in log.of_role("cand")), key=lambda h: h.id)
 
 
 def source_of(entry: Entry) -> str:

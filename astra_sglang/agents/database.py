@@ -87,7 +87,9 @@ class Database:
 
     def correct(self) -> list[Entry]:
         """Entries that passed, best geomean first (the original counts, at its measured ~1.0x)."""
-        return sorted((e for e in self.entries.values() if e.ok and e.speedup), key=lambda e: -(e.speedup or 0))
+        # ties broken by id: the order candidates finished in (threads) must not change the result
+        ok = (e for e in self.entries.values() if e.ok and e.speedup)
+        return sorted(ok, key=lambda e: (-(e.speedup or 0), e.id))
 
     def best(self) -> Entry | None:
         ranked = self.correct()
@@ -108,7 +110,7 @@ class Database:
         if ranked:
             take(ranked[0])
         keys = sorted({key for e in ranked for key in e.shapes})
-        champions = {max(ranked, key=lambda e: e.shapes.get(key, 0.0)).id for key in keys}
+        champions = {max(ranked, key=lambda e: e.shapes.get(key, 0.0)).id for key in keys}  # first of a tie
         for entry in ranked:
             if entry.id in champions:
                 take(entry)

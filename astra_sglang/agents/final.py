@@ -8,6 +8,7 @@ honestly (they take their nearest measured shape's choice).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,9 +29,13 @@ if TYPE_CHECKING:
 TUNE_ROUNDS = 2
 
 
+@dataclass(frozen=True)
 class Finalist:
-    def __init__(self, label: str, path: str, round: int, method: str):
-        self.label, self.path, self.round, self.method = label, path, round, method
+    label: str
+    """The candidate's id, or <id>-tuned, or dispatch."""
+    path: str
+    round: int
+    method: str
 
 
 def _tuned(opt: "Optimizer", entry: Entry) -> Finalist | None:

@@ -17,7 +17,7 @@ from astra_sglang.agents.lineage import entry_of
 from astra_sglang.agents.llm import BudgetExceeded, LLMError, RequestRejected
 from astra_sglang.agents.prompts import StepFailed
 from astra_sglang.agents.protocols import Model, Profiler
-from astra_sglang.agents.records import CodeResult, LogRecord, RunConfig, Shape, Transcript
+from astra_sglang.agents.records import CodeResult, LogRecord, RunConfig, Shape, Transcript, Usage
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource
 from astra_sglang.search.devices import GpuFacts
@@ -88,7 +88,7 @@ class Steps:
             first = not self.stop
             self.stop = self.stop or reason
         self.log.append(LogRecord(round=transcript.round if transcript else 0, role="stop", summary=reason[:300],
-                                  usage=transcript.usage if transcript else Transcript(round=0, role="").usage))
+                                  usage=transcript.usage if transcript else Usage()))
         if first:
             self.echo(f"stopped: {reason}")
 
