@@ -89,11 +89,11 @@ def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, po
 @click.option("--from", "start", metavar="DIR|FILE", help="Kernel to start from (one op): an extracted dir or a .cu "
               "file (default: our own first kernel; the tuner: the shipped patch).")
 @click.option("--rounds", "-r", type=int, default=None, help="Rounds R (default 5; with --resume: extend to R).")
-@click.option("--population", "-n", type=int, default=4, show_default=True, help="Candidates per round, in flight "
+@click.option("--population", "-n", type=click.IntRange(min=1), default=4, show_default=True, help="Candidates per round, in flight "
               "at once (1 with --plans 1 --repairs 0 is the paper's one-candidate loop).")
-@click.option("--plans", type=int, default=2, show_default=True, help="Distinct plans per round; each is coded "
+@click.option("--plans", type=click.IntRange(min=1), default=2, show_default=True, help="Distinct plans per round; each is coded "
               "population/plans times (n samples of one prompt).")
-@click.option("--repairs", type=int, default=2, show_default=True, help="Repairs of a failed candidate, each with "
+@click.option("--repairs", type=click.IntRange(min=0), default=2, show_default=True, help="Repairs of a failed candidate, each with "
               "its build log or mismatching shapes.")
 @click.option("--gpus", metavar="LIST", help="GPUs to evaluate on, one worker each (0,1; none = no GPU); default: "
               "CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists.")

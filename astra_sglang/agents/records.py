@@ -89,11 +89,11 @@ class RunConfig(BaseModel):
     """Correctness trials per shape; the TestingAgent may raise it, never lower it."""
     llm_profile_summary: bool = True
     """Let the ProfilingAgent's LLM condense the rule-based profile facts (multi-agent mode)."""
-    population: int = 4
+    population: int = Field(default=4, ge=1)
     """Candidates per round, written in parallel; 1 (with plans=1, repairs=0) is the paper's loop."""
-    plans: int = 2
+    plans: int = Field(default=2, ge=1)
     """Distinct plans per round; each is coded population/plans times (`n` samples in one request)."""
-    repairs: int = 2
+    repairs: int = Field(default=2, ge=0)
     """How often a failed candidate is sent back to its coder with the build log or the mismatching shapes."""
     elites: int = 4
     """Size of the scored database's diverse best set: the parents a planner picks from."""
