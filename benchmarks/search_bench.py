@@ -174,7 +174,7 @@ class Bench:
 
 
 DEFAULT_ARMS = "sequential,pool-1gpu,pool-2gpu,loop-paper,loop-population-1gpu"
-"""loop-population-2gpu is left out by default: with it the arms do not fit a GPU call of 8 minutes."""
+"""loop-population-2gpu is left out by default: with it the default arms take longer than 8 minutes."""
 
 
 def arms(bench: Bench) -> list[tuple[str, callable]]:
