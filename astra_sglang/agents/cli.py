@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -43,12 +44,31 @@ def harness_evaluator():
     return evaluate
 
 
+def make_pool(ray: str | None, gpus: str | None):
+    """One pool for the whole command: the harness's evaluator (builds ahead, one worker per GPU)."""
+    from astra_sglang.search import make_pool as pool_for
+    from astra_sglang.search.devices import visible_gpus
+
+    evaluator = harness_evaluator()
+    own = getattr(evaluator, "__module__", "") == "astra_sglang.harness.isolate"
+    return pool_for(ray, visible_gpus(gpus), evaluator=None if own else evaluator)
+
+
 def llm_configured(llm: str | None, base_url: str | None, api_key: str | None) -> bool:
     return bool(llm or base_url or api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
 
 
-def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, evaluator,
-                   baseline: str | None = None) -> Winner | None:
+def tuner_start(spec: KernelSpec, start: str | None) -> Path:
+    """Without --from the tuner starts from the shipped patch (ours have knobs), else our first kernel."""
+    path = start_source(spec, start)
+    shipped = shipped_patches_dir() / spec.name / "kernel.cu"
+    if start is None and shipped.is_file() and "astra:knob" in shipped.read_text():
+        return shipped
+    return path
+
+
+def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, pool, baseline: str | None = None,
+                   echo=click.echo) -> Winner | None:
     from astra_sglang.harness.records import KernelSource
     from astra_sglang.tuner import run_tuner
 
@@ -56,95 +76,184 @@ def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, ev
         from astra_sglang.ops.adapters import sglang_baseline
 
         baseline = sglang_baseline(spec)  # a serving machine: the winner must beat what SGLang runs today
-        click.echo(f"baseline: {baseline} (SGLang's own op)")
-    return run_tuner(spec, start, rounds, run_dir, evaluator, echo=click.echo,
+        echo(f"baseline: {baseline} (SGLang's own op)")
+    return run_tuner(spec, start, rounds, run_dir, None, echo=echo, batch=pool.map,
                      baseline=KernelSource(path=baseline) if baseline else None)
 
 
 @click.command("optimize")
-@click.argument("kernel")
-@click.option("--from", "start", metavar="DIR|FILE", help="Kernel to start from: an extracted dir or a .cu file "
-              "(default: our own first kernel for KERNEL).")
-@click.option("--rounds", "-r", type=int, default=None, help="Optimization rounds R (default 5; with --resume: "
-              "extend the run to R rounds).")
+@click.argument("kernels", nargs=-1, metavar="[KERNEL]...")
+@click.option("--all", "every", is_flag=True, help="Every op that has a spec, as one job.")
+@click.option("--from-profile", "profile", metavar="PROFILE.json", type=click.Path(dir_okay=False),
+              help="The ops a profile of a live server ranked (`astra-sglang profile`), in its order, as one job.")
+@click.option("--from", "start", metavar="DIR|FILE", help="Kernel to start from (one op): an extracted dir or a .cu "
+              "file (default: our own first kernel; the tuner: the shipped patch).")
+@click.option("--rounds", "-r", type=int, default=None, help="Rounds R (default 5; with --resume: extend to R).")
+@click.option("--population", "-n", type=click.IntRange(min=1), default=4, show_default=True, help="Candidates per round, in flight "
+              "at once (1 with --plans 1 --repairs 0 is the paper's one-candidate loop).")
+@click.option("--plans", type=click.IntRange(min=1), default=2, show_default=True, help="Distinct plans per round; each is coded "
+              "population/plans times (n samples of one prompt).")
+@click.option("--repairs", type=click.IntRange(min=0), default=2, show_default=True, help="Repairs of a failed candidate, each with "
+              "its build log or mismatching shapes.")
+@click.option("--gpus", metavar="LIST", help="GPUs to evaluate on, one worker each (0,1; none = no GPU); default: "
+              "CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists.")
+@click.option("--ray", metavar="ADDRESS", help="Builds and evaluations as Ray tasks: auto (the cluster this machine "
+              "belongs to), ray://HEAD:10001, or local.")
 @click.option("--llm", metavar="MODEL", help="Model name on an OpenAI-compatible endpoint (default o4-mini when "
               "OPENAI_API_KEY / OPENAI_BASE_URL is set).")
 @click.option("--base-url", metavar="URL", help="Endpoint URL (default: OPENAI_BASE_URL, else the OpenAI API).")
 @click.option("--api-key", metavar="KEY", help="API key (default: OPENAI_API_KEY); never written to disk.")
-@click.option("--out", "out", metavar="RUN_DIR", type=click.Path(file_okay=False), help="Run directory "
-              "(default: runs/<kernel>-<date>).")
+@click.option("--api", type=click.Choice(["auto", "chat", "completions"]), default="auto", show_default=True,
+              help="auto: chat, switching to /v1/completions with our own prompt format on a server without a chat "
+              "template.")
+@click.option("--out", "out", metavar="RUN_DIR", type=click.Path(file_okay=False), help="Run directory (default: "
+              "runs/<kernel>-<date>; a job: one folder per op inside).")
 @click.option("--resume", "resume_dir", metavar="RUN_DIR", type=click.Path(exists=True, file_okay=False),
-              help="Continue a killed or stopped run where it left off.")
+              help="Continue a killed or stopped run (or every op of a job) where it left off.")
 @click.option("--single-agent", is_flag=True, help="One LLM plays every role in one prompt per round (ablation).")
-@click.option("--budget-usd", type=float, help="Stop cleanly once this many USD are spent (estimated).")
-@click.option("--max-tokens", type=int, help="Stop cleanly once this many tokens are used.")
+@click.option("--budget-usd", type=float, help="Stop cleanly once this many USD are spent (estimated; per op).")
+@click.option("--max-tokens", type=int, help="Stop cleanly once this many tokens are used (per op).")
 @click.option("--shapes", default="paper", show_default=True, help="Shapes the agents optimize on: a set "
               "(quick, paper, models, edge; '+'-joined) or a list like 16x4096,32x8192.")
 @click.option("--baseline", metavar="FILE|py:MODULE:FUNC", help="Measure speedups against this (e.g. "
               "py:sgl_kernel:fused_add_rmsnorm, SGLang's own op); default: the start kernel (LLM loop); for the "
               "tuner, SGLang's own op where sgl_kernel is installed, else our first kernel.")
 @click.option("--compile-only", is_flag=True, help="Build candidates only (machines without a GPU).")
-@click.option("--patches-dir", type=click.Path(file_okay=False), help="Also write the winner there "
+@click.option("--patches-dir", type=click.Path(file_okay=False), help="Also write each winner there "
               "(e.g. patches/); it is always written to RUN_DIR/patch/.")
-def optimize(kernel, start, rounds, llm, base_url, api_key, out, resume_dir, single_agent, budget_usd, max_tokens,
-             shapes, baseline, compile_only, patches_dir):
-    """Optimize KERNEL with Astra's agents (testing, profiling, planning, coding) for R rounds.
+def optimize(kernels, every, profile, start, rounds, population, plans, repairs, gpus, ray, llm, base_url, api_key,
+             api, out, resume_dir, single_agent, budget_usd, max_tokens, shapes, baseline, compile_only, patches_dir):
+    """Optimize KERNEL (or several, --all, or a profile's ops) with Astra's agents, a population of
+    candidates a round on every GPU of the host (or a Ray cluster).
 
-    Every candidate is safety-checked, then built, checked and timed in an isolated process; the winner
-    must be correct on held-out shapes the agents never saw. Without --llm and without OPENAI_* in the
-    environment, the built-in tuner runs instead: it searches the `// astra:knob` parameters of the start
-    kernel (default: the shipped patches/<op>/kernel.cu) per shape and ships a per-shape dispatch.
+    Every candidate is safety-checked, then built, checked and timed in an isolated process; failed ones
+    are repaired; the winner must be correct on held-out shapes the agents never saw. Without --llm and
+    without OPENAI_* in the environment, the built-in tuner runs instead: it searches the `// astra:knob`
+    parameters of the start kernel (default: the shipped patches/<op>/kernel.cu) per shape.
 
     \b
     Examples:
       astra-sglang optimize silu_and_mul --rounds 5 --llm o4-mini
-      astra-sglang optimize fused_add_rmsnorm --from work/extract/fused_add_rmsnorm --budget-usd 2
-      astra-sglang optimize silu_and_mul --llm qwen3-coder --base-url http://localhost:8000/v1
-      astra-sglang optimize merge_attn_states_lse --single-agent --llm o4-mini --shapes paper
+      astra-sglang optimize --all --llm o4-mini --budget-usd 2 --out runs/all
+      astra-sglang optimize --from-profile profile.json --llm o4-mini --out runs/served
+      astra-sglang optimize silu_and_mul --llm o4-mini --gpus 0,1 --population 8
+      astra-sglang optimize rmsnorm --llm o4-mini --ray auto
+      astra-sglang optimize silu_and_mul --llm qwen3-coder --base-url http://localhost:30000/v1
+      astra-sglang optimize merge_attn_states_lse --population 1 --plans 1 --repairs 0 --llm o4-mini
       astra-sglang optimize silu_and_mul --resume runs/silu_and_mul-20260101-120000
     """
+    from astra_sglang.agents.job import print_table, run_job
+    from astra_sglang.search.ops import resolve_ops
+
+    llm_config = LLMConfig(model=llm or "o4-mini", base_url=base_url, api_key=api_key, budget_usd=budget_usd,
+                           max_tokens=max_tokens, api=api)
+    if resume_dir:
+        ops = [] if (Path(resume_dir) / "config.json").is_file() else sorted(
+            p.name for p in Path(resume_dir).iterdir() if (p / "config.json").is_file())
+        if not ops and not (Path(resume_dir) / "config.json").is_file():
+            raise AstraError(f"{resume_dir}: neither a run directory (config.json) nor a job of them")
+    else:
+        ops, skipped = resolve_ops(kernels, every, profile)
+        if skipped:
+            click.echo(f"the profile's rows without a spec here (skipped): {', '.join(skipped)}")
+        if start and len(ops) > 1:
+            raise AstraError("--from names one start kernel: give one op")
+    use_llm = llm_configured(llm, base_url, api_key)
+    config = RunOptions(rounds=rounds, population=population, plans=plans, repairs=repairs, shapes=shapes,
+                        single_agent=single_agent, compile_only=compile_only, baseline=baseline, start=start)
+    pool = make_pool(ray, gpus)
+    try:
+        if resume_dir and not ops:
+            _summary(_resume(Path(resume_dir), pool, llm_config, rounds, click.echo), patches_dir)
+            return
+        stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"
+        root = Path(out or resume_dir or Path("runs") / (f"{ops[0]}-{stamp}" if len(ops) == 1 else f"job-{stamp}"))
+
+        def one(op: str, run_dir: Path, echo) -> RunOutcome:
+            if resume_dir:
+                outcome = _resume(run_dir, pool, llm_config, rounds, echo)
+            elif use_llm:
+                outcome = _llm_run(op, run_dir, pool, llm_config, config, echo)
+            else:
+                outcome = _tuner_run(op, run_dir, pool, config, echo)
+            _summary(outcome, patches_dir, echo)
+            return outcome
+
+        if len(ops) == 1 and not resume_dir:
+            outcome = one(ops[0], root, click.echo)
+            if outcome.baseline_error:
+                raise AstraError(outcome.baseline_error)
+            return
+        results = run_job(ops, root, one, click.echo)
+        print_table(results)
+        click.echo(f"job: {root / 'job.md'}")
+        if any(r.status == "failed" for r in results):
+            failed = sum(r.status == "failed" for r in results)
+            raise AstraError(f"{failed} of {len(results)} ops failed (see the table)")
+    finally:
+        pool.close()
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the command line says about every op's run (a job runs several with the same options)."""
+
+    rounds: int | None
+    population: int
+    plans: int
+    repairs: int
+    shapes: str
+    single_agent: bool
+    compile_only: bool
+    baseline: str | None
+    start: str | None
+
+
+def _llm_run(op: str, run_dir: Path, pool, llm_config: LLMConfig, opts: RunOptions, echo) -> RunOutcome:
     from astra_sglang.agents.llm import OpenAIModel
-    from astra_sglang.agents.loop import resume, run
+    from astra_sglang.agents.loop import run
+    from astra_sglang.specs.registry import get_spec
+
+    spec = get_spec(op)
+    start = start_source(spec, opts.start)
+    config = RunConfig(kernel=spec.name, start_source=str(start), baseline=opts.baseline or "",
+                       rounds=opts.rounds or 5, shapes=opts.shapes, population=opts.population, plans=opts.plans,
+                       repairs=opts.repairs, single_agent=opts.single_agent, compile_only=opts.compile_only,
+                       llm=llm_config)
+    echo(f"optimizing {spec.name} from {start} with {llm_config.model}: {config.population} candidates a round; "
+         f"run dir {run_dir}")
+    return run(config, run_dir, pool, OpenAIModel(llm_config), profiler=_profiler(spec, opts.compile_only),
+               echo=echo)
+
+
+def _tuner_run(op: str, run_dir: Path, pool, opts: RunOptions, echo) -> RunOutcome:
     from astra_sglang.agents.winner import write_patch
     from astra_sglang.specs.registry import get_spec
 
-    spec = get_spec(kernel)
-    evaluator = harness_evaluator()
-    if resume_dir:
-        from astra_sglang.agents.journal import RunLog
+    spec = get_spec(op)
+    echo("no LLM configured (--llm / OPENAI_API_KEY / OPENAI_BASE_URL): running the built-in tuner")
+    baseline = opts.baseline
+    if baseline and not baseline.startswith("py:"):
+        baseline = str(Path(baseline).resolve())
+    rounds = opts.rounds or 5
+    winner = run_tuner_path(spec, tuner_start(spec, opts.start), rounds, run_dir, pool, baseline, echo)
+    if winner is not None:
+        write_patch(winner, run_dir / "patch", spec)
+    return RunOutcome(run_dir=str(run_dir), winner=winner, rounds_done=rounds)
 
-        saved = RunLog.load_config(resume_dir)
-        llm_config = saved.llm.model_copy(update={k: v for k, v in dict(
-            model=llm, base_url=base_url, api_key=api_key, budget_usd=budget_usd, max_tokens=max_tokens).items()
-            if v is not None})
-        overrides = {"llm": llm_config, **({"rounds": rounds} if rounds else {})}
-        outcome = resume(resume_dir, evaluator, OpenAIModel(llm_config), profiler=_profiler(spec, saved.compile_only),
-                         echo=click.echo, **overrides)
-        _summary(outcome, spec, patches_dir, write_patch)
-        return
-    start_path = start_source(spec, start)
-    run_dir = Path(out or Path("runs") / f"{spec.name}-{dt.datetime.now():%Y%m%d-%H%M%S}")
-    if not llm_configured(llm, base_url, api_key):
-        if start is None:  # the tuner needs knobs: our first kernels have none, the shipped patches do
-            shipped = shipped_patches_dir() / spec.name / "kernel.cu"
-            if shipped.is_file() and "astra:knob" in shipped.read_text():
-                start_path = shipped
-        click.echo("no LLM configured (--llm / OPENAI_API_KEY / OPENAI_BASE_URL): running the built-in tuner")
-        if baseline and not baseline.startswith("py:"):
-            baseline = str(Path(baseline).resolve())
-        winner = run_tuner_path(spec, start_path, rounds or 5, run_dir, evaluator, baseline)
-        _summary(RunOutcome(run_dir=str(run_dir), winner=winner, rounds_done=rounds or 5), spec, patches_dir,
-                 write_patch, tuner=True)
-        return
-    llm_config = LLMConfig(model=llm or "o4-mini", base_url=base_url, api_key=api_key, budget_usd=budget_usd,
-                           max_tokens=max_tokens)
-    config = RunConfig(kernel=spec.name, start_source=str(start_path), baseline=baseline or "", rounds=rounds or 5,
-                       shapes=shapes,
-                       single_agent=single_agent, compile_only=compile_only, llm=llm_config)
-    click.echo(f"optimizing {spec.name} from {start_path} with {llm_config.model}; run dir {run_dir}")
-    outcome = run(config, run_dir, evaluator, OpenAIModel(llm_config), profiler=_profiler(spec, compile_only),
-                  echo=click.echo)
-    _summary(outcome, spec, patches_dir, write_patch)
+
+def _resume(run_dir: Path, pool, llm_config: LLMConfig, rounds: int | None, echo) -> RunOutcome:
+    from astra_sglang.agents.journal import RunLog
+    from astra_sglang.agents.llm import OpenAIModel
+    from astra_sglang.agents.loop import resume
+    from astra_sglang.specs.registry import get_spec
+
+    saved = RunLog.load_config(run_dir)
+    given = {k: v for k, v in llm_config.model_dump(exclude_defaults=True).items()}
+    merged = saved.llm.model_copy(update={**given, "api_key": llm_config.api_key})
+    overrides = {"llm": merged, **({"rounds": rounds} if rounds else {})}
+    return resume(run_dir, pool, OpenAIModel(merged), profiler=_profiler(get_spec(saved.kernel), saved.compile_only),
+                  echo=echo, **overrides)
 
 
 def _profiler(spec: KernelSpec, compile_only: bool):
@@ -154,21 +263,21 @@ def _profiler(spec: KernelSpec, compile_only: bool):
     return NcuProfiler(spec.name) if not compile_only and NcuProfiler.available() else None
 
 
-def _summary(outcome: RunOutcome, spec: KernelSpec, patches_dir: str | None, write_patch, tuner: bool = False) -> None:
+def _summary(outcome: RunOutcome, patches_dir: str | None, echo=click.echo) -> None:
+    from astra_sglang.agents.winner import existing_is_better, write_patch
+    from astra_sglang.specs.registry import get_spec
+
     if outcome.stop_reason:
-        click.echo(f"stopped early: {outcome.stop_reason}")
-    if not tuner:
-        click.echo(f"{outcome.rounds_done} rounds, {outcome.usage.tokens} tokens, ~${outcome.usage.cost_usd:.4f}; "
-                   f"report: {outcome.report}")
+        echo(f"stopped early: {outcome.stop_reason}")
+    if outcome.report:
+        echo(f"{outcome.rounds_done} rounds, {outcome.usage.tokens} tokens, ~${outcome.usage.cost_usd:.4f}; "
+             f"report: {outcome.report}")
     winner = outcome.winner
     if winner is None:
-        click.echo("no winner: no candidate was correct on every final test and faster than the baseline")
+        echo("no winner: no candidate was correct on every final test and faster than the baseline")
         return
-    click.echo(f"winner: round {winner.round}, geomean {winner.speedup:.3f}x ({winner.source})")
-    if tuner:
-        write_patch(winner, Path(outcome.run_dir) / "patch", spec)
+    echo(f"winner: {winner.candidate or f'round {winner.round}'} ({winner.method}), geomean {winner.speedup:.3f}x "
+         f"({winner.source})")
     if patches_dir:
-        from astra_sglang.agents.winner import existing_is_better
-
         kept = existing_is_better(winner, patches_dir)
-        click.echo(kept or f"patch written to {write_patch(winner, patches_dir, spec)}")
+        echo(kept or f"patch written to {write_patch(winner, patches_dir, get_spec(winner.kernel))}")

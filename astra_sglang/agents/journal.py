@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import threading
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -40,6 +41,7 @@ class RunLog:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         self.path = self.dir / LOG
         self.records: list[LogRecord] = self._read()
+        self._lock = threading.Lock()  # the candidates of a round log from threads of their own
 
     def _read(self) -> list[LogRecord]:
         if not self.path.exists():
@@ -60,40 +62,47 @@ class RunLog:
     def append(self, record: LogRecord) -> LogRecord:
         record = record.model_copy(update={"time": record.time or now()})
         line = (record.model_dump_json() + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self.records.append(record)
+        with self._lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self.records.append(record)
         return record
 
     def find(self, round: int, role: str, key: str = "") -> LogRecord | None:
-        for record in reversed(self.records):
+        for record in reversed(list(self.records)):
             if record.round == round and record.role == role and record.key == key:
                 return record
         return None
 
     def of_role(self, role: str) -> list[LogRecord]:
-        return [r for r in self.records if r.role == role]
+        return [r for r in list(self.records) if r.role == role]
 
     def spent(self) -> Usage:
         total = Usage()
-        for record in self.records:
+        for record in list(self.records):
             total = total + record.usage
         return total
 
     def save_transcript(self, transcript: Transcript) -> Path:
         stem = f"r{transcript.round:02d}" if transcript.round >= 0 else "final"
-        name = f"{stem}-{transcript.role}.json"
+        name = f"{stem}-{transcript.role}{f'-{transcript.key}' if transcript.key else ''}.json"
         return write_atomic(self.dir / "transcripts" / name, transcript.model_dump_json(indent=1))
 
-    def candidate_path(self, round: int) -> Path:
-        return self.dir / "candidates" / f"r{round:02d}.cu"
+    def load_transcript(self, round: int, role: str, key: str = "") -> Transcript | None:
+        stem = f"r{round:02d}" if round >= 0 else "final"
+        path = self.dir / "transcripts" / f"{stem}-{role}{f'-{key}' if key else ''}.json"
+        return Transcript.model_validate_json(path.read_text()) if path.is_file() else None
 
-    def save_candidate(self, round: int, source: str) -> Path:
-        return write_atomic(self.candidate_path(round), source)
+    def candidate_path(self, round: int, slot: int = 0, attempt: int = 0) -> Path:
+        """candidates/r00.cu is the start kernel; rNN-cS-aA.cu is slot S's attempt A in round NN."""
+        return self.dir / "candidates" / (f"{candidate_id(round, slot, attempt)}.cu")
+
+    def save_candidate(self, round: int, source: str, slot: int = 0, attempt: int = 0) -> Path:
+        return write_atomic(self.candidate_path(round, slot, attempt), source)
 
     def save_config(self, config: RunConfig) -> None:
         write_atomic(self.dir / CONFIG, json.dumps(config.model_dump(mode="json"), indent=1) + "\n")
@@ -101,6 +110,16 @@ class RunLog:
     @staticmethod
     def load_config(run_dir: str | Path) -> RunConfig:
         return RunConfig.model_validate_json((Path(run_dir) / CONFIG).read_text())
+
+
+def candidate_id(round: int, slot: int = 0, attempt: int = 0) -> str:
+    return "r00" if round == 0 else f"r{round:02d}-c{slot}-a{attempt}"
+
+
+def step_key(id: str) -> str:
+    """The log key of a candidate's steps: r03-c1-a2 -> c1a2."""
+    _, slot, attempt = id.split("-")
+    return f"{slot}{attempt}"
 
 
 def test_suite(spec: KernelSpec, config: RunConfig, log: RunLog) -> tuple[list[Shape], int]:
@@ -112,7 +131,7 @@ def test_suite(spec: KernelSpec, config: RunConfig, log: RunLog) -> tuple[list[S
             plan = TestPlan.model_validate(rec.payload)
             shapes += [s for s in plan.shapes if s not in shapes]
             trials = max(trials, plan.trials)
-        elif rec.role == "single":
+        elif rec.role == "code":  # single-agent mode: an answer may add shapes
             shapes += [s for s in CodeResult.model_validate(rec.payload).shapes if s not in shapes]
     return shapes, trials
 

@@ -11,6 +11,7 @@ from typing import Callable, TypeVar
 
 import jinja2
 
+from astra_sglang.agents.failures import RequestRejected
 from astra_sglang.agents.parse import ParseError
 from astra_sglang.agents.protocols import Model
 from astra_sglang.agents.records import Message, Transcript
@@ -36,6 +37,11 @@ def render(template: str, **context) -> list[Message]:
     return ([Message(role="system", content=system)] if system else []) + [Message(role="user", content=user)]
 
 
+def completion_prompt(messages: list[Message]) -> str:
+    """Our prompt format for endpoints without a chat template (completion.j2)."""
+    return _env().get_template("completion.j2").render(messages=messages) + "\n"
+
+
 @functools.cache
 def abi_header() -> str:
     return (templates_dir() / "astra_abi.h").read_text()
@@ -56,12 +62,16 @@ class StepFailed(Exception):
 
 
 def converse(model: Model, messages: list[Message], parse: Callable[[str], T], retries: int,
-             transcript: Transcript, code: bool = False) -> T:
+             transcript: Transcript, code: bool = False, tag: str = "") -> T:
     """Ask, parse, and on a typed parse/safety error feed the reason back; raise StepFailed at the end."""
     messages = list(messages)
     transcript.messages.extend(messages)
     for attempt in range(retries + 1):
-        reply = model.complete(messages)
+        try:
+            reply = model.complete(messages, tag=tag)
+        except RequestRejected as exc:  # this prompt, not the endpoint: the step fails, the run goes on
+            transcript.errors.append(str(exc))
+            raise StepFailed(str(exc), transcript) from exc
         transcript.usage = transcript.usage + reply.usage
         answer = Message(role="assistant", content=reply.content)
         messages.append(answer)

@@ -35,14 +35,23 @@ class LLMConfig(BaseModel):
     """Upper bound of one retry delay."""
     temperature: float | None = None
     """Sampling temperature; None = the endpoint's default (reasoning models accept no other)."""
-    max_completion_tokens: int | None = None
-    """Per-request cap on generated tokens; None = the endpoint's default."""
+    max_completion_tokens: int | None = 32768
+    """Per-request cap on generated tokens, sent as `max_completion_tokens` (as `max_tokens` where the endpoint
+    refuses that name; lowered where the request would not fit the model's context); None = the endpoint's
+    default (completion endpoints often default to 16 tokens)."""
+    api: Literal["auto", "chat", "completions"] = "auto"
+    """auto: chat completions, switching to /v1/completions with our own prompt format when the server has
+    no chat template (e.g. SGLang serving a model with a plain tokenizer)."""
+    system_role: bool = True
+    """Send the system prompt as a system message; False (or a server refusing the role) folds it into the
+    first user message."""
     budget_usd: float | None = None
     """Stop the run cleanly once this much has been spent (estimated from the price table)."""
     max_tokens: int | None = None
     """Stop the run cleanly once this many prompt + completion tokens have been used."""
-    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
-    """Extra or overriding prices: model -> (USD per 1M prompt tokens, USD per 1M completion tokens)."""
+    prices: dict[str, tuple[float, float] | tuple[float, float, float]] = Field(default_factory=dict)
+    """Extra or overriding prices, USD per 1M tokens: model -> (prompt, completion) or (prompt, cached prompt,
+    completion)."""
 
 
 class RunConfig(BaseModel):
@@ -70,7 +79,8 @@ class RunConfig(BaseModel):
     compile_only: bool = False
     """Build candidates only (no GPU): no correctness or timing, so no winner."""
     parse_retries: int = 1
-    """How often a malformed or unsafe answer is fed back to the model before the step gives up."""
+    """How often a malformed answer of the testing, planning or profiling agent is fed back before its step
+    gives up (a candidate's malformed or unsafe answer uses one of its `repairs`)."""
     max_test_shapes: int = 8
     """Most extra shapes the TestingAgent may add."""
     max_test_bytes: int = 2 << 30
@@ -79,8 +89,24 @@ class RunConfig(BaseModel):
     """Correctness trials per shape; the TestingAgent may raise it, never lower it."""
     llm_profile_summary: bool = True
     """Let the ProfilingAgent's LLM condense the rule-based profile facts (multi-agent mode)."""
+    population: int = Field(default=4, ge=1)
+    """Candidates per round, written in parallel; 1 (with plans=1, repairs=0) is the paper's loop."""
+    plans: int = Field(default=2, ge=1)
+    """Distinct plans per round; each is coded population/plans times (`n` samples in one request)."""
+    repairs: int = Field(default=2, ge=0)
+    """How often a failed candidate is sent back to its coder with the build log or the mismatching shapes."""
+    elites: int = 4
+    """Size of the scored database's diverse best set: the parents a planner picks from."""
+    roofline_margin: float = 0.05
+    """Stop early once the best kernel is within this fraction of the floor (roofline or launch latency) at
+    every shape."""
     finalists: int = 3
-    """How many of the best correct candidates get the final (held-out) evaluation."""
+    """How many of the diverse best kernels get the final (held-out) evaluation."""
+    tune_configs: int = 8
+    """LLM + tuner: a finalist that exposes `// astra:knob` parameters gets this many configurations timed
+    per shape (0 = off)."""
+    dispatch: bool = True
+    """Also evaluate a per-shape dispatch among the finalists that passed and the original (declined shapes)."""
     min_speedup: float = 1.0
     """A winner's final geomean speedup must exceed this."""
     timeout_s: float = 600.0
@@ -94,6 +120,8 @@ class RunConfig(BaseModel):
 class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
+    """Of the prompt tokens, those the endpoint served from its prompt cache (priced at the cached rate)."""
     cost_usd: float = 0.0
 
     @property
@@ -103,6 +131,7 @@ class Usage(BaseModel):
     def __add__(self, other: "Usage") -> "Usage":
         return Usage(prompt_tokens=self.prompt_tokens + other.prompt_tokens,
                      completion_tokens=self.completion_tokens + other.completion_tokens,
+                     cached_tokens=self.cached_tokens + other.cached_tokens,
                      cost_usd=self.cost_usd + other.cost_usd)
 
 
@@ -121,10 +150,11 @@ class Reply(BaseModel):
 
 
 class Transcript(BaseModel):
-    """Everything one agent step said and heard (RUN_DIR/transcripts/rNN-<role>.json)."""
+    """Everything one agent step said and heard (RUN_DIR/transcripts/rNN-<role>[-<key>].json)."""
 
     round: int
     role: str
+    key: str = ""
     messages: list[Message] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     errors: list[str] = Field(default_factory=list)
@@ -159,16 +189,36 @@ class ProfileSummary(BaseModel):
     """The summary the planner reads (the LLM's, or the facts joined)."""
 
 
-class Plan(BaseModel):
+class PlanItem(BaseModel):
+    parent: str = ""
+    """The database entry the change starts from ("" = the best)."""
     text: str
 
 
+class PlanSet(BaseModel):
+    """The PlanningAgent's plans for one round."""
+
+    plans: list[PlanItem]
+
+
+class Drafts(BaseModel):
+    """The coder's first answers to one plan (n samples of one prompt)."""
+
+    answers: list[str]
+
+
 class CodeResult(BaseModel):
-    """The CodingAgent's output: a candidate file, or why there is none this round."""
+    """One attempt of a candidate: a source file, or why there is none."""
 
     candidate: str | None = None
-    """Path of the candidate source (RUN_DIR/candidates/rNN.cu)."""
+    """Path of the candidate source (RUN_DIR/candidates/rNN-cS-aA.cu)."""
     error: str = ""
+    status: str = ""
+    """parse | unsafe when there is no source."""
+    parent: str = ""
+    """The database entry the candidate started from."""
+    plan_index: int | None = None
+    """Which of its round's plans it implements (None in single-agent mode)."""
     plan: str = ""
     """Single-agent mode: the plan the same answer gave."""
     shapes: list[Shape] = Field(default_factory=list)
@@ -176,34 +226,17 @@ class CodeResult(BaseModel):
 
 
 class HistoryRow(BaseModel):
-    """One evaluated candidate as the planner sees it."""
+    """One candidate (or a round's summary) as the planner and the report see it."""
 
     round: int
     status: str
-    """ok | build | crash | wrong | timeout | unsafe | parse | compiled (compile-only)."""
+    """ok | build | crash | wrong | timeout | load | unsafe | parse | compiled (built; not run: compile-only or
+    no GPU) | failed | stopped."""
     speedup: float | None = None
     detail: str = ""
-
-
-class RoundContext(BaseModel):
-    """What the planning / coding / single agent reads at the start of a round."""
-
-    round: int
-    rounds: int
-    source: str
-    """The best correct kernel so far (the baseline S0 until a candidate beats it)."""
-    best_round: int = 0
-    best_speedup: float | None = None
-    history: list[HistoryRow] = Field(default_factory=list)
-    last: HistoryRow | None = None
-    """The previous round's attempt, when it is not the best kernel."""
-    last_source: str = ""
-    last_log: str = ""
-    """Build log / failure details of the previous attempt (tail)."""
-    profile: str = ""
-    """The ProfilingAgent's summary of the best kernel."""
-    shapes: list[Shape] = Field(default_factory=list)
-    dtypes: list[str] = Field(default_factory=list)
+    id: str = ""
+    """The candidate (rNN-cS-aA); empty for a round's summary."""
+    attempts: int = 1
 
 
 class LogRecord(BaseModel):
@@ -212,15 +245,16 @@ class LogRecord(BaseModel):
     model_config = ConfigDict(extra="ignore")
     round: int
     role: str
-    """testing | eval | profile | plan | code | single | round | final | stop."""
+    """testing | eval | profile | plan | draft | code | cand | round | tune | final | stop."""
     key: str = ""
-    """Distinguishes several records of one role in one round (final evaluations: the candidate)."""
+    """Distinguishes several records of one role in one round: the candidate and attempt (c1a0), the plan
+    (p0), the finalist."""
     usage: Usage = Field(default_factory=Usage)
     candidate: str | None = None
     summary: str = ""
     """One line for humans: build / correctness / timing, or the stop reason."""
     payload: dict[str, Any] = Field(default_factory=dict)
-    """The step's typed output (TestPlan, Plan, CodeResult, EvalResult, ProfileSummary) as JSON."""
+    """The step's typed output (TestPlan, PlanSet, Drafts, CodeResult, EvalResult, HistoryRow, ProfileSummary)."""
     time: str = ""
 
 
@@ -233,6 +267,8 @@ class Winner(BaseModel):
     round: int
     speedup: float
     """Geomean speedup over the final evaluation's shapes."""
+    candidate: str = ""
+    """Which candidate won (rNN-cS-aA, or a tuned / dispatch kernel built from finalists)."""
     final: EvalResult
     method: Literal["llm", "tuner", "llm+tuner"] = "llm"
     model: str = ""
@@ -249,5 +285,7 @@ class RunOutcome(BaseModel):
     winner: Winner | None = None
     rounds_done: int = 0
     stop_reason: str = ""
+    baseline_error: str = ""
+    """Set when the start kernel could not be evaluated (then no LLM was asked and there is no winner)."""
     usage: Usage = Field(default_factory=Usage)
     report: str = ""

@@ -70,13 +70,15 @@ def write_report(run_dir: str | Path, spec: KernelSpec, winner: Winner | None) -
         row = HistoryRow.model_validate(rec.payload)
         used = sum((r.usage for r in log.records if r.round == rec.round), Usage())
         rows.append({**row.model_dump(), "tokens": used.tokens, "cost": used.cost_usd})
+    candidates = [HistoryRow.model_validate(rec.payload) for rec in log.of_role("cand")]
     stops = log.of_role("stop")
     note = plot(log, log.dir / PLOT)
     suite, _ = test_suite(spec, config, log)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     text = env.get_template("optimize.md.j2").render(
-        spec=spec, config=config, run_id=log.dir.name, rows=rows, winner=winner, usage=log.spent(),
+        spec=spec, config=config, run_id=log.dir.name, rows=rows, candidates=candidates, winner=winner,
+        usage=log.spent(),
         rounds_done=max((r["round"] for r in rows), default=0), stop=stops[-1].summary if stops else "",
         suite=suite, dtypes=config.dtypes or spec.dtypes, plot="" if note else PLOT, plot_note=note)
     return write_atomic(log.dir / REPORT, text + "\n")

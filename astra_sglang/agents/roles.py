@@ -2,17 +2,18 @@
 
 Each role renders its template, asks the model through `converse` and returns a typed record. The
 TestingAgent can only add shapes / trials that pass the spec's constraints; the ProfilingAgent always
-produces rule-based facts and optionally an LLM summary of them.
+produces rule-based facts and optionally an LLM summary of them; the PlanningAgent plans several changes a
+round, each on a parent from the database; the CodingAgent's candidates live in agents/lineage.py.
 """
 from __future__ import annotations
 
-import math
-
+from astra_sglang.agents.context import RoundContext
+from astra_sglang.agents.database import Entry
 from astra_sglang.agents.parse import ParseError, extract_code, extract_json, strip_code
 from astra_sglang.agents.prompts import abi_header, converse, device_header, render
 from astra_sglang.agents.protocols import Model
-from astra_sglang.agents.records import (CodeResult, Plan, ProfileFacts, ProfileSummary, RoundContext, RunConfig,
-                                         Shape, TestPlan, Transcript)
+from astra_sglang.agents.records import (Message, PlanItem, PlanSet, ProfileFacts, ProfileSummary, RunConfig, Shape,
+                                         TestPlan, Transcript)
 from astra_sglang.agents.safety import RULES, ensure_safe
 from astra_sglang.harness.records import EvalResult
 from astra_sglang.specs.records import KernelSpec
@@ -69,7 +70,7 @@ class TestingAgent:
             return TestPlan(shapes=kept, trials=trials, rationale=str(data.get("rationale", ""))[:500],
                             rejected=rejected)
 
-        return converse(self.model, messages, parse, self.config.parse_retries, transcript)
+        return converse(self.model, messages, parse, self.config.parse_retries, transcript, tag="r00 testing")
 
 
 def profile_facts(result: EvalResult, facts: ProfileFacts | None = None) -> list[str]:
@@ -140,23 +141,39 @@ class ProfilingAgent:
                 raise ParseError("the summary is empty: answer with a few plain-text bullet points")
             return text[:3000]
 
-        llm_text = converse(self.model, messages, parse, self.config.parse_retries, transcript)
+        llm_text = converse(self.model, messages, parse, self.config.parse_retries, transcript,
+                            tag=f"r{round:02d} profiling")
         return summary.model_copy(update={"text": summary.text + "\n\nProfiler's reading:\n" + llm_text})
 
 
 class PlanningAgent:
+    """Plans a round: up to `plans` distinct changes, each on a parent from the database's elites."""
+
     def __init__(self, model: Model, spec: KernelSpec, config: RunConfig):
         self.model, self.spec, self.config = model, spec, config
 
-    def plan(self, ctx: RoundContext, transcript: Transcript) -> Plan:
-        def parse(text: str) -> Plan:
-            text = strip_code(text)
-            if len(text) < 10:
-                raise ParseError("the plan is empty: answer with a numbered list of concrete changes")
-            return Plan(text=text[:4000])
+    def plan(self, ctx: RoundContext, transcript: Transcript) -> PlanSet:
+        def parse(text: str) -> PlanSet:
+            try:
+                data = extract_json(text, required=("plans",))
+            except ParseError:
+                prose = strip_code(text)
+                if len(prose) < 10:
+                    raise
+                return PlanSet(plans=[PlanItem(parent=ctx.best.id, text=prose[:4000])])  # one plan in prose
+            items = data["plans"] if isinstance(data["plans"], list) else []
+            plans = []
+            for item in items[: ctx.plans_wanted]:
+                text = str(item.get("plan", "")).strip() if isinstance(item, dict) else str(item).strip()
+                parent = str(item.get("parent", "")) if isinstance(item, dict) else ""
+                if len(text) >= 10:
+                    plans.append(PlanItem(parent=parent if parent in ctx.parents else ctx.best.id, text=text[:4000]))
+            if not plans:
+                raise ParseError('"plans" must be a list of {"parent": ID, "plan": "numbered changes"} objects')
+            return PlanSet(plans=plans)
 
         return converse(self.model, render("planning.j2", spec=self.spec, ctx=ctx), parse,
-                        self.config.parse_retries, transcript)
+                        self.config.parse_retries, transcript, tag=f"r{ctx.round:02d} planning")
 
 
 def parse_kernel(text: str) -> str:
@@ -167,37 +184,33 @@ def parse_kernel(text: str) -> str:
 
 
 class CodingAgent:
-    def __init__(self, model: Model, spec: KernelSpec, config: RunConfig):
-        self.model, self.spec, self.config = model, spec, config
-
-    def write(self, ctx: RoundContext, plan: Plan, transcript: Transcript) -> str:
-        messages = render("coding.j2", spec=self.spec, ctx=ctx, plan=plan.text, abi=abi_header(), device=device_header(), rules=RULES)
-        return converse(self.model, messages, parse_kernel, self.config.parse_retries, transcript, code=True)
-
-
-class SingleAgent:
-    """Paper Table 3 ablation: one model proposes tests, plans and codes in one prompt per round."""
+    """Writes candidates for a plan (n samples of one prompt) and repairs them in their own conversation."""
 
     def __init__(self, model: Model, spec: KernelSpec, config: RunConfig):
         self.model, self.spec, self.config = model, spec, config
 
-    def step(self, ctx: RoundContext, candidate_path: str, transcript: Transcript) -> tuple[CodeResult, str]:
-        messages = render("single_agent.j2", spec=self.spec, ctx=ctx, abi=abi_header(), device=device_header(), rules=RULES,
-                          max_shapes=self.config.max_test_shapes)
+    def prompt(self, ctx: RoundContext, plan: PlanItem, parent: Entry, parent_source: str) -> list[Message]:
+        return render("coding.j2", spec=self.spec, ctx=ctx, plan=plan.text, parent=parent, parent_source=parent_source,
+                      abi=abi_header(), device=device_header(), rules=RULES)
 
-        def parse(text: str) -> tuple[CodeResult, str]:
-            source = parse_kernel(text)
-            try:
-                proposed = extract_json(text, required=("shapes",))["shapes"]
-            except ParseError:
-                proposed = []
-            shapes, _ = validate_shapes(self.spec, proposed, list(ctx.shapes), self.config)
-            plan = strip_code(text)[:4000]
-            return CodeResult(candidate=candidate_path, plan=plan, shapes=shapes), source
-
-        return converse(self.model, messages, parse, self.config.parse_retries, transcript, code=True)
+    def single_prompt(self, ctx: RoundContext) -> list[Message]:
+        """Paper Table 3 ablation: one prompt plans, tests and codes."""
+        return render("single_agent.j2", spec=self.spec, ctx=ctx, abi=abi_header(), device=device_header(),
+                      rules=RULES, max_shapes=self.config.max_test_shapes)
 
 
-def geomean(values: list[float]) -> float | None:
-    values = [v for v in values if v and v > 0]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+def repair_message(candidate: str, result: EvalResult | None, error: str) -> list[Message]:
+    """What a failed attempt is told: the parse / safety error, the build log, the mismatching shapes or
+    the crash, as one user message that continues the candidate's conversation."""
+    return render("repair.j2", candidate=candidate, result=result, error=error,
+                  log=(result.build.log[-3000:] if result is not None and result.build is not None else ""),
+                  wrong=[s for s in result.shapes if s.correct is False][:12] if result is not None else [])
+
+
+def single_shapes(spec: KernelSpec, text: str, shapes: list[Shape], config: RunConfig) -> list[Shape]:
+    """Single-agent mode: the shapes an answer adds to the test suite (an optional ```json block)."""
+    try:
+        proposed = extract_json(text, required=("shapes",))["shapes"]
+    except ParseError:
+        return []
+    return validate_shapes(spec, proposed, list(shapes), config)[0]

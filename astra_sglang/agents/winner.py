@@ -45,10 +45,14 @@ def classify(round: int, result: EvalResult | None, error: str = "") -> HistoryR
     if result is None:
         status = "unsafe" if "rejected before building" in error else "parse"
         return HistoryRow(round=round, status=status, detail=error[:600])
-    build_failed = result.build is not None and not result.build.ok
+    build_failed = result.build is None or not result.build.ok
     wrong = [s for s in result.shapes if s.correct is False]
-    if result.stage == "build" or build_failed:
+    if result.stage == "build" and build_failed:
         status, detail = "build", result.reason or "compilation failed"
+    elif result.stage == "build" and result.baseline_build is not None and not result.baseline_build.ok:
+        status, detail = "failed", result.reason
+    elif result.stage == "build":  # built, then stopped: no GPU to check and time on
+        status, detail = "compiled", result.reason or "built; not run"
     elif result.stage in ("crash", "timeout", "load"):
         status, detail = result.stage, result.reason
     elif wrong:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from astra_sglang.harness.inputs import OpArgs, checked_args
-from astra_sglang.harness.limits import PRECISION_FLOOR, PRECISION_MULTIPLE
+from astra_sglang.harness.limits import PRECISION_FLOOR, PRECISION_MIN_ELEMENTS, PRECISION_MULTIPLE
 from astra_sglang.specs.records import KernelSpec
 
 
@@ -76,10 +76,11 @@ def compare(spec: KernelSpec, dtype: str, got: OpArgs, ref: OpArgs, rows: slice 
     return result
 
 
-def less_precise(dtype: str, candidate_rms: float, original_rms: float) -> str:
-    """'' when the candidate's RMS error is within PRECISION_MULTIPLE of the original's on the same inputs."""
+def less_precise(dtype: str, candidate_rms: float, original_rms: float, elements: int) -> str:
+    """'' when the candidate's RMS error is within PRECISION_MULTIPLE of the original's on the same inputs,
+    or when too few elements were compared for the ratio to mean anything (PRECISION_MIN_ELEMENTS)."""
     limit = PRECISION_MULTIPLE[dtype]
-    if candidate_rms <= max(limit * original_rms, PRECISION_FLOOR):
+    if elements < PRECISION_MIN_ELEMENTS or candidate_rms <= max(limit * original_rms, PRECISION_FLOOR):
         return ""
     return (f"less precise than the original: RMS error {candidate_rms:.3g} vs its {original_rms:.3g} "
             f"(in units of the tolerance), more than {limit}x")

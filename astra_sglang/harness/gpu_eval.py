@@ -127,7 +127,7 @@ class GpuSession:
         row.baseline_err_rms = base_verdict.rms
         if not verdict.ok:
             return
-        worse = less_precise(dtype, verdict.rms, base_verdict.rms)
+        worse = less_precise(dtype, verdict.rms, base_verdict.rms, verdict.count)
         if worse:
             row.correct, row.reason = False, worse
             return

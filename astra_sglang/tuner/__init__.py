@@ -4,8 +4,10 @@ kernel whose generated entry dispatches each shape to its best configuration.
 Round 1 is a Latin square: evaluation j gives tuned shape i the configuration (i + j) mod K, so K
 evaluations (each one isolated process timing every shape) measure every (shape, configuration) pair.
 Rounds 2..R re-time each shape's three best configurations side by side, to pick through the noise.
-All builds run in parallel on the CPU cores first (harness.isolate.evaluate_many); GPU evaluations run
-one at a time.
+A round's evaluations go out as one batch: through a pool (astra_sglang.search: builds overlap GPU
+evaluations, one per GPU) where one is given, else every build in parallel first and the GPU evaluations
+one at a time (harness.isolate.evaluate_many). The agent loop tunes its finalists' knobs the same way
+(`tune`).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Callable
 
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.isolate import evaluate_many
@@ -30,17 +33,24 @@ MAX_CONFIGS = int(os.environ.get("ASTRA_TUNER_MAX_CONFIGS", "24"))
 TOP_K = 3
 
 
+Batch = Callable[[list[EvalRequest]], list[EvalResult]]
+
+
 class Tuning:
     """Timing samples per (shape, configuration) and the sources that produced them."""
 
-    def __init__(self, spec: KernelSpec, source: str, run_dir: Path, evaluator, echo=print):
+    def __init__(self, spec: KernelSpec, source: str, run_dir: Path, evaluator=None, echo=print,
+                 batch: Batch | None = None, shapes: list[tuple[int, ...]] | None = None, dtype: str = TUNE_DTYPE,
+                 arch: str | None = None):
         source = strip_dispatch(source)  # re-tuning a shipped (already tuned) kernel starts from what it wraps
-        self.spec, self.source, self.run_dir, self.evaluator, self.echo = spec, source, run_dir, evaluator, echo
+        self.spec, self.source, self.run_dir, self.echo = spec, source, run_dir, echo
+        self.batch = batch or (lambda reqs: evaluate_many(reqs, evaluator))
+        self.dtype, self.arch = dtype, arch
         self.knobs = parse_knobs(source)
         if not self.knobs:
             raise AstraError(f"{spec.name}: the start kernel declares no `// astra:knob NAME values...` lines; "
                              "the tuner needs knobs (see patches/<op>/kernel.cu for the convention)")
-        self.shapes = resolve_shapes(spec, TUNE_SHAPES)
+        self.shapes = shapes or resolve_shapes(spec, TUNE_SHAPES)
         self.samples: dict[tuple, dict[Config, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.failed: set[tuple] = set()
         (run_dir / "candidates").mkdir(parents=True, exist_ok=True)
@@ -54,8 +64,8 @@ class Tuning:
     def evaluate_tables(self, tag: str, tables: list[dict]) -> None:
         paths = [self.write(f"{tag}-{j:02d}", t, f"{tag} assignment {j}") for j, t in enumerate(tables)]
         reqs = [EvalRequest(kernel=self.spec.name, candidate=KernelSource(path=str(p)), shapes=self.shapes,
-                            dtypes=[TUNE_DTYPE], edge_cases=False, timeout_s=600) for p in paths]
-        for j, (table, result) in enumerate(zip(tables, evaluate_many(reqs, self.evaluator))):
+                            dtypes=[self.dtype], edge_cases=False, timeout_s=600, arch=self.arch) for p in paths]
+        for j, (table, result) in enumerate(zip(tables, self.batch(reqs))):
             for row in result.shapes:
                 config = table[tuple(row.shape)]
                 if row.correct and row.candidate:
@@ -84,17 +94,11 @@ class Tuning:
         return table
 
 
-def run_tuner(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, evaluator, echo=print,
-              baseline: KernelSource | None = None):
-    """Tune `start`'s knobs per shape for `rounds` rounds; returns a Winner (or None) like the agent loop."""
-    from astra_sglang.agents.records import Winner
-    from astra_sglang.agents.winner import eligible, screen
-
-    began = time.time()
-    tuning = Tuning(spec, Path(start).read_text(), Path(run_dir), evaluator, echo)
-    space = configs(tuning.knobs, MAX_CONFIGS)
-    echo(f"tuner: {len(space)} configurations of {', '.join(k.name for k in tuning.knobs)} on "
-         f"{len(tuning.shapes)} shapes, {rounds} rounds")
+def tune(tuning: Tuning, rounds: int, max_configs: int = MAX_CONFIGS) -> tuple[Path, dict]:
+    """Search `tuning`'s knobs for `rounds` rounds; the per-shape dispatch source and its table."""
+    space = configs(tuning.knobs, max_configs)
+    tuning.echo(f"tuner: {len(space)} configurations of {', '.join(k.name for k in tuning.knobs)} on "
+                f"{len(tuning.shapes)} shapes, {rounds} rounds")
     tuning.evaluate_tables("r01", [{s: space[(i + j) % len(space)] for i, s in enumerate(tuning.shapes)}
                                    for j in range(len(space))])
     for r in range(2, rounds + 1):
@@ -102,11 +106,23 @@ def run_tuner(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, evaluat
         tables = [{s: c[j % len(c)] for s, c in tops.items() if c} for j in range(TOP_K)]
         tuning.evaluate_tables(f"r{r:02d}", [t for t in tables if t])
     table = tuning.best_table()
-    final_path = tuning.write("final", table, f"{spec.name}, {rounds} rounds, {len(space)} configurations")
-    echo("tuner: final evaluation (all dtypes, held-out and edge shapes, full checks)")
-    final = evaluator(EvalRequest(kernel=spec.name, candidate=KernelSource(path=str(final_path), label="tuned"),
-                                  baseline=baseline, shapes=resolve_shapes(spec, FINAL_SHAPES), dtypes=spec.dtypes,
-                                  timeout_s=1800))
+    note = f"{tuning.spec.name}, {rounds} rounds, {len(space)} configurations"
+    return tuning.write("final", table, note), table
+
+
+def run_tuner(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, evaluator, echo=print,
+              baseline: KernelSource | None = None, batch: Batch | None = None):
+    """Tune `start`'s knobs per shape for `rounds` rounds; returns a Winner (or None) like the agent loop."""
+    from astra_sglang.agents.records import Winner
+    from astra_sglang.agents.winner import eligible, screen
+
+    began = time.time()
+    tuning = Tuning(spec, Path(start).read_text(), Path(run_dir), evaluator, echo, batch=batch)
+    final_path, table = tune(tuning, rounds)
+    echo("tuner: final evaluation on the acceptance gate (every shape set, all dtypes, full checks)")
+    req = EvalRequest(kernel=spec.name, candidate=KernelSource(path=str(final_path), label="tuned"), baseline=baseline,
+                      shapes=resolve_shapes(spec, FINAL_SHAPES), dtypes=spec.dtypes, timeout_s=1800)
+    final = batch([req])[0] if batch else evaluator(req)
     (Path(run_dir) / "final.json").write_text(final.model_dump_json(indent=1))
     _write_table(Path(run_dir), tuning, table, final, time.time() - began)
     why_not = eligible(final)
@@ -123,7 +139,7 @@ def _write_table(run_dir: Path, tuning: Tuning, table: dict, final: EvalResult, 
     lines = [f"# tuner: {tuning.spec.name}", "", f"{seconds:.0f} s; final: "
              f"{'passed' if final.ok else 'FAILED: ' + final.reason}; geomean speedup "
              f"{final.geomean_speedup or 0:.3f}x vs {final.baseline}", "",
-             f"| shape | {' | '.join(names)} | best us ({TUNE_DTYPE}) | configs timed |", "|---" * (len(names) + 3) + "|"]
+             f"| shape | {' | '.join(names)} | best us ({tuning.dtype}) | configs timed |", "|---" * (len(names) + 3) + "|"]
     for shape, config in table.items():
         best = statistics.median(tuning.samples[shape][config])
         lines.append(f"| {'x'.join(map(str, shape))} | {' | '.join(map(str, config))} | {best:.2f} | "

@@ -6,7 +6,8 @@ from agent_support import PLAN, SUMMARY, TESTS, Killed, StandIn, kernel, llm_con
 from fake_openai import Answer, Fail, Stall
 
 from astra_sglang.agents.journal import RunLog
-from astra_sglang.agents.llm import OpenAIModel, ScriptedModel
+from astra_sglang.agents.llm import OpenAIModel
+from astra_sglang.agents.scripted import ScriptedModel
 from astra_sglang.agents.loop import resume, run
 from astra_sglang.patching.manifest import PatchManifest
 from astra_sglang.specs.registry import get_spec, resolve_shapes
@@ -27,14 +28,15 @@ def test_good_run(fake, tmp_path):
     assert w is not None and w.round == 2 and w.speedup == pytest.approx(1.4) and w.method == "llm"
     # the suite: quick shapes + the valid proposals ([3,5,7] has 3 dims, [0,4] breaks the constraints)
     quick = resolve_shapes(get_spec("silu_and_mul"), "quick")
-    assert evaluator.calls[0].shapes == quick + [(7, 4100), (1, 128)] and evaluator.calls[0].trials == 4
+    assert evaluator.calls[0].shapes == quick and evaluator.calls[0].trials == 3  # the baseline, before any LLM call
+    assert evaluator.calls[1].shapes == quick + [(7, 4100), (1, 128)] and evaluator.calls[1].trials == 4
     # the final evaluation adds held-out shapes the agents never saw
     held = resolve_shapes(get_spec("silu_and_mul"), "held_out")
     assert all(s in evaluator.calls[-1].shapes for s in held)
     assert not any(str(list(h)).replace(" ", "") in json.dumps(r).replace(" ", "") for h in held for r in server.requests)
     run_dir = tmp_path / "run"
-    assert {p.name for p in (run_dir / "candidates").iterdir()} == {"r00.cu", "r01.cu", "r02.cu"}
-    assert (run_dir / "transcripts" / "r01-code.json").exists() and (run_dir / "report.md").exists()
+    assert {p.name for p in (run_dir / "candidates").iterdir()} == {"r00.cu", "r01-c0-a0.cu", "r02-c0-a0.cu"}
+    assert (run_dir / "transcripts" / "r01-draft-p0.json").exists() and (run_dir / "report.md").exists()
     assert (run_dir / "speedup.png").exists()
     manifest = PatchManifest.load(run_dir / "patch" / "silu_and_mul")
     assert manifest.provenance.method == "llm" and manifest.provenance.model == "o4-mini"
@@ -43,24 +45,26 @@ def test_good_run(fake, tmp_path):
     assert outcome.usage.prompt_tokens == 8 * 1000 and outcome.usage.cost_usd == pytest.approx(8 * 0.0033)
     lines = [json.loads(x) for x in (run_dir / "rounds.jsonl").read_text().splitlines()]
     assert sum(x["usage"]["cost_usd"] for x in lines) == pytest.approx(outcome.usage.cost_usd)
+    calls = (run_dir / "llm.log").read_text().splitlines()  # one cost line per call
+    assert len(calls) == 8 and "r01 coding p0 o4-mini chat: 1000 prompt (0 cached) + 500 completion" in calls[3]
 
 
 def test_malformed_then_unsafe_answers_are_fed_back(fake, tmp_path):
     server = fake({"testing": ["no json here", TESTS], "planning": [PLAN],
                    "coding": ["I'd vectorize it.", kernel("speedup=1.1")]}, {"profiling": SUMMARY})
-    outcome = run(run_config(rounds=1), tmp_path / "r", StandIn(), OpenAIModel(llm_config(server)))
-    assert outcome.winner is not None and outcome.winner.round == 1
+    outcome = run(run_config(rounds=1, repairs=1), tmp_path / "r", StandIn(), OpenAIModel(llm_config(server)))
+    assert outcome.winner is not None and outcome.winner.round == 1 and outcome.winner.candidate == "r01-c0-a1"
     retry = server.requests[-2]["messages"]  # the coder's second request carries the feedback
     assert "could not be used" in retry[-1]["content"] and "no fenced code block" in retry[-1]["content"]
-    transcript = json.loads((tmp_path / "r" / "transcripts" / "r01-code.json").read_text())
+    transcript = json.loads((tmp_path / "r" / "transcripts" / "r01-code-c0a0.json").read_text())
     assert len(transcript["errors"]) == 1
-    # unsafe code twice: the step gives up (one retry), the round is logged as unsafe, the run goes on
+    # unsafe code twice: the candidate gives up (one repair), it is logged as unsafe, the run goes on
     server = fake({"testing": [TESTS], "planning": [PLAN] * 2,
                    "coding": [kernel("speedup=2", 'static void f() { system("id"); }\n')] * 2 + [kernel("speedup=1.3")]},
                   {"profiling": SUMMARY})
-    outcome = run(run_config(), tmp_path / "u", StandIn(), OpenAIModel(llm_config(server)))
+    outcome = run(run_config(repairs=1), tmp_path / "u", StandIn(), OpenAIModel(llm_config(server)))
     assert rounds(tmp_path / "u")[1]["status"] == "unsafe" and outcome.winner.round == 2
-    assert not (tmp_path / "u" / "candidates" / "r01.cu").exists()
+    assert not list((tmp_path / "u" / "candidates").glob("r01-*.cu"))
     assert "system names a process" in server.requests[4]["messages"][-1]["content"]
 
 
@@ -75,7 +79,7 @@ def test_build_fail_crash_wrong_and_held_out(fake, tmp_path):
     # round 4 is fastest on the suite but wrong on held-out shapes: round 5 wins
     assert outcome.winner.round == 5 and outcome.winner.speedup == pytest.approx(1.2)
     plans = [r for r in server.requests if "PlanningAgent" in r["messages"][0]["content"]]
-    assert 'identifier "half3" is undefined' in plans[1]["messages"][-1]["content"]
+    assert "r01-c0-a0 (from r00): build (nvcc failed)" in plans[1]["messages"][-1]["content"]
     assert "illegal memory access" in plans[2]["messages"][-1]["content"]
     assert "incorrect" in plans[3]["messages"][-1]["content"]
 
@@ -119,7 +123,7 @@ def test_resume_after_kill_loses_no_round(fake, tmp_path):
     outcome = resume(run_dir, evaluator, OpenAIModel(llm_config(server)))
     # round 2's plan and code were logged: resume evaluates the same candidate without asking again
     assert server.roles()[asked:] == ["profiling", "planning", "coding", "profiling"]
-    assert evaluator.calls[0].candidate.path.endswith("r02.cu")
+    assert evaluator.calls[0].candidate.path.endswith("r02-c0-a0.cu")
     assert sorted(rounds(run_dir)) == [0, 1, 2, 3] and outcome.winner.round == 3
     assert outcome.usage.prompt_tokens == len(server.requests) * 1000  # spending survives the restart
     # resuming a finished run asks nothing and returns the same winner; extending it runs one more round
@@ -137,7 +141,7 @@ def test_single_agent_mode(fake, tmp_path):
     assert server.roles() == ["single", "single"]
     assert (9, 100) not in evaluator.calls[0].shapes and (9, 100) in evaluator.calls[1].shapes
     assert outcome.winner.round == 1
-    code = RunLog(tmp_path / "r").find(1, "single").payload
+    code = RunLog(tmp_path / "r").find(1, "code", "c0a0").payload
     assert "vectorize" in code["plan"]
 
 

@@ -1,4 +1,5 @@
 """`optimize` through click: the LLM path against the fake server, the tuner fallback, resume, --from."""
+import json
 import sys
 import types
 
@@ -10,6 +11,7 @@ from astra_sglang.agents import cli
 from astra_sglang.agents.records import Winner
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.manifest import PatchManifest
+from astra_sglang.search.ops import ops_from_profile
 from astra_sglang.specs.registry import get_spec
 
 
@@ -29,13 +31,14 @@ def test_llm_run_and_resume(fake, tmp_path, monkeypatch):
                    "coding": [kernel("speedup=1.2", "// MARK kill\n"), kernel("speedup=1.3")]}, {"profiling": SUMMARY})
     out = tmp_path / "run"
     args = ["silu_and_mul", "--rounds", "2", "--llm", "o4-mini", "--base-url", server.base_url, "--api-key", "k",
-            "--out", str(out), "--shapes", "quick", "--patches-dir", str(tmp_path / "patches")]
+            "--out", str(out), "--shapes", "quick", "--patches-dir", str(tmp_path / "patches"),
+            "--population", "1", "--plans", "1", "--repairs", "0"]
     result = invoke(args, StandIn(kill_on="kill"), monkeypatch)
     assert isinstance(result.exception, Killed)
     result = invoke(["silu_and_mul", "--resume", str(out), "--base-url", server.base_url, "--api-key", "k",
                      "--patches-dir", str(tmp_path / "patches")], StandIn(), monkeypatch)
     assert result.exit_code == 0, result.output
-    assert "winner: round 2, geomean 1.300x" in result.output
+    assert "winner: r02-c0-a0 (llm), geomean 1.300x" in result.output
     assert PatchManifest.load(tmp_path / "patches" / "silu_and_mul").provenance.method == "llm"
     assert "api_key" not in (out / "config.json").read_text()
 
@@ -43,9 +46,9 @@ def test_llm_run_and_resume(fake, tmp_path, monkeypatch):
 def test_no_llm_falls_back_to_the_tuner(tmp_path, monkeypatch):
     starts = []
 
-    def run_tuner(spec, start, rounds, run_dir, evaluator, echo=None, baseline=None):
+    def run_tuner(spec, start, rounds, run_dir, evaluator, echo=None, baseline=None, batch=None):
         starts.append(start)
-        final = evaluator(cli_request(spec, start))
+        final = batch([cli_request(spec, start)])[0]
         return Winner(kernel=spec.name, source=str(start), round=1, speedup=1.1, final=final, method="tuner",
                       rounds=rounds, run_id=run_dir.name)
 
@@ -72,3 +75,83 @@ def test_start_source_resolution(tmp_path):
     (tmp_path / "kernel.cu").unlink()
     with pytest.raises(AstraError, match="exactly one"):
         cli.start_source(spec, str(tmp_path))
+
+
+def test_several_ops_as_one_job(fake, tmp_path, monkeypatch):
+    server = fake({}, {"testing": TESTS, "planning": PLAN, "coding": kernel("speedup=1.2"), "profiling": SUMMARY})
+    out = tmp_path / "job"
+    args = ["silu_and_mul", "rmsnorm", "--rounds", "1", "--llm", "o4-mini", "--base-url", server.base_url,
+            "--api-key", "k", "--out", str(out), "--shapes", "quick", "--population", "1", "--plans", "1"]
+    result = invoke(args, StandIn(), monkeypatch)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(x) for x in (out / "job.jsonl").read_text().splitlines()]
+    assert [(r["op"], r["status"]) for r in rows] == [("silu_and_mul", "winner"), ("rmsnorm", "winner")]
+    assert (out / "rmsnorm" / "report.md").is_file() and "| rmsnorm | winner | 1.200x |" in (out / "job.md").read_text()
+    assert "[rmsnorm] winner: r01-c0-a0 (llm), geomean 1.200x" in result.output
+
+
+def test_ops_from_a_profile(fake, tmp_path, monkeypatch):
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"rows": [{"op": "rmsnorm", "share": 0.3}, {"kernel": "nvjet", "name": "gemm"},
+                                            "silu_and_mul", {"op": "rmsnorm"}]}))
+    assert ops_from_profile(profile) == (["rmsnorm", "silu_and_mul"], ["gemm"])
+    listed = tmp_path / "list.json"  # a bare list of op names is a profile too
+    listed.write_text('["fused_add_rmsnorm"]')
+    assert ops_from_profile(listed) == (["fused_add_rmsnorm"], [])
+    server = fake({}, {"testing": TESTS, "planning": PLAN, "coding": kernel("speedup=1.1"), "profiling": SUMMARY})
+    args = ["--from-profile", str(profile), "--rounds", "1", "--llm", "m", "--base-url", server.base_url, "--api-key",
+            "k", "--out", str(tmp_path / "job"), "--shapes", "quick", "--population", "1", "--plans", "1"]
+    result = invoke(args, StandIn(), monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert "the profile's rows without a spec here (skipped): gemm" in result.output
+    assert sorted(p.name for p in (tmp_path / "job").iterdir() if p.is_dir()) == ["rmsnorm", "silu_and_mul"]
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "name the ops to optimize one way"),
+    (["silu_and_mul", "--all"], "name the ops to optimize one way"),
+    (["nope"], "unknown kernel 'nope'"),
+    (["--from-profile", "missing.json"], "no such profile file"),
+    (["silu_and_mul", "rmsnorm", "--from", "x.cu"], "--from names one start kernel"),
+])
+def test_bad_input_is_one_clear_error(args, message, monkeypatch):
+    result = invoke(args, StandIn(), monkeypatch)
+    assert result.exit_code == 1 and message in str(result.exception)
+
+
+def test_a_profile_without_known_ops(tmp_path, monkeypatch):
+    bad = tmp_path / "p.json"
+    bad.write_text('{"rows": [{"op": "gemm"}]}')
+    result = invoke(["--from-profile", str(bad)], StandIn(), monkeypatch)
+    assert "names no op that has a spec here (gemm)" in str(result.exception)
+    bad.write_text('{"rows": 3}')
+    assert "not a profile's JSON" in str(invoke(["--from-profile", str(bad)], StandIn(), monkeypatch).exception)
+
+
+def test_a_start_kernel_that_cannot_be_evaluated_fails_the_command(fake, tmp_path, monkeypatch):
+    server = fake({}, {})
+    start = tmp_path / "k.cu"
+    start.write_text("// MARK crash\n" + kernel().split("```cuda\n")[1].split("```")[0])
+    args = ["silu_and_mul", "--from", str(start), "--llm", "m", "--base-url", server.base_url, "--api-key", "k",
+            "--out", str(tmp_path / "r")]
+    result = invoke(args, StandIn(), monkeypatch)
+    assert result.exit_code == 1 and "could not be evaluated (crash" in str(result.exception)
+    assert server.requests == []
+
+
+def test_pool_options_reach_the_pool(fake, tmp_path, monkeypatch):
+    import astra_sglang.search as search
+    from astra_sglang.search.pool import LocalPool
+
+    seen = []
+
+    def make_pool(ray=None, gpus=None, evaluator=None, builder=None):
+        seen.append((ray, gpus))
+        return LocalPool(gpus=[], evaluator=evaluator)
+
+    monkeypatch.setattr(search, "make_pool", make_pool)
+    server = fake({}, {"testing": TESTS, "planning": PLAN, "coding": kernel("speedup=1.2"), "profiling": SUMMARY})
+    args = ["silu_and_mul", "--rounds", "1", "--llm", "m", "--base-url", server.base_url, "--api-key", "k",
+            "--out", str(tmp_path / "r"), "--shapes", "quick", "--ray", "auto", "--gpus", "0,1"]
+    assert invoke(args, StandIn(), monkeypatch).exit_code == 0
+    assert seen == [("auto", ["0", "1"])]

@@ -4,7 +4,7 @@ import pytest
 
 from astra_sglang.harness.check import Checker
 from astra_sglang.harness.compare import Verdict, less_precise
-from astra_sglang.harness.limits import PRECISION_FLOOR, PRECISION_MULTIPLE
+from astra_sglang.harness.limits import PRECISION_FLOOR, PRECISION_MIN_ELEMENTS, PRECISION_MULTIPLE
 from astra_sglang.specs.registry import get_spec
 from tests.evaluator import runners
 
@@ -52,8 +52,8 @@ def test_precision_is_judged_against_the_original_on_the_same_inputs(cpu_cuda):
     low = _run(cpu_cuda, "rmsnorm", (64, 8192), runners.rmsnorm_low_precision)
     assert honest.ok and low.ok  # both inside the absolute tolerance...
     assert low.rms > PRECISION_MULTIPLE["bfloat16"] * honest.rms  # ...but not equally precise
-    assert "less precise than the original" in less_precise("bfloat16", low.rms, honest.rms)
-    assert less_precise("bfloat16", honest.rms, low.rms) == ""
+    assert "less precise than the original" in less_precise("bfloat16", low.rms, honest.rms, low.count)
+    assert less_precise("bfloat16", honest.rms, low.rms, honest.count) == ""
     again = _run(cpu_cuda, "rmsnorm", (64, 8192), runners.rmsnorm, seed=3)
     assert again.rms == honest.rms  # a shared seed is the same inputs, trial for trial
 
@@ -62,7 +62,8 @@ def test_precision_is_judged_against_the_original_on_the_same_inputs(cpu_cuda):
     ("bfloat16", 0.149, 0.1, False), ("bfloat16", 0.151, 0.1, True), ("float32", 0.39, 0.1, False),
     ("float32", 0.41, 0.1, True), ("float16", PRECISION_FLOOR * 0.9, 0.0, False), ("float16", 0.01, 0.0, True)])
 def test_precision_multiple_and_floor(dtype, cand, base, fails):
-    assert bool(less_precise(dtype, cand, base)) is fails
+    assert bool(less_precise(dtype, cand, base, PRECISION_MIN_ELEMENTS)) is fails
+    assert less_precise(dtype, cand, base, PRECISION_MIN_ELEMENTS - 1) == ""  # too few elements to judge by
 
 
 def test_verdict_rms_accumulates_trials():
