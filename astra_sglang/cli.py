@@ -153,8 +153,10 @@ def _register_commands() -> None:
     from astra_sglang.agents.cli import optimize
     from astra_sglang.extraction.cli import extract
     from astra_sglang.patching.cli import register
+    from astra_sglang.profile.cli import profile
     from astra_sglang.serving.ab import ab
 
+    main.add_command(profile)
     main.add_command(extract)
     main.add_command(optimize)
     register(main)

@@ -87,8 +87,28 @@ def parse_shape_list(spec: KernelSpec, text: str) -> list[tuple[int, ...]]:
     return shapes
 
 
+def profile_shapes(spec: KernelSpec, path: Path) -> list[tuple[int, ...]]:
+    """The shapes a live server ran `spec`'s op with, from an `astra-sglang profile` JSON (most-called first)."""
+    from astra_sglang.profile.records import Profile
+
+    if not path.is_file():
+        raise AstraError(f"shape source not found: {path}")
+    try:
+        profile = Profile.model_validate_json(path.read_text())
+    except ValueError as exc:
+        raise AstraError(f"{path} is not an astra-sglang profile: {str(exc).splitlines()[0]}") from None
+    shapes = [s for s in profile.shapes_of(spec.name) if len(s) == len(spec.dims) and spec.supports(s)]
+    if not shapes:
+        raise AstraError(f"{path} records no call of {spec.name} (profiled ops: "
+                         f"{', '.join(sorted({o.op for p in profile.phases for o in p.ops})) or 'none'})")
+    return shapes
+
+
 def resolve_shapes(spec: KernelSpec, selector: str) -> list[tuple[int, ...]]:
-    """A named set (quick, paper, models, edge, held_out, all, gate; joined with '+') or an explicit list."""
+    """A named set (quick, paper, models, edge, held_out, all, gate; joined with '+'), an explicit list, or a
+    profile's JSON (the shapes the server ran)."""
+    if selector.endswith(".json"):
+        return profile_shapes(spec, Path(selector))
     parts = selector.split("+")
     if not all(p in SHAPE_SETS for p in parts):
         return parse_shape_list(spec, selector)

@@ -1,0 +1,94 @@
+"""Which op a GPU kernel belongs to, and what the tool can do about it.
+
+A kernel is matched, in order, to: an op with a spec (the `__global__` names of its sources in extract/, of
+the shipped patches and of our own first kernels), a family of SGLang ops that have no spec yet, a library
+family the tool does not touch (GEMMs, attention), or framework glue. The rules are patterns over the
+kernel's function name; the first that matches wins.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from astra_sglang.paths import kernels_dir, patches_dir
+from astra_sglang.profile.records import Kind
+from astra_sglang.specs.registry import all_specs
+
+GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)")
+
+
+@dataclass(frozen=True)
+class Owner:
+    kind: Kind
+    op: str
+    action: str
+
+
+# (pattern over the short name or the full name, kind, op, action): SGLang ops without a spec and libraries.
+RULES: tuple[tuple[str, Kind, str, str], ...] = (
+    (r"fused_moe_kernel", "sglang", "fused_moe (Triton)",
+     "SGLang's Triton fused MoE: its block-size config is per GPU and expert shape; no spec here yet"),
+    (r"_fwd_grouped_kernel|_fwd_kernel_stage|decode_att", "sglang", "decode attention (Triton)",
+     "SGLang's Triton decode attention (--attention-backend triton); no spec here yet"),
+    (r"^_fwd_kernel$|extend_att", "sglang", "extend attention (Triton)",
+     "SGLang's Triton extend/prefill attention (--attention-backend triton); no spec here yet"),
+    (r"rotary|rope", "sglang", "rotary embedding", "an SGLang op with no spec here yet: onboard it to optimize it"),
+    (r"store_kvcache|set_kv_buffer|kv_buffer|copy_kv", "sglang", "KV cache store",
+     "an SGLang op with no spec here yet: onboard it to optimize it"),
+    (r"per_token_group_quant|quant_fp8|scaled_fp8", "sglang", "fp8 quantization",
+     "an SGLang op with no spec here yet: onboard it to optimize it"),
+    (r"topk|moe_align|moe_sum|count_and_sort", "sglang", "MoE routing",
+     "an SGLang op with no spec here yet: onboard it to optimize it"),
+    (r"gelu", "sglang", "gelu_and_mul", "an SGLang op with no spec here yet: onboard it to optimize it"),
+    (r"nvjet|gemm|cutlass|xmma|splitKreduce|cublas|Kernel2|wgmma|_gemm_", "library", "GEMM",
+     "a cuBLAS/CUTLASS GEMM: not a target of this tool (its time follows the GEMM library and the shapes)"),
+    (r"flash|fmha|BatchPrefill|BatchDecode|PrefillWithKVCache|Attention|attention|MergeState|merge_state", "library",
+     "attention", "an attention library kernel (flashinfer / flash-attention): not a target of this tool"),
+    (r"sampling|argmax|[Ss]ort|radix|softmax|multinomial|Sampling", "other", "sampling",
+     "sampling and logits processing: framework code"),
+    (r"elementwise|reduce_kernel|CatArray|index|[Cc]opy|fill|Memcpy|Memset|embedding|gather|scatter|cumsum|arange",
+     "other", "PyTorch glue", "PyTorch elementwise, copy and index kernels between the ops"),
+)
+
+
+def short_name(name: str) -> str:
+    """`void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(...)` -> FusedAddRMSNormKernel."""
+    head = re.sub(r"^void\s+", "", name.strip())
+    depth, cut = 0, len(head)
+    for i, ch in enumerate(head):  # the first '<' or '(' at depth 0 ends the qualified name
+        if ch in "<(" and depth == 0:
+            cut = i
+            break
+    return head[:cut].split("::")[-1].strip() or name
+
+
+@functools.cache
+def spec_kernels() -> dict[str, str]:
+    """__global__ name -> spec op, from every spec's sources, the shipped patches and our first kernels."""
+    names: dict[str, str] = {}
+    specs = {s.name: s for s in all_specs()}
+    for spec in specs.values():
+        for loc in spec.sources.values():
+            names.setdefault(loc.kernel, spec.name)
+    for folder in (patches_dir(), kernels_dir()):
+        for path in sorted(Path(folder).glob("**/*.cu")):
+            op = path.parent.name if path.name == "kernel.cu" else path.stem
+            if op in specs:
+                for name in GLOBAL.findall(path.read_text()):
+                    names.setdefault(name, op)
+    return names
+
+
+def owner(name: str) -> Owner:
+    short = short_name(name)
+    op = spec_kernels().get(short)
+    if op == "silu_and_mul" and "gelu" in name:  # act_and_mul_kernel serves both activations
+        op = None
+    if op:
+        return Owner("spec", op, f"spec extract/{op}.toml: `astra-sglang optimize {op}` (shapes: --shapes PROFILE.json)")
+    for pattern, kind, family, action in RULES:
+        if re.search(pattern, short) or re.search(pattern, name):
+            return Owner(kind, family, action)
+    return Owner("other", "", "unknown kernel")

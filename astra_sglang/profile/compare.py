@@ -1,0 +1,65 @@
+"""The kernel-level in-place A/B: two profiles of the same load (unpatched, patched), per phase and op.
+
+Kernel time per step is far less noisy than a server's throughput (a few percent between runs against
+15-30% for end-to-end throughput between identical server starts), so a patched op's gain shows here even
+where a serving A/B cannot resolve it; the step's wall time beside the GPU time shows the host's share.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from pydantic import BaseModel
+
+from astra_sglang.profile.records import Phase, Profile
+
+
+class OpDelta(BaseModel):
+    phase: str
+    op: str
+    kind: str
+    before_us: float
+    """Kernel time of the op per step in the first profile."""
+    after_us: float
+    before_kernels: list[str]
+    after_kernels: list[str]
+
+    @property
+    def change_pct(self) -> float:
+        return 100.0 * (self.after_us - self.before_us) / self.before_us if self.before_us else 0.0
+
+
+class PhaseDelta(BaseModel):
+    phase: str
+    gpu_before_us: float
+    gpu_after_us: float
+    wall_before_us: float
+    wall_after_us: float
+    ops: list[OpDelta]
+
+
+def _by_op(phase: Phase) -> dict[tuple[str, str], tuple[float, list[str]]]:
+    out: dict[tuple[str, str], list] = defaultdict(lambda: [0.0, []])
+    for row in phase.rows:
+        key = (row.op or row.name, row.kind)
+        out[key][0] += row.per_step_us
+        out[key][1].append(row.name)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def compare(before: Profile, after: Profile, top: int = 12) -> list[PhaseDelta]:
+    """Per phase both have: GPU and wall time per step, and per op (every spec op, then the largest others)."""
+    deltas = []
+    for phase in after.phases:
+        base = before.phase(phase.name)
+        if base is None:
+            continue
+        old, new = _by_op(base), _by_op(phase)
+        keys = sorted(set(old) | set(new), key=lambda k: -(old.get(k, (0.0,))[0] + new.get(k, (0.0,))[0]))
+        chosen = [k for k in keys if k[1] == "spec"] + [k for k in keys if k[1] != "spec"][:top]
+        ops = [OpDelta(phase=phase.name, op=op, kind=kind, before_us=old.get((op, kind), (0.0, []))[0],
+                       after_us=new.get((op, kind), (0.0, []))[0], before_kernels=old.get((op, kind), (0.0, []))[1],
+                       after_kernels=new.get((op, kind), (0.0, []))[1]) for op, kind in chosen]
+        deltas.append(PhaseDelta(phase=phase.name, gpu_before_us=base.gpu_us_per_step,
+                                 gpu_after_us=phase.gpu_us_per_step, wall_before_us=base.step_wall_us,
+                                 wall_after_us=phase.step_wall_us, ops=ops))
+    return deltas
