@@ -16,7 +16,9 @@ from astra_sglang.paths import kernels_dir, patches_dir
 from astra_sglang.profile.records import Kind
 from astra_sglang.specs.registry import all_specs
 
-GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)")
+# `__global__ void [__launch_bounds__(a, (b) ? c : d)] [// comment] NAME(`: one level of nested parentheses.
+GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?void\s+"
+                    r"(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*(?://[^\n]*)?\s*)?(\w+)\s*\(")
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,9 @@ RULES: tuple[tuple[str, Kind, str, str], ...] = (
 
 
 def short_name(name: str) -> str:
-    """`void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(...)` -> FusedAddRMSNormKernel."""
-    head = re.sub(r"^void\s+", "", name.strip())
+    """`void flashinfer::norm::FusedAddRMSNormKernel<8u, __nv_bfloat16>(...)` -> FusedAddRMSNormKernel;
+    `void (anonymous namespace)::act_and_mul_kernel<...>(...)` -> act_and_mul_kernel."""
+    head = re.sub(r"^void\s+", "", name.strip().replace("(anonymous namespace)::", ""))
     depth, cut = 0, len(head)
     for i, ch in enumerate(head):  # the first '<' or '(' at depth 0 ends the qualified name
         if ch in "<(" and depth == 0:

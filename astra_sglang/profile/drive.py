@@ -1,7 +1,9 @@
 """Drive a live SGLang server for a profile: load from SGLang's own serving benchmark, N scheduler steps
 recorded by SGLang's own profiling endpoint (torch profiler traces), nothing of our own in the server.
 
-The load runs in the background; once it has warmed up, POST /start_profile asks for `steps` scheduler steps
+The load runs in the background; once the benchmark's main run has begun (its log says so, after its
+tokenizer, prompts and warm-up request) and `settle_s` more seconds have let the batch fill up, POST
+/start_profile asks for `steps` scheduler steps
 (CPU and GPU activity, input shapes, no Python stacks); the scheduler stops by itself and writes its
 traces, which are waited for and kept in the output folder whatever happens after.
 """
@@ -24,8 +26,8 @@ from astra_sglang.serving.server import bench_command
 
 WORKLOADS = {
     # Decode-heavy: many short prompts generating long answers; prefill-heavy: long prompts, a few tokens out.
-    "decode": Workload(name="decode", concurrency=64, input_len=256, output_len=512, num_prompts=512),
-    "prefill": Workload(name="prefill", concurrency=16, input_len=2048, output_len=8, num_prompts=512),
+    "decode": Workload(name="decode", concurrency=64, input_len=256, output_len=512, num_prompts=512, settle_s=6.0),
+    "prefill": Workload(name="prefill", concurrency=16, input_len=2048, output_len=8, num_prompts=512, settle_s=3.0),
 }
 
 
@@ -102,7 +104,11 @@ def wait_traces(out_dir: Path, timeout_s: float, alive=lambda: True) -> list[Pat
     raise AstraError(f"no complete trace appeared in {out_dir} within {timeout_s:.0f} s")
 
 
-def profile_load(server: Server, load: Workload, out_dir: Path, steps: int, warmup_s: float = 8.0,
+MAIN_RUN = "Starting main benchmark"
+"""What sglang.benchmark.serving prints once its warm-up request is done and the measured run starts."""
+
+
+def profile_load(server: Server, load: Workload, out_dir: Path, steps: int, start_timeout_s: float = 120.0,
                  timeout_s: float = 300.0, alive=lambda: True) -> list[Path]:
     """Run `load` against the server and record `steps` scheduler steps once it is warm; the traces."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -110,10 +116,15 @@ def profile_load(server: Server, load: Workload, out_dir: Path, steps: int, warm
                           input_len=load.input_len, output_len=load.output_len, concurrency=load.concurrency,
                           python=sys.executable)
     with open(out_dir / "bench.log", "wb") as log:
-        proc = subprocess.Popen(bench, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(bench, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # its progress lines, as printed
     try:
-        end = time.monotonic() + warmup_s
-        while time.monotonic() < end:
+        begun, end = None, time.monotonic() + start_timeout_s
+        while begun is None or time.monotonic() < begun + load.settle_s:
+            if begun is None and MAIN_RUN in (out_dir / "bench.log").read_text(errors="replace"):
+                begun = time.monotonic()
+            if begun is None and time.monotonic() > end:  # another benchmark version: go by time alone
+                begun = time.monotonic()
             if proc.poll() is not None:
                 raise AstraError(f"the serving benchmark ended before the profile began (exit {proc.returncode}); "
                                  f"see {out_dir / 'bench.log'}")

@@ -64,6 +64,8 @@ class Workload(BaseModel):
     input_len: int
     output_len: int
     num_prompts: int
+    settle_s: float = 5.0
+    """Seconds between the benchmark's main run starting and the first recorded step: the batch fills up."""
 
 
 class Profile(BaseModel):

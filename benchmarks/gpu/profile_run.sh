@@ -17,7 +17,7 @@ cleanup() { pkill -9 -f sglang.launch_server 2>/dev/null; pkill -9 -f sglang.ben
 trap cleanup EXIT
 SERVER=(--model-path /tmp/model --load-format dummy --attention-backend triton --sampling-backend pytorch
         --grammar-backend none --cuda-graph-max-bs-decode 128 --mem-fraction-static 0.8)
-STEPS=${STEPS:-20}
+STEPS=${STEPS:-30}
 # The patches and the C++ fast path build on the CPUs while the unpatched server runs (the patched run finds them cached).
 python3 -m astra_sglang.cli launch --dry-run -- --model-path /tmp/model > "$WORK.prebuild.log" 2>&1 &
 timeout 330 python3 -m astra_sglang.cli profile --out "$WORK/base" --steps "$STEPS" --health-timeout 240 -- "${SERVER[@]}" \
