@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from astra_sglang.harness.build import build_library
-from astra_sglang.harness.profile import STALL_METRICS, NcuProfiler
+from astra_sglang.harness.ncu import STALL_METRICS, NcuProfiler
 from astra_sglang.ops.adapters import KERNEL_BASELINES
 from astra_sglang.patching.manifest import PatchManifest
 from astra_sglang.specs.registry import get_spec, resolve_shapes

@@ -148,7 +148,7 @@ class Bench:
             ScriptedModel(KernelReplay(self.spec), name="replay", latency_s=self.args.latency)
         profiler = None
         if self.args.ncu and not self.args.simulate:
-            from astra_sglang.harness.profile import NcuProfiler
+            from astra_sglang.harness.ncu import NcuProfiler
 
             profiler = NcuProfiler(self.spec.name) if NcuProfiler.available() else None
         with self.pool(gpus) as pool:

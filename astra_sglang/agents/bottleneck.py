@@ -1,5 +1,5 @@
 """A structured bottleneck for the planner: what limits the best kernel, from Nsight Compute's sections and
-stall reasons (harness/profile.py) where ncu ran, else from the evaluation's own numbers (% of the copy
+stall reasons (harness/ncu.py) where ncu ran, else from the evaluation's own numbers (% of the copy
 roofline, time against an empty kernel's).
 
 The rules are the ones a CUDA engineer applies first (CudaForge gives its judge the same NCU facts):

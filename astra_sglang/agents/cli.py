@@ -258,7 +258,7 @@ def _resume(run_dir: Path, pool, llm_config: LLMConfig, rounds: int | None, echo
 
 def _profiler(spec: KernelSpec, compile_only: bool):
     """Nsight Compute facts for the ProfilingAgent where ncu is installed (GPU runs only)."""
-    from astra_sglang.harness.profile import NcuProfiler
+    from astra_sglang.harness.ncu import NcuProfiler
 
     return NcuProfiler(spec.name) if not compile_only and NcuProfiler.available() else None
 

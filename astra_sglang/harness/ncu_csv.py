@@ -1,6 +1,6 @@
 """ncu's `--csv --page details` output -> numeric facts, per profiled launch and per shape.
 
-The naming contract with the driver (harness/profile.py) lives here: each shape's launch sits in an inner
+The naming contract with the driver (harness/ncu.py) lives here: each shape's launch sits in an inner
 NVTX range `astra_shape_<i>` inside the `astra` range ncu filters on. With `--nvtx`, ncu's CSV carries the
 push/pop stack open at every launch, so a kernel is attributed to its shape by name, however many kernels
 an op launches; without that column only a count that matches exactly is trusted (`attribute`).

@@ -49,6 +49,8 @@ def _engagement(stats_dir: Path) -> dict[str, dict[str, int]]:
               help="An earlier profile.json of the same load: kernel time per step per op, before and after.")
 @click.option("--from-traces", "from_traces", multiple=True, metavar="PHASE=PATH",
               help="Rank existing trace files instead of running a server (e.g. decode=traces/decode/x.trace.json.gz).")
+@click.option("--report", "saved", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Re-render an earlier profile.json (with --compare: against another) without a server.")
 @click.option("--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The model's config.json, for shapes and bytes with --from-traces or a remote model path.")
 @click.option("--roofline-gbps", type=float, help="With --from-traces: the copy roofline of the GPU the traces came from.")
@@ -58,8 +60,8 @@ def _engagement(stats_dir: Path) -> dict[str, dict[str, int]]:
 @click.option("--health-timeout", default=900.0, show_default=True, help="Seconds to wait for a started server.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Output folder (default ./astra-profile/TIME).")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
-def profile(url, workload, steps, patched, patches, base, from_traces, model_config, roofline_gbps, empty_us, gpu, port,
-            health_timeout, out, server_args):
+def profile(url, workload, steps, patched, patches, base, from_traces, saved, model_config, roofline_gbps, empty_us, gpu,
+            port, health_timeout, out, server_args):
     """Where a live SGLang server spends its GPU time, and what each kernel would give back at the limit.
 
     Starts SGLang with SERVER_ARGS (after --) or attaches to --url, drives SGLang's own serving benchmark
@@ -76,6 +78,7 @@ def profile(url, workload, steps, patched, patches, base, from_traces, model_con
       astra-sglang profile --patched --compare base/profile.json -- --model-path ./llama-8b --load-format dummy
       astra-sglang profile --url http://127.0.0.1:30000 --workload decode --steps 50
       astra-sglang profile --from-traces decode=run/traces/decode/t.trace.json.gz --model-config ./llama-8b/config.json
+      astra-sglang profile --report patched/profile.json --compare base/profile.json --out patched
     """
     from astra_sglang.profile.build import build_profile
     from astra_sglang.profile.compare import compare
@@ -85,7 +88,12 @@ def profile(url, workload, steps, patched, patches, base, from_traces, model_con
 
     out = (out or Path("astra-profile") / time.strftime("%Y%m%d-%H%M%S")).resolve()
     names = ["decode", "prefill"] if workload == "both" else [workload]
-    if from_traces:
+    if saved:
+        try:
+            result = Profile.model_validate_json(saved.read_text())
+        except ValueError as exc:
+            raise AstraError(f"{saved} is not an astra-sglang profile: {str(exc).splitlines()[0]}") from None
+    elif from_traces:
         traces = {}
         for item in from_traces:
             phase, _, path = item.partition("=")

@@ -1,8 +1,11 @@
 """The kernel-level in-place A/B: two profiles of the same load (unpatched, patched), per phase and op.
 
-Kernel time per step is far less noisy than a server's throughput (a few percent between runs against
-15-30% for end-to-end throughput between identical server starts), so a patched op's gain shows here even
-where a serving A/B cannot resolve it; the step's wall time beside the GPU time shows the host's share.
+Kernel time per step is far less noisy than a server's throughput (15-30% apart between identical server
+starts), so a patched op's gain shows here even where a serving A/B cannot resolve it; the step's wall time
+beside the GPU time shows the host's share. The two runs' batches differ (how many tokens a prefill step
+packs depends on arrival times), so the second run's kernel times are scaled to the first run's tokens per
+step: exact for kernels whose time is linear in tokens (the element-wise and norm ops), approximate for
+the rest (GEMMs, attention), whose rows are there for orientation.
 """
 from __future__ import annotations
 
@@ -30,10 +33,17 @@ class OpDelta(BaseModel):
 
 class PhaseDelta(BaseModel):
     phase: str
+    tokens_before: float
+    tokens_after: float
+    """Tokens per step of each run: a load's batches differ from run to run (above all in prefill), so the
+    second run's kernel times are scaled to the first run's tokens per step (`scale`)."""
+    scale: float
     gpu_before_us: float
     gpu_after_us: float
+    """Scaled, like every `after_us` of `ops`."""
     wall_before_us: float
     wall_after_us: float
+    """Not scaled: the host's time per step does not grow with tokens."""
     ops: list[OpDelta]
 
 
@@ -53,13 +63,16 @@ def compare(before: Profile, after: Profile, top: int = 12) -> list[PhaseDelta]:
         base = before.phase(phase.name)
         if base is None:
             continue
-        old, new = _by_op(base), _by_op(phase)
+        scale = base.tokens_per_step / phase.tokens_per_step if base.tokens_per_step and phase.tokens_per_step else 1.0
+        old = _by_op(base)
+        new = {k: (us * scale, names) for k, (us, names) in _by_op(phase).items()}
         keys = sorted(set(old) | set(new), key=lambda k: -(old.get(k, (0.0,))[0] + new.get(k, (0.0,))[0]))
         chosen = [k for k in keys if k[1] == "spec"] + [k for k in keys if k[1] != "spec"][:top]
         ops = [OpDelta(phase=phase.name, op=op, kind=kind, before_us=old.get((op, kind), (0.0, []))[0],
                        after_us=new.get((op, kind), (0.0, []))[0], before_kernels=old.get((op, kind), (0.0, []))[1],
                        after_kernels=new.get((op, kind), (0.0, []))[1]) for op, kind in chosen]
-        deltas.append(PhaseDelta(phase=phase.name, gpu_before_us=base.gpu_us_per_step,
-                                 gpu_after_us=phase.gpu_us_per_step, wall_before_us=base.step_wall_us,
+        deltas.append(PhaseDelta(phase=phase.name, tokens_before=base.tokens_per_step, tokens_after=phase.tokens_per_step,
+                                 scale=scale, gpu_before_us=base.gpu_us_per_step,
+                                 gpu_after_us=phase.gpu_us_per_step * scale, wall_before_us=base.step_wall_us,
                                  wall_after_us=phase.step_wall_us, ops=ops))
     return deltas

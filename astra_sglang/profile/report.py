@@ -38,8 +38,9 @@ def print_profile(profile: Profile, console: Console | None = None, top: int = T
 def print_deltas(deltas: list[PhaseDelta], console: Console | None = None) -> None:
     console = console or Console(width=max(Console().width, 170))
     for d in deltas:
+        scaled = f", after scaled x{d.scale:.3f} to {d.tokens_before:.0f} tokens a step" if d.scale != 1.0 else ""
         t = Table(title=f"{d.phase}, in place: GPU {d.gpu_before_us / 1e3:.2f} -> {d.gpu_after_us / 1e3:.2f} ms a "
-                        f"step, wall {d.wall_before_us / 1e3:.2f} -> {d.wall_after_us / 1e3:.2f} ms",
+                        f"step, wall {d.wall_before_us / 1e3:.2f} -> {d.wall_after_us / 1e3:.2f} ms{scaled}",
                   title_justify="left")
         for col in ("op", "kind", "before us/step", "after us/step", "change", "kernels after"):
             t.add_column(col)

@@ -1,6 +1,6 @@
 """Nsight Compute facts about one candidate at one shape, for the ProfilingAgent.
 
-ncu runs `python -m astra_sglang.harness.profile` on a request file: the driver loads the kernel library,
+ncu runs `python -m astra_sglang.harness.ncu` on a request file: the driver loads the kernel library,
 makes a shape's arguments and launches once inside an NVTX range that ncu filters on, so the
 tensor-filling kernels around it are not profiled. Sections, not raw metric names, are asked for:
 their metric names change less between ncu versions. `--clock-control none` leaves the card's clocks
@@ -32,7 +32,7 @@ STALL_METRICS = tuple(f"smsp__average_warps_issue_stalled_{r}_per_issue_active.r
 TIMEOUT_S = 180
 PER_SHAPE_S = 30  # extra allowance per further shape in one process (its replay passes, not a start-up)
 
-log = logging.getLogger("astra_sglang.harness.profile")
+log = logging.getLogger("astra_sglang.harness.ncu")
 
 
 class ProfileRequest(BaseModel):
@@ -87,7 +87,7 @@ class NcuProfiler:
         sections = [arg for s in SECTIONS for arg in ("--section", s)]
         return [self.ncu, "--csv", "--page", "details", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
                 "--clock-control", "none", "--target-processes", "all", *sections, "--metrics", ",".join(STALL_METRICS),
-                sys.executable, "-m", "astra_sglang.harness.profile", str(request_path)]
+                sys.executable, "-m", "astra_sglang.harness.ncu", str(request_path)]
 
     def _run(self, request: Path, timeout_s: float) -> subprocess.CompletedProcess | None:
         try:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from astra_sglang.harness.profile import NcuProfiler, ProfileRequest, parse_ncu_csv, pick_shape
+from astra_sglang.harness.ncu import NcuProfiler, ProfileRequest, parse_ncu_csv, pick_shape
 from astra_sglang.harness.records import BuildInfo, EvalResult, ShapeResult
 
 # The layout of `ncu --csv --page details`: a preamble, then one row per (kernel, section, metric).
@@ -42,7 +42,7 @@ def test_ncu_command_filters_on_the_nvtx_range_and_keeps_clocks(tmp_path):
     cmd = NcuProfiler("silu_and_mul", ncu="ncu").command(Path("req.json"))
     assert cmd[:2] == ["ncu", "--csv"] and "--nvtx-include" in cmd and cmd[cmd.index("--nvtx-include") + 1] == "astra/"
     assert cmd[cmd.index("--clock-control") + 1] == "none"
-    assert cmd[-3:] == ["-m", "astra_sglang.harness.profile", "req.json"]
+    assert cmd[-3:] == ["-m", "astra_sglang.harness.ncu", "req.json"]
 
 
 def test_without_a_timed_shape_only_compiler_facts_are_returned():
