@@ -28,6 +28,8 @@ class Owner:
     action: str
 
 
+NO_SPEC = "an SGLang op with no spec here yet: onboard it to optimize it"
+
 # (pattern over the short name or the full name, kind, op, action): SGLang ops without a spec and libraries.
 RULES: tuple[tuple[str, Kind, str, str], ...] = (
     (r"fused_moe_kernel", "sglang", "fused_moe (Triton)",
@@ -36,14 +38,14 @@ RULES: tuple[tuple[str, Kind, str, str], ...] = (
      "SGLang's Triton decode attention (--attention-backend triton); no spec here yet"),
     (r"^_fwd_kernel$|extend_att", "sglang", "extend attention (Triton)",
      "SGLang's Triton extend/prefill attention (--attention-backend triton); no spec here yet"),
-    (r"rotary|rope", "sglang", "rotary embedding", "an SGLang op with no spec here yet: onboard it to optimize it"),
+    (r"rotary|rope", "sglang", "rotary embedding", NO_SPEC),
     (r"store_kvcache|set_kv_buffer|kv_buffer|copy_kv", "sglang", "KV cache store",
-     "an SGLang op with no spec here yet: onboard it to optimize it"),
+     NO_SPEC),
     (r"per_token_group_quant|quant_fp8|scaled_fp8", "sglang", "fp8 quantization",
-     "an SGLang op with no spec here yet: onboard it to optimize it"),
+     NO_SPEC),
     (r"topk|moe_align|moe_sum|count_and_sort", "sglang", "MoE routing",
-     "an SGLang op with no spec here yet: onboard it to optimize it"),
-    (r"gelu", "sglang", "gelu_and_mul", "an SGLang op with no spec here yet: onboard it to optimize it"),
+     NO_SPEC),
+    (r"gelu", "sglang", "gelu_and_mul", NO_SPEC),
     (r"nvjet|gemm|cutlass|xmma|splitKreduce|cublas|Kernel2|wgmma|_gemm_", "library", "GEMM",
      "a cuBLAS/CUTLASS GEMM: not a target of this tool (its time follows the GEMM library and the shapes)"),
     (r"flash|fmha|BatchPrefill|BatchDecode|PrefillWithKVCache|Attention|attention|MergeState|merge_state", "library",
