@@ -67,7 +67,8 @@ def kernels() -> None:
               "the installed SGLang binds; 'reference' for the tool's reference kernel, astra_sglang/kernels/KERNEL.cu "
               "(default: SGLang's own op where SGLang imports, else the reference kernel).")
 @click.option("--shapes", default="quick", show_default=True,
-              help="Shape set (quick, paper, models, edge, held_out, all; join with '+') or a list like 16x4096,32x8192.")
+              help="Shape set (quick, paper, models, edge, held_out, all, gate; join with '+'), a list like "
+                   "16x4096,32x8192, or an `astra-sglang profile` JSON (the shapes the server ran).")
 @click.option("--dtypes", default="bfloat16,float16", show_default=True, help="Comma-separated dtypes.")
 @click.option("-D", "defines", multiple=True, help="Compile-time knob for the candidate, NAME=VALUE (repeatable).")
 @click.option("--no-check", is_flag=True, help="Time only (skip the correctness trials; every timed launch's "

@@ -114,7 +114,8 @@ def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, po
 @click.option("--budget-usd", type=float, help="Stop cleanly once this many USD are spent (estimated; per op).")
 @click.option("--max-tokens", type=int, help="Stop cleanly once this many tokens are used (per op).")
 @click.option("--shapes", default="paper", show_default=True, help="Shapes the agents optimize on: a set "
-              "(quick, paper, models, edge; '+'-joined) or a list like 16x4096,32x8192.")
+              "(quick, paper, models, edge, gate; '+'-joined), a list like 16x4096,32x8192, or a profile's JSON "
+              "(the shapes a live server ran).")
 @click.option("--baseline", metavar="FILE|py:MODULE:FUNC", help="Measure speedups against this (e.g. "
               "py:sgl_kernel:fused_add_rmsnorm, SGLang's own op); default: the start kernel (LLM loop); for the "
               "tuner, SGLang's own op where sgl_kernel is installed, else our first kernel.")
