@@ -87,6 +87,13 @@ def check_args(extra) -> None:
                    "that fits two, e.g. 0.4, and --sleep-on-idle so the idle scheduler does not busy-poll a CPU core), "
                    "benchmarked one at a time in rounds AB, BA, AB, ...; the report adds per-round paired changes "
                    "with a bootstrap interval.")
+@click.option("--control", is_flag=True,
+              help="--paired: an A/A control, B unpatched and started as A is: the interval it reaches is the noise "
+                   "floor a real A/B must get under.")
+@click.option("--target-width", type=click.FloatRange(min=0, min_open=True),
+              help="--paired: stop once the interval of the median throughput change is at most this many % wide "
+                   "(after 5 rounds); --runs is then the most rounds.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Prompt seed: the same prompts in every run.")
 @click.option("--b-first", is_flag=True,
               help="--paired: start the patched server first (the second server sizes its pools and prefill "
                    "settings from the memory the first left: run both orders to tell that from the patch).")
@@ -97,7 +104,8 @@ def check_args(extra) -> None:
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
 def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, output_len, concurrency, dataset,
-       prefix_len, groups, warmup, repeats, paired, b_first, health_timeout, bench_timeout, out, server_args):
+       prefix_len, groups, warmup, repeats, paired, control, target_width, seed, b_first, health_timeout,
+       bench_timeout, out, server_args):
     """Serving A/B: unpatched (A) vs patched (B) SGLang servers, alternated A B A B.
 
     Each run starts a server on 127.0.0.1, waits for /health, runs `sglang.benchmark.serving` (--dataset),
@@ -115,9 +123,13 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
         -- --attention-backend flashinfer
       astra-sglang ab --model-path M --load-format dummy --paired --runs 12 \\
         -- --mem-fraction-static 0.4 --max-total-tokens 400000 --sleep-on-idle
+      astra-sglang ab --model-path M --load-format dummy --paired --control --runs 30 --target-width 1 \\
+        -- --mem-fraction-static 0.4 --max-total-tokens 400000 --sleep-on-idle
     """
     from astra_sglang.serving.report import write_report
 
+    if (control or target_width) and not paired:
+        raise click.UsageError("--control and --target-width go with --paired")
     check_args(server_args)
     if paired:  # its usage errors and warnings come before the build
         from astra_sglang.serving.paired import check_paired, paired_ab
@@ -126,17 +138,19 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
     out = (out or Path("astra-ab") / time.strftime("%Y%m%d-%H%M%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     argv = server_command(model_path, port, load_format, server_args)
-    _, _, summary = patched_server(patches, stats_dir=out / "stats" / "check", server_args=argv[3:],
-                                   warn=lambda msg: click.echo(f"warning: {msg}", err=True))  # validate + build once
-    click.echo(summary)
+    if not control:
+        _, _, summary = patched_server(patches, stats_dir=out / "stats" / "check", server_args=argv[3:],
+                                       warn=lambda msg: click.echo(f"warning: {msg}", err=True))  # validate + build
+        click.echo(summary)
     opts = dict(model_path=model_path, port=port, num_prompts=num_prompts, input_len=input_len,
                 output_len=output_len, concurrency=concurrency, dataset=dataset, prefix_len=prefix_len, groups=groups,
-                health_timeout=health_timeout, repeats=repeats,
+                health_timeout=health_timeout, repeats=repeats, seed=seed, control=control,
                 bench_timeout=bench_timeout, extra=list(server_args))
     rows_file = out / "ab.jsonl"
     rows_file.unlink(missing_ok=True)
     if paired:
-        report = paired_ab(patches, model_path, load_format, server_args, opts, out, runs, warmup, b_first)
+        report = paired_ab(patches, model_path, load_format, server_args, opts, out, runs, warmup, b_first,
+                           target_width)
         return click.echo(f"wrote {rows_file} and {report}")
     rows, stats_dirs = [], []
     for run in range(1, warmup + 1):  # JIT caches filled here; nothing recorded (logs: server-warmup-*.log)

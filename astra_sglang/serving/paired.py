@@ -24,7 +24,7 @@ import click
 
 from astra_sglang.patching.cli import patched_server
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
-from astra_sglang.serving import report, server
+from astra_sglang.serving import noise, report, server
 
 
 @dataclass
@@ -52,11 +52,15 @@ class PairedRow:
     stats_dir: str | None = None
     kv_tokens: int | None = None
     started_first: bool = True
+    gpu: dict | None = None
+    """nvidia-smi's state of the GPU before and after the benchmark (noise.gpu_state)."""
+    control: bool = False
+    """An A/A control: B is unpatched too."""
 
     def to_json(self) -> dict:
         row = {"arm": self.arm, "run": self.run, "repeat": 1, "ready_s": self.ready_s, "metrics": self.metrics,
                "outputs": self.outputs, "paired": True, "order": self.order, "kv_tokens": self.kv_tokens,
-               "started_first": self.started_first}
+               "started_first": self.started_first, "gpu": self.gpu, "control": self.control}
         return {**row, "stats_dir": self.stats_dir} if self.stats_dir else row
 
 
@@ -135,9 +139,10 @@ def stop_arms(arms: list[PairedArm]) -> None:
 
 
 def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, warmup: int, on_round,
-               b_first: bool = False) -> list[dict]:
-    """Start A, then B (B, then A with `b_first`; see below); `warmup` discarded rounds; `runs` recorded rounds,
-    calling on_round(new rows, all rows) after each; both servers are stopped however this ends."""
+               b_first: bool = False, enough=lambda rows: False) -> list[dict]:
+    """Start A, then B (B, then A with `b_first`; see below); `warmup` discarded rounds; up to `runs` recorded
+    rounds, calling on_round(new rows, all rows) after each and stopping early once enough(all rows); both
+    servers are stopped however this ends."""
     arms, rows, nan = {"A": a, "B": b}, [], float("nan")
     try:
         # One after the other: SGLang sizes its KV pool from the memory free at its own profiling, so a server
@@ -153,10 +158,13 @@ def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, war
             order, new = round_order(run), []
             for name in order:
                 arm = arms[name]
+                before = noise.gpu_state()
                 metrics = server.run_benchmark(arm.port, out / f"bench-{name}-{run}.jsonl", opts)
                 new.append(PairedRow(name, run, order, arm.ready_s, metrics, kv_tokens=arm.kv_tokens,
                                      stats_dir=str(arm.stats_dir) if arm.stats_dir else None,
-                                     started_first=(name == "B") == b_first))
+                                     started_first=(name == "B") == b_first,
+                                     gpu={"before": before, "after": noise.gpu_state()},
+                                     control=bool(opts.get("control"))))
                 click.echo(f"[{name}{run} {order}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
                            f"{metrics.get('mean_ttft_ms', nan):.1f} ms, ITL {metrics.get('mean_itl_ms', nan):.2f} ms")
             if run == 1:  # greedy parity once per server, after its first recorded benchmark
@@ -164,6 +172,9 @@ def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, war
                     row.outputs = server.parity_probe(arms[row.arm].port, "--skip-tokenizer-init" in opts["extra"])
             rows.extend(row.to_json() for row in new)
             on_round(rows[-len(new):], rows)
+            if enough(rows):
+                click.echo(f"stopping after round {run}: the throughput interval is narrow enough")
+                break
         if ENV_STATS_INTERVAL in b.env:  # one more stats write, so the counters include the last round
             time.sleep(float(b.env[ENV_STATS_INTERVAL]) + 1.0)
     finally:
@@ -190,23 +201,29 @@ def sigterm_runs_finally():
 
 
 def paired_ab(patches, model_path: str, load_format: str | None, server_args, opts: dict, out: Path, runs: int,
-              warmup: int, b_first: bool = False) -> Path:
-    """The paired A/B of `ab --paired`: A on opts['port'], B on the port after it; writes OUT/ab.jsonl and
-    OUT/ab.md after every round. Returns the report's path."""
+              warmup: int, b_first: bool = False, target_width: float | None = None) -> Path:
+    """The paired A/B of `ab --paired`: A on opts['port'], B on the port after it (unpatched too with
+    opts['control']); writes OUT/ab.jsonl and OUT/ab.md after every round, and stops early once the throughput
+    interval is at most target_width % wide. Returns the report's path."""
     port = opts["port"]
     argv_a = server.server_command(model_path, port, load_format, server_args)
     a = PairedArm("A", port, argv_a, server.strip_patch_env(dict(os.environ)))
-    stats = out / "stats" / "B-paired"
     argv_b = server.server_command(model_path, port + 1, load_format, server_args)
-    env_b, command_b, _ = patched_server(patches, stats_dir=stats, no_build=True, server_args=argv_b[3:])
-    b = PairedArm("B", port + 1, command_b, {**env_b, ENV_STATS_INTERVAL: str(server.STATS_INTERVAL_S)}, stats)
+    if opts.get("control"):  # A/A: B started exactly as A is
+        stats, b = None, PairedArm("B", port + 1, argv_b, server.strip_patch_env(dict(os.environ)))
+    else:
+        stats = out / "stats" / "B-paired"
+        env_b, command_b, _ = patched_server(patches, stats_dir=stats, no_build=True, server_args=argv_b[3:])
+        b = PairedArm("B", port + 1, command_b, {**env_b, ENV_STATS_INTERVAL: str(server.STATS_INTERVAL_S)}, stats)
+    stats_dirs = [stats] if stats else []
     rows_file = out / "ab.jsonl"
 
     def on_round(new: list[dict], rows: list[dict]) -> None:  # a time limit keeps the rounds before it
         with open(rows_file, "a") as fh:
             fh.writelines(json.dumps(row) + "\n" for row in new)
-        report.write_report(out, rows, [stats])
+        report.write_report(out, rows, stats_dirs)
 
+    enough = (lambda rows: noise.width_reached(rows, target_width)) if target_width else (lambda rows: False)
     with sigterm_runs_finally():
-        rows = run_rounds(a, b, opts, out, runs, warmup, on_round, b_first)
-    return report.write_report(out, rows, [stats])  # again: the stats now include the last round
+        rows = run_rounds(a, b, opts, out, runs, warmup, on_round, b_first, enough)
+    return report.write_report(out, rows, stats_dirs)  # again: the stats now include the last round

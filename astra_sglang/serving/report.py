@@ -10,7 +10,7 @@ import jinja2
 
 from astra_sglang.paths import templates_dir
 from astra_sglang.patching.stats import load_stats
-from astra_sglang.serving import paired_stats
+from astra_sglang.serving import noise, paired_stats
 
 REPORT = "ab.md"
 PLOT = "ab.png"
@@ -122,8 +122,8 @@ def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", 
         runs=runs, repeats=repeats, comparisons=compare(rows), parity=parity(rows), ops=engagement(stats_dirs),
         plot=plot_file, plot_note=plot_note, paired=any(r.get("paired") for r in rows), changes=changes,
         round_table=paired_stats.round_table(changes), kv=paired_stats.kv_pools(rows),
-        first=paired_stats.started_first(rows),
-        min_rounds=paired_stats.MIN_ROUNDS, resamples=paired_stats.RESAMPLES)
+        first=paired_stats.started_first(rows), control=any(r.get("control") for r in rows),
+        clocks=noise.clock_summary(rows), min_rounds=paired_stats.MIN_ROUNDS, resamples=paired_stats.RESAMPLES)
 
 
 def write_report(out: str | Path, rows: list[dict], stats_dirs: list[str | Path]) -> Path:

@@ -50,14 +50,16 @@ attention backend merges the two partial states there (flashinfer.cascade.merge_
 def bench_command(model_path: str, port: int, output_file: str | Path, num_prompts: int = 512,
                   input_len: int = 1024, output_len: int = 256, concurrency: int = 64,
                   python: str = sys.executable, dataset: str = "random-ids", prefix_len: int = 2048,
-                  groups: int = 16) -> list[str]:
-    """argv of SGLang's serving benchmark on `dataset` (no download either way), appending JSONL to output_file.
+                  groups: int = 16, seed: int = 1) -> list[str]:
+    """argv of SGLang's serving benchmark on `dataset` (no download either way), appending JSONL to output_file;
+    the same `seed` gives both arms the same prompts in every round.
 
     shared-prefix: `groups` system prompts of `prefix_len` tokens, num_prompts / groups questions of
     `input_len` tokens behind each."""
     common = [python, "-m", "sglang.benchmark.serving", "--backend", "sglang", "--host", HOST, "--port", str(port),
               "--model", model_path, "--tokenizer", model_path, "--num-prompts", str(num_prompts),
-              "--max-concurrency", str(concurrency), "--disable-tqdm", "--output-file", str(output_file)]
+              "--max-concurrency", str(concurrency), "--disable-tqdm", "--output-file", str(output_file),
+              "--seed", str(seed)]
     if dataset == "shared-prefix":
         per_group = max(1, -(-num_prompts // groups))
         return [*common, "--dataset-name", "generated-shared-prefix", "--gsp-num-groups", str(groups),
@@ -160,7 +162,7 @@ def run_benchmark(port: int, bench_file: Path, opts: dict) -> dict:
     bench_file.unlink(missing_ok=True)
     bench = bench_command(opts["model_path"], port, bench_file, opts["num_prompts"], opts["input_len"],
                           opts["output_len"], opts["concurrency"], dataset=opts["dataset"],
-                          prefix_len=opts["prefix_len"], groups=opts["groups"])
+                          prefix_len=opts["prefix_len"], groups=opts["groups"], seed=opts.get("seed", 1))
     done = subprocess.run(bench, env=strip_patch_env(dict(os.environ)), capture_output=True, text=True,
                           timeout=opts["bench_timeout"])
     if done.returncode != 0:

@@ -327,3 +327,56 @@ def test_cli_unpaired_options_unchanged(cli, monkeypatch):
     res = invoke("--runs", "1", "--warmup", "0", "--repeats", "3", "--port", "65535")
     assert res.exit_code == 0, res.output
     assert arms == [("A", 3), ("B", 3)] and "warning" not in res.stderr
+
+
+def test_rounds_stop_once_enough_and_record_gpu_state(tmp_path, fake, monkeypatch):
+    readings = iter(range(100))
+    monkeypatch.setattr(paired_mod.noise, "gpu_state", lambda: {"sm_mhz": 1980.0 - next(readings)})
+    rows = paired_mod.run_rounds(*_arms(tmp_path), OPTS, tmp_path, runs=10, warmup=0, on_round=lambda *a: None,
+                                 enough=lambda rows: len(rows) >= 6)
+    assert [r["run"] for r in rows] == [1, 1, 2, 2, 3, 3]  # stopped after round 3 of up to 10
+    assert rows[0]["gpu"] == {"before": {"sm_mhz": 1980.0}, "after": {"sm_mhz": 1979.0}}
+    assert not any(r["control"] for r in rows)
+
+
+def test_cli_control_starts_b_unpatched_and_says_a_a(tmp_path, cli, monkeypatch):
+    invoke, _, _ = cli
+    starts = []
+    monkeypatch.setattr(server_mod, "start_server", lambda argv, env, log: starts.append((argv, env)) or
+                        {"31000": "A", "31001": "B"}[argv[argv.index("--port") + 1]])
+    monkeypatch.setattr(paired_mod, "patched_server", lambda *a, **k: pytest.fail("the control builds no patches"))
+    monkeypatch.setattr(ab_mod, "patched_server", lambda *a, **k: pytest.fail("the control builds no patches"))
+    res = invoke("--paired", "--control", "--runs", "3", "--warmup", "0", "--seed", "7", "--",
+                 "--mem-fraction-static", "0.4", "--max-total-tokens", "1000")
+    assert res.exit_code == 0, res.output
+    (argv_a, env_a), (argv_b, env_b) = starts
+    assert argv_a[:3] == argv_b[:3] and not any(k.startswith("ASTRA_SGLANG_") for k in {**env_a, **env_b})
+    rows = [json.loads(line) for line in (tmp_path / "o" / "ab.jsonl").read_text().splitlines()]
+    assert all(r["control"] for r in rows) and "stats_dir" not in rows[0]
+    text = report.render(rows, [])
+    assert text.startswith("# Serving A/A control") and "Engagement of the patched server" not in text
+
+
+def test_cli_control_and_width_need_paired(cli):
+    invoke, _, _ = cli
+    for flag in (["--control"], ["--target-width", "1"]):
+        res = invoke(*flag)
+        assert res.exit_code == 2 and "go with --paired" in res.output
+
+
+def test_bench_command_passes_the_seed():
+    argv = server_mod.bench_command("m", 1, "o.jsonl", seed=7, python="py")
+    assert argv[argv.index("--seed") + 1] == "7"
+
+
+def test_report_shows_gpu_clocks_and_throttled_benchmarks():
+    rows = _fixture_rows()
+    for i, row in enumerate(rows):
+        reasons = 0x4 if i == 3 else 0x1
+        row["gpu"] = {"before": {"sm_mhz": 1980.0 - i, "mem_mhz": 2619.0, "temp_c": 40.0 + i, "power_w": 300.0,
+                                 "reasons": reasons}, "after": None}
+    text = report.render(rows, [])
+    assert "GPU state (nvidia-smi before and after each benchmark):" in text
+    # rows alternate A B, B A, ...: A holds rows 0, 3, 4, 7, 8, 11 (row 3 power-capped), B the others
+    assert "- A: SM clock 1969–1980 MHz, up to 51 °C; 1 of 6 benchmarks" in text and "compare those rounds" in text
+    assert "- B: SM clock 1970–1979 MHz, up to 50 °C; 0 of 6 benchmarks" in text
