@@ -36,9 +36,10 @@ spread of per-replay ratios of one kernel against itself is 2-3% (limits.REGRESS
 of 20 such ratios moves by well under 2%."""
 OP = "py:astra_sglang.triton.moe_op:"
 BASELINE = KernelSource(path=OP + "sglang_pick", label="sglang")
-FIRST_EVALUATION_S = 90.0
-"""Assumed length of an evaluation before one has been measured (process start, SGLang's import, Triton's
-compiles of a new config, checks and timing of a few batch sizes on an H100)."""
+FIRST_EVALUATION_S = 60.0
+"""Assumed length of an evaluation until one has been measured (a process start with SGLang's import, Triton's
+compiles of a new config, checks and timing of a few batch sizes): only schedules the first round under a
+budget; later rounds go by the median of the evaluations measured."""
 
 Batch = Callable[[list[EvalRequest]], list[EvalResult]]
 
@@ -158,9 +159,13 @@ class MoeTuner:
             if need == 0:
                 self.echo(f"round {r}: nothing left to try")
                 break
-            if budget_s is not None and time.perf_counter() - started + (need + 1) * self._estimate() > budget_s:
-                self.echo(f"round {r}: skipped, {need} evaluations of ~{self._estimate():.0f} s exceed the budget")
-                break
+            if budget_s is not None:  # as many evaluations as fit, the final one kept aside
+                fit = int((budget_s - (time.perf_counter() - started)) // self._estimate()) - 1
+                if fit < 1:
+                    self.echo(f"round {r}: skipped, no evaluation of ~{self._estimate():.0f} s fits the budget")
+                    break
+                need = min(need, fit)
+                proposals = {t: c[:need] for t, c in proposals.items()}
             self.echo(f"round {r}: {need} evaluations, up to {need} configs at each of "
                       f"{len(self.setup.buckets)} batch sizes")
             count += self.evaluate_round(f"r{r}", proposals)

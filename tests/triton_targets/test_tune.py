@@ -136,11 +136,13 @@ def test_the_cache_spares_evaluations(tmp_path):
     assert MoeTuner(other_gpu, Landscape(), cache=cache, echo=lambda _: None).cached == 0
 
 
-def test_the_budget_stops_rounds():
-    land = Landscape()
+def test_the_budget_cuts_rounds():
+    land = Landscape()  # every evaluation takes 30 s
     tuner = MoeTuner(_setup(), land, echo=lambda _: None, width=4)
-    assert tuner.search(rounds=3, budget_s=60.0) == 0  # 4 + 1 evaluations of ~90 s do not fit
-    assert tuner.search(rounds=1, budget_s=10_000.0) == 4
+    assert tuner.search(rounds=3, budget_s=100.0) == 0  # the first evaluation, assumed 60 s, and the final: no
+    assert tuner.search(rounds=1, budget_s=200.0) == 2  # two of the four configs fit beside the final
+    assert all(len(m) == 2 for m in tuner.measured.values())
+    assert tuner.search(rounds=1, budget_s=10_000.0) == 4  # measured at 30 s now: the whole round
 
 
 def _picks_at(sizes):
