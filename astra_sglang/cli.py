@@ -33,6 +33,7 @@ def main() -> None:
     astra-sglang extract fused_add_rmsnorm    # SGLang's kernel as a standalone harness
     astra-sglang bench silu_and_mul           # the shipped kernel vs SGLang's own, checked + timed
     astra-sglang optimize silu_and_mul        # agents (with --llm) or the built-in tuner
+    astra-sglang tune fused_moe --model M     # SGLang's Triton fused MoE configs, per batch size
     astra-sglang launch -- --model-path M     # SGLang with the patches in every process
     """
 
@@ -156,10 +157,12 @@ def _register_commands() -> None:
     from astra_sglang.patching.cli import register
     from astra_sglang.profile.cli import profile
     from astra_sglang.serving.ab import ab
+    from astra_sglang.triton.cli import tune
 
     main.add_command(profile)
     main.add_command(extract)
     main.add_command(optimize)
+    main.add_command(tune)
     register(main)
     main.add_command(ab)
 

@@ -1,5 +1,6 @@
 """Markers: `gpu` tests are skipped without CUDA; `nvcc` tests (compile-only, run in CI) without nvcc.
-Fixture `bench_script`: a script under benchmarks/ loaded as a module (they are scripts, not a package)."""
+Fixture `bench_script`: a script under benchmarks/ loaded as a module (they are scripts, not a package).
+Fixture `torchvision_shim`: SGLang's import chain on CPU where the installed torchvision cannot load."""
 import importlib.util
 import shutil
 import sys
@@ -38,3 +39,30 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
         if "nvcc" in item.keywords and not nvcc:
             item.add_marker(pytest.mark.skip(reason="needs nvcc"))
+
+
+def _torchvision_loads() -> bool:
+    if importlib.util.find_spec("torchvision") is None:
+        return False
+    try:
+        import torchvision.io  # noqa: F401
+        return True
+    except Exception:  # noqa: BLE001 - a CUDA build against CPU torch
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        return False
+
+
+@pytest.fixture(scope="session")
+def torchvision_shim(tmp_path_factory):
+    """sglang.srt.utils.common does `from torchvision.io import decode_jpeg` at import; registry torchvision
+    wheels are CUDA builds that fail to load next to CPU torch. The shim provides just that name."""
+    if _torchvision_loads():
+        yield None
+        return
+    root = tmp_path_factory.mktemp("shim")
+    (root / "torchvision").mkdir()
+    (root / "torchvision" / "__init__.py").write_text("__version__ = '0.0.0+astra-test-shim'\n")
+    (root / "torchvision" / "io.py").write_text("def decode_jpeg(*a, **k):\n    raise NotImplementedError\n")
+    sys.path.insert(0, str(root))
+    yield root

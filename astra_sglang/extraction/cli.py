@@ -17,12 +17,16 @@ from astra_sglang.errors import AstraError
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder (default work/extract/<kernel>-<source>/; third-party code: keep it git-ignored).")
 def extract(kernel: str, source: str | None, out_dir: Path | None) -> None:
-    """Extract KERNEL's original CUDA into a standalone harness folder.
+    """Extract KERNEL's original CUDA into a standalone harness folder (Triton kernels: where they live).
 
     Takes the kernel's transitive closure with libclang (device functions, templates and their
     specializations, macros, constants, types, namespaces), bakes in the configuration it was parsed
     under, and appends a generated C-ABI launcher (`astra_launch`). Writes kernel.cu, spec.toml and
     provenance.json. kernel.cu builds with plain nvcc and is accepted as a baseline by `bench`.
+
+    A Triton kernel (a spec whose source is `language = "triton"`, or any kernel named in a Python file given
+    with --from FILE.py) is read with `ast`: its launchers, the values each constexpr and launch option comes
+    from, and the config files SGLang picks them from; written to OUT/discovery.json (docs/triton.md).
 
     \b
     Examples:
@@ -31,7 +35,17 @@ def extract(kernel: str, source: str | None, out_dir: Path | None) -> None:
       astra-sglang extract merge_state --from ./site-packages/flashinfer
       astra-sglang extract merge_attn_states_lse --from ~/src/sglang --out work/extract/mas
       astra-sglang bench rmsnorm --baseline work/extract/rmsnorm-flashinfer/kernel.cu
+      astra-sglang extract fused_moe                          # SGLang's Triton fused MoE and its config files
+      astra-sglang extract _fwd_grouped_kernel_stage1 --from kernels/ops/attention/decode_attention.py
     """
+    from astra_sglang.triton.extract import extract_triton, triton_source
+
+    try:
+        if triton_source(kernel, source):  # Python: ast, no libclang
+            click.echo(extract_triton(kernel, source, out_dir).summary())
+            return
+    except AstraError as exc:
+        raise click.ClickException(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
     from astra_sglang.extraction.pipeline import extract as run  # libclang loads only when used
 
     try:

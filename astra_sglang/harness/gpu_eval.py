@@ -3,7 +3,8 @@
 Per shape: the trial sequence for the candidate and the original on the same inputs (harness/check.py),
 precision against the original, agreement with it; then timing over one argument set per launch, the
 check of what the timed launches computed (harness/timed.py), and the physics bound: a time the copy
-roofline or the empty kernel measured in this run rules out is a measurement failure, never a speedup.
+roofline, the matmul rate (ops whose cost model counts FLOPs) or the empty kernel measured in this run rules
+out is a measurement failure, never a speedup.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import torch
 from astra_sglang.harness.abi import KernelLibrary, Launcher
 from astra_sglang.harness.check import NOT_COVERED, Checker
 from astra_sglang.harness.compare import less_precise
-from astra_sglang.harness.limits import FLOOR_MARGIN, ROOFLINE_MARGIN
+from astra_sglang.harness.cost import shape_cost
+from astra_sglang.harness.limits import COMPUTE_MARGIN, FLOOR_MARGIN, ROOFLINE_MARGIN
 from astra_sglang.harness.records import EvalRequest, ShapeResult
 from astra_sglang.harness.timed import TimedSets
 from astra_sglang.harness.timing import (MAX_LAUNCHES, Ceilings, blame, capture, eager_us, launches_for,
@@ -50,14 +52,18 @@ MEASUREMENT = "measurement failure"
 
 
 def physics(row: ShapeResult, roofline_gbps: float, empty_us: float, hot: bool, us: float | None = None,
-            what: str = "a launch") -> str:
+            what: str = "a launch", tflops: float | None = None) -> str:
     """'' when the candidate's time (`us`, default its graph-replay median) is one the hardware allows: no
-    faster than the empty kernel, and (L2 cold) moving its bytes at no more than ROOFLINE_MARGIN x the copy
-    roofline measured in the same run."""
+    faster than the empty kernel, (L2 cold) moving its bytes at no more than ROOFLINE_MARGIN x the copy
+    roofline measured in the same run, and doing its FLOPs (where the cost model counts them) at no more than
+    COMPUTE_MARGIN x the matmul rate `tflops` measured in the same run: whichever of the two binds."""
     us = row.candidate.median_us if us is None else us
     if us < FLOOR_MARGIN * empty_us:
         return (f"{MEASUREMENT}: {us:.3g} us {what} is less than the empty kernel's {empty_us:.3g} us "
                 "measured in this run")
+    if row.flops and tflops and row.flops / us / 1e6 > COMPUTE_MARGIN * tflops:
+        return (f"{MEASUREMENT}: {row.flops} FLOPs in {us:.3g} us ({what}) is {row.flops / us / 1e6:.0f} TFLOP/s, "
+                f"more than {COMPUTE_MARGIN}x the {tflops:.0f} TFLOP/s matmul rate measured in this run")
     if not hot and row.min_bytes / us / 1e3 > ROOFLINE_MARGIN * roofline_gbps:
         return (f"{MEASUREMENT}: {row.min_bytes} bytes in {us:.3g} us ({what}) is {row.min_bytes / us / 1e3:.0f} GB/s, "
                 f"more than {ROOFLINE_MARGIN}x the {roofline_gbps:.0f} GB/s copy roofline measured in this run")
@@ -75,6 +81,8 @@ class GpuSession:
         self.stream = torch.cuda.Stream(device=self.device)
         with torch.cuda.stream(self.stream):
             ceilings = Ceilings(probes_lib)
+            # Only where the cost model counts FLOPs: the probe costs ~0.1 s and 400 MB.
+            self.tflops = ceilings.measure_matmul() if spec.cost else None
         self.gpu = torch.cuda.get_device_name(self.device)
         self.roofline, self.empty_us = ceilings.roofline_gbps, ceilings.empty_us
 
@@ -84,7 +92,8 @@ class GpuSession:
         return Launcher(KernelLibrary(library), len(self.spec.tensor_args), len(self.spec.scalar_args))
 
     def evaluate_shape(self, shape: tuple[int, ...], dtype: str, progress) -> ShapeResult:
-        row = ShapeResult(shape=shape, dtype=dtype, min_bytes=self.spec.min_bytes(shape, dtype))
+        cost = shape_cost(self.spec, shape, dtype)
+        row = ShapeResult(shape=shape, dtype=dtype, min_bytes=cost.bytes, flops=cost.flops)
         # No cleanup in a `finally`: after a CUDA fault, empty_cache() raises again, and that second error
         # would replace the first one, which names the side that faulted.
         with torch.cuda.stream(self.stream):
@@ -156,7 +165,7 @@ class GpuSession:
         samples = time_graphs(graphs, launches)
         row.candidate = summarize(samples["candidate"])
         wrong = blame("candidate", lambda: sets.verify(graphs["candidate"].replay, "the timed graph"))
-        wrong = wrong or physics(row, self.roofline, self.empty_us, hot)
+        wrong = wrong or physics(row, self.roofline, self.empty_us, hot, tflops=self.tflops)
         if wrong:  # what was timed is not what was checked: no figure for it
             row.correct, row.reason, row.candidate = False, wrong, None
             return
@@ -165,11 +174,13 @@ class GpuSession:
             row.speedup = ratio_median(samples["baseline"], samples["candidate"])
         row.gbps = row.min_bytes / row.candidate.median_us / 1e3
         row.pct_roofline = 100.0 * row.gbps / self.roofline
-        row.floor_us = max(row.min_bytes / self.roofline / 1e3, self.empty_us)
+        compute_us = row.flops / self.tflops / 1e6 if row.flops and self.tflops else 0.0
+        row.floor_us = max(row.min_bytes / self.roofline / 1e3, compute_us, self.empty_us)
+        row.tflops = row.flops / row.candidate.median_us / 1e6 if row.flops else None
         cand = fns["candidate"]
         row.eager_candidate_us = blame("candidate", lambda: eager_us(cand, launches))
         wrong = blame("candidate", lambda: sets.verify(lambda: [cand(i) for i in range(launches)], "eager calls"))
-        wrong = wrong or physics(row, self.roofline, 0.0, hot, row.eager_candidate_us, "a call, eager")
+        wrong = wrong or physics(row, self.roofline, 0.0, hot, row.eager_candidate_us, "a call, eager", self.tflops)
         if wrong:
             row.correct, row.reason, row.candidate, row.speedup, row.eager_candidate_us = False, wrong, None, None, None
             return

@@ -25,6 +25,11 @@ ROOFLINE_MARGIN = 1.25
 """A time that implies more than this multiple of the SM-copy roofline measured in the same run is a
 measurement failure. The copy probe moves as many bytes as it reads; a read-heavy kernel legitimately
 exceeds it (SGLang's silu_and_mul at 8192x14336 bf16 reached 110% of it on an H200, 2026-11-21)."""
+COMPUTE_MARGIN = 1.25
+"""A time that implies more than this multiple of the dense bf16 matmul rate measured in the same run (cuBLAS,
+8192^3, `timing.Ceilings.measure_matmul`) is a measurement failure, for ops whose cost model counts FLOPs.
+cuBLAS runs that GEMM at 70-80% of an H100's dense peak; a kernel doing the same arithmetic cannot run much
+faster, and 1.25x leaves room for a probe that ran at a lower clock than the kernel."""
 FLOOR_MARGIN = 0.9
 """A per-launch time below this multiple of the empty kernel's, measured in the same run and the same way
 (CUDA-graph replay), is a measurement failure: no kernel launch is cheaper than an empty one."""

@@ -101,6 +101,8 @@ class ShapeResult(BaseModel):
     baseline_defect: str = ""
     """Where the baseline itself disagrees with the reference (e.g. NaN on both-LSE -inf)."""
     min_bytes: int = 0
+    flops: int = 0
+    """Fewest FLOPs of a call (the spec's cost model; 0 where it counts none)."""
     candidate: Timing | None = None
     baseline: Timing | None = None
     speedup: float | None = None
@@ -108,7 +110,9 @@ class ShapeResult(BaseModel):
     gbps: float | None = None
     pct_roofline: float | None = None
     floor_us: float | None = None
-    """max(bytes / roofline, empty-kernel time): no version runs much faster."""
+    """max(bytes / roofline, FLOPs / matmul rate, empty-kernel time): no version runs much faster."""
+    tflops: float | None = None
+    """Achieved TFLOP/s (FLOPs / candidate time) where the cost model counts FLOPs."""
     eager_candidate_us: float | None = None
     eager_baseline_us: float | None = None
     """Per call with Python dispatch (ctypes launch, no graph), host-timed."""
@@ -127,6 +131,8 @@ class EvalResult(BaseModel):
     gpu: str = ""
     roofline_gbps: float | None = None
     empty_kernel_us: float | None = None
+    matmul_tflops: float | None = None
+    """The dense matmul rate measured in this run, where the spec's cost model counts FLOPs."""
     l2: Literal["cold", "hot"] = "cold"
     """The request's timing mode (EvalRequest.l2)."""
     wall_s: float = 0.0

@@ -28,6 +28,8 @@ MAX_SETS = 512
 # nothing ran before it; SGLang's kernel (70% of the probe) moved ~1%: a transient of under ~100 ms that
 # slows a kernel at the DRAM limit (H200, 2026-11-21). 0.2 s covers it; Triton's do_bench warms up for 25 ms.
 WARMUP_S = 0.2
+MATMUL_N = 8192
+"""The matmul rate probe's size: 1.1 TFLOP a launch, large enough for cuBLAS's fastest tiles on an H100/H200."""
 
 
 def memory_budget() -> int:
@@ -159,7 +161,7 @@ def eager_us(fn: LaunchFn, sets: int, calls: int = 300) -> float:
 
 class Ceilings:
     """The device-copy roofline (GB/s, read + written) and the empty-kernel floor (us, the cheaper of a plain
-    and a PDL launch in a graph), measured here."""
+    and a PDL launch in a graph), measured here; for ops with FLOPs, a dense matmul rate (`measure_matmul`)."""
 
     def __init__(self, probes_library: str):
         lib = ctypes.CDLL(probes_library)
@@ -187,3 +189,17 @@ class Ceilings:
 
         us = statistics.median(interleaved({"copy": copy}, 1, replays=10)["copy"])
         return 2 * nbytes / us / 1e3
+
+    @staticmethod
+    def measure_matmul(n: int = MATMUL_N, dtype: torch.dtype = torch.bfloat16) -> float:
+        """TFLOP/s of torch's (cuBLAS) n x n x n matmul in `dtype`, graph-replayed: the compute ceiling a
+        compute-bound kernel's time is held to, as the copy roofline holds a memory-bound one."""
+        a, b = (torch.randn(n, n, device="cuda").to(dtype) for _ in range(2))
+        c = torch.empty(n, n, device="cuda", dtype=dtype)
+
+        def mm(_: int) -> int:
+            torch.mm(a, b, out=c)
+            return 0
+
+        us = statistics.median(interleaved({"matmul": mm}, 1, replays=10)["matmul"])
+        return 2 * n ** 3 / us / 1e6

@@ -64,6 +64,7 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
     base = baseline.path if baseline.is_python else result.baseline_build.library
     session = GpuSession(spec, result.build.library, base, probes.library, req)
     result.gpu, result.roofline_gbps, result.empty_kernel_us = session.gpu, session.roofline, session.empty_us
+    result.matmul_tflops = session.tflops
     all_ok = True
     done = {(tuple(r.shape), r.dtype): r for r in req.done}
     for dtype in req.dtypes:

@@ -6,7 +6,8 @@ timed exactly as SGLang calls them. Only ops whose signature differs from the sp
 from __future__ import annotations
 
 # Ops whose original does not take the spec's arguments: the harness calls an adapter instead.
-ADAPTERS = {"merge_state": "py:astra_sglang.ops.adapters:flashinfer_merge_state"}
+ADAPTERS = {"merge_state": "py:astra_sglang.ops.adapters:flashinfer_merge_state",
+            "fused_moe": "py:astra_sglang.triton.moe_op:sglang_pick"}
 KERNEL_BASELINES = {
     "silu_and_mul": "py:astra_sglang.ops.adapters:sglang_silu_and_mul",
     "fused_add_rmsnorm": "py:sgl_kernel:fused_add_rmsnorm",

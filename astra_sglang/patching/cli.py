@@ -69,7 +69,8 @@ def list_cmd(patches):
     rows = []
     for e in store.entries():
         speed, defer = e.speedup_geomean(), e.manifest.defer
-        rows.append([e.op, "yes" if e.enabled else "no", e.manifest.provenance.method, ",".join(e.manifest.dtypes),
+        method = e.manifest.provenance.method + (" (configs)" if e.manifest.kind == "triton-config" else "")
+        rows.append([e.op, "yes" if e.enabled else "no", method, ",".join(e.manifest.dtypes),
                      f"{speed:.2f}x" if speed else "-", f">= {defer.min_bytes / 1e6:g} MB" if defer else "-",
                      e.manifest.sglang_versions, " ".join(map(str, e.targets))])
     if not rows:
@@ -110,9 +111,13 @@ def disable_cmd(op, patches):
 def verify_cmd(op, patches, shapes, no_time):
     """Re-check patch OP against SGLang's original op on this GPU (isolated harness run).
 
+    A config patch (fused_moe) is verified file by file at the batch sizes it tunes, or at --shapes given as
+    batch sizes (1,64,4096).
+
     \b
-    Example:
+    Examples:
       astra-sglang patch verify fused_add_rmsnorm --shapes 1x4096,128x4096
+      astra-sglang patch verify fused_moe --patches my-patches
     """
     import torch
 
@@ -124,21 +129,30 @@ def verify_cmd(op, patches, shapes, no_time):
     from astra_sglang.harness.isolate import evaluate
     from astra_sglang.harness.records import EvalRequest, KernelSource
 
-    baseline = sglang_baseline(entry.spec)
-    req = EvalRequest(kernel=entry.spec.name,
-                      candidate=KernelSource(path=str(entry.kernel_path), label=f"patch:{op}",
-                                             defines=dict(entry.manifest.defines)),
-                      baseline=KernelSource(path=baseline, label="sglang") if baseline else None,
-                      shapes=resolve_shapes(entry.spec, shapes), dtypes=list(entry.manifest.dtypes), time=not no_time)
-    result = evaluate(req)
-    rows = [[f"{'x'.join(map(str, s.shape))}", s.dtype, {True: "ok", False: "FAIL", None: "-"}[s.correct],
-             f"{s.speedup:.2f}x" if s.speedup else "-", s.reason or s.baseline_defect] for s in result.shapes]
-    if rows:
-        click.echo(_table(rows, ["shape", "dtype", "correct", "speedup", "note"]))
-    if not result.ok:
-        raise AstraError(f"patch {op} failed verification at stage {result.stage}: {result.reason}")
-    speed = result.geomean_speedup
-    click.echo(f"{op}: verified on {result.gpu}" + (f", geomean speedup {speed:.2f}x" if speed else ""))
+    if entry.manifest.kind == "triton-config":  # each config file's table against SGLang's own pick
+        from astra_sglang.patching.config_writer import verify_requests
+
+        tokens = [int(t) for t in shapes.split(",")] if shapes[:1].isdigit() else None
+        reqs = [r.model_copy(update={"time": not no_time}) for r in verify_requests(entry.folder, entry.manifest, tokens)]
+    else:
+        baseline = sglang_baseline(entry.spec)
+        reqs = [EvalRequest(kernel=entry.spec.name,
+                            candidate=KernelSource(path=str(entry.kernel_path), label=f"patch:{op}",
+                                                   defines=dict(entry.manifest.defines)),
+                            baseline=KernelSource(path=baseline, label="sglang") if baseline else None,
+                            shapes=resolve_shapes(entry.spec, shapes), dtypes=list(entry.manifest.dtypes),
+                            time=not no_time)]
+    for req in reqs:
+        result = evaluate(req)
+        rows = [[f"{'x'.join(map(str, s.shape))}", s.dtype, {True: "ok", False: "FAIL", None: "-"}[s.correct],
+                 f"{s.speedup:.2f}x" if s.speedup else "-", s.reason or s.baseline_defect] for s in result.shapes]
+        if rows:
+            click.echo(_table(rows, ["shape", "dtype", "correct", "speedup", "note"]))
+        if not result.ok:
+            raise AstraError(f"patch {op} failed verification at stage {result.stage}: {result.reason}")
+        speed = result.geomean_speedup
+        click.echo(f"{op}: {req.candidate.name()} verified on {result.gpu}"
+                   + (f", geomean speedup {speed:.2f}x" if speed else ""))
 
 
 def _latest_stats_dir(root: Path) -> Path:
@@ -214,10 +228,11 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
                 raise AstraError(f"patch {entry.op}: target {target} not found: {check.detail}")
             else:
                 modules.add(target.module)
+    kernels = [e for e in entries if e.manifest.kind == "cuda"]
     if not no_build:
-        for entry in entries:
+        for entry in kernels:
             store.build(entry)
-        if verify_rate == 0:  # built once here, not by every worker at start-up (~20-40 s)
+        if verify_rate == 0 and kernels:  # built once here, not by every worker at start-up (~20-40 s)
             fastcall.load()
     if mechanism == "auto":
         mechanism = "plugin" if hook.plugin_available() else "import-hook"
@@ -228,6 +243,11 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
     env = dict(os.environ, **config.to_env())
     env[ENV_MECHANISM] = mechanism
     env[ENV_TARGET_MODULES] = ",".join(sorted(modules))
+    configs = [e for e in entries if e.manifest.kind == "triton-config"]
+    if configs:  # SGLang reads its Triton configs from a folder holding its own files and the patches' over them
+        from astra_sglang.patching.triton_config import ENV, base_dir, build_config_dir
+
+        env[ENV] = str(build_config_dir(configs, config.stats_dir / "moe-configs", base_dir(env)))
     if mechanism == "plugin":
         allowed = [p for p in env.get("SGLANG_PLUGINS", "").split(",") if p.strip()]
         if allowed and hook.PLUGIN_NAME not in allowed:  # an allow-list without us would skip the patches
@@ -265,7 +285,8 @@ def launch_cmd(patches, verify_rate, stats_dir, mechanism, no_build, dry_run, se
                                            warn=lambda msg: click.echo(f"warning: {msg}", err=True))
     click.echo(summary)
     if dry_run:
-        for key in sorted(k for k in env if k.startswith(("ASTRA_SGLANG_", "SGLANG_PLUGINS", "PYTHONPATH"))):
+        for key in sorted(k for k in env if k.startswith(("ASTRA_SGLANG_", "SGLANG_PLUGINS", "PYTHONPATH",
+                                                          "SGLANG_MOE_CONFIG_DIR"))):
             click.echo(f"{key}={env[key]}")
         click.echo(" ".join(command))
         return

@@ -50,9 +50,32 @@ class Defer(BaseModel):
     """The measurement behind the threshold: results file, shapes, speedups on both sides of it."""
 
 
+class ConfigFile(BaseModel):
+    """A tuned Triton config file in SGLang's layout inside the patch folder (kind "triton-config")."""
+
+    path: str
+    """Relative to the patch folder: configs/triton_<version>/E=..,N=..,device_name=...json, as SGLang names it."""
+    experts: int
+    inter: int
+    hidden: int
+    topk: int
+    """SGLang keys its files by E and N only: a model with the same E and N but another hidden size or top-k
+    reads this file too, untuned for it."""
+    dtype: str
+    device: str
+    triton: str
+    tuned: list[int] = Field(default_factory=list)
+    """Batch sizes where the file holds a config other than SGLang's own pick (elsewhere it holds SGLang's)."""
+
+
 class PatchManifest(BaseModel):
     op: str
     """Kernel spec name (extract/<op>.toml)."""
+    kind: Literal["cuda", "triton-config"] = "cuda"
+    """cuda: a kernel (`kernel`, C ABI) replacing SGLang's op at `targets`; triton-config: tuned config files for
+    SGLang's own Triton kernel (`configs`), which `launch` points SGLang at ($SGLANG_MOE_CONFIG_DIR), its
+    `targets` wrapped only to count the lookups that read them."""
+    configs: list[ConfigFile] = Field(default_factory=list)
     kernel: str = "kernel.cu"
     """Kernel source (exposes the C ABI), relative to the patch folder: a sibling patch's file built with
     other `defines` is allowed (patches/merge_state builds merge_attn_states_lse's with base-2 LSEs)."""

@@ -97,6 +97,10 @@ class Runtime:
         from astra_sglang.patching.ops import PatchedOp
 
         key = (entry.op, id(original))
+        if key not in self.ops and entry.manifest.kind == "triton-config":  # config files: count lookups only
+            from astra_sglang.patching.triton_config import ConfigLookup
+
+            self.ops[key] = ConfigLookup(original, self.stats.op(entry.op), original.__module__)
         if key not in self.ops:
             if entry.op not in self._launchers:
                 self._launchers[entry.op] = _launcher_factory(entry, self.store)

@@ -157,6 +157,10 @@ class KernelSpec(_Record):
     """Python expressions over dims that every supported shape satisfies (e.g. "d % 8 == 0")."""
     sources: dict[str, SourceLocation] = Field(default_factory=dict)
     sglang_targets: list[SGLangTarget] = Field(default_factory=list)
+    cost: str = ""
+    """Optional "module:function" cost model, fn(dims, dtype) -> (fewest bytes, FLOPs), for ops whose fewest bytes
+    are not their tensors' sizes (a fused MoE call reads only the experts its tokens route to) or whose time is
+    bound by compute at some shapes; empty: `min_bytes` and no FLOPs (harness/cost.py)."""
 
     @model_validator(mode="after")
     def _check(self) -> "KernelSpec":

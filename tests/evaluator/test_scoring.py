@@ -5,7 +5,7 @@ import pytest
 from astra_sglang.agents.records import LLMConfig, RunConfig
 from astra_sglang.agents.winner import eligible, select_winner
 from astra_sglang.harness.gpu_eval import physics
-from astra_sglang.harness.limits import FLOOR_MARGIN, REGRESSION_FLOOR, ROOFLINE_MARGIN
+from astra_sglang.harness.limits import COMPUTE_MARGIN, FLOOR_MARGIN, REGRESSION_FLOOR, ROOFLINE_MARGIN
 from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
 from astra_sglang.specs.registry import GATE, all_specs, model_shapes, resolve_shapes
 
@@ -72,3 +72,41 @@ def test_the_gate_holds_every_shape_the_patch_will_serve(spec):
     odd_allowed = spec.supports(tuple(gate[0][:-1]) + (12,))  # merge: head_dim % 8 == 0 by SGLang's contract
     if odd_allowed:
         assert any(s[-1] % 8 for s in gate), "a width that is not a multiple of a 16-byte bf16 vector"
+
+
+def _flops_row(us, nbytes, flops):
+    row = _row((64, 8), us=us, nbytes=nbytes)
+    row.flops = flops
+    return row
+
+
+@pytest.mark.parametrize("us, flops, hot, bad", [
+    (1000.0, 500 * 10 ** 9, False, False),   # 500 TFLOP/s against an 800 TFLOP/s matmul rate
+    (400.0, 500 * 10 ** 9, False, True),     # 1250 TFLOP/s: more than 1.25x the matmul rate
+    (400.0, 500 * 10 ** 9, True, True),      # compute does not come from L2: hot timing is held to it too
+    (400.0, 0, False, False),                # no FLOPs counted: only bytes and the empty kernel bind
+])
+def test_physics_compute_bound(us, flops, hot, bad):
+    # 1 MB: far inside the copy roofline at these times, so only the FLOPs can rule a time out.
+    reason = physics(_flops_row(us, 1 << 20, flops), 3000.0, 0.8, hot, tflops=800.0)
+    assert bool(reason) is bad
+    if bad:
+        assert reason.startswith("measurement failure") and "TFLOP/s matmul rate" in reason
+
+
+def test_physics_whichever_binds():
+    # Bytes bind here (a memory-bound call with few FLOPs): the compute check passes, the roofline's fails.
+    row = _flops_row(1.0, 10 << 20, 10 ** 6)
+    assert "copy roofline" in physics(row, 3000.0, 0.8, False, tflops=800.0)
+    at = 500 * 10 ** 9 / (COMPUTE_MARGIN * 800.0) / 1e6  # exactly COMPUTE_MARGIN x the rate
+    assert physics(_flops_row(at * 1.001, 1 << 20, 500 * 10 ** 9), 3000.0, 0.8, False, tflops=800.0) == ""
+    assert physics(_flops_row(at * 0.999, 1 << 20, 500 * 10 ** 9), 3000.0, 0.8, False, tflops=800.0)
+    assert physics(_flops_row(at * 0.999, 1 << 20, 500 * 10 ** 9), 3000.0, 0.8, False, tflops=None) == ""
+
+
+def test_shape_cost_defaults_to_the_tensors_bytes():
+    from astra_sglang.harness.cost import Cost, shape_cost
+    from astra_sglang.specs.registry import get_spec
+
+    spec = get_spec("rmsnorm")
+    assert shape_cost(spec, (16, 4096), "float16") == Cost(spec.min_bytes((16, 4096), "float16"), 0)

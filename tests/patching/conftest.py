@@ -1,9 +1,8 @@
 """Fixtures of the patch-back tests: a patch folder whose targets live in small fake modules (SGLang binds
-its kernel names only on CUDA builds), a CPU stand-in launcher, and a torchvision shim for SGLang's import
-chain where the installed torchvision cannot load against CPU torch."""
+its kernel names only on CUDA builds), a CPU stand-in launcher, and SGLang's import chain on CPU (the
+torchvision shim of tests/conftest.py)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import textwrap
@@ -32,31 +31,10 @@ def forward(x):
 '''
 
 
-def _torchvision_loads() -> bool:
-    if importlib.util.find_spec("torchvision") is None:
-        return False
-    try:
-        import torchvision.io  # noqa: F401
-        return True
-    except Exception:  # noqa: BLE001 - a CUDA build against CPU torch
-        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-            del sys.modules[name]
-        return False
-
-
 @pytest.fixture(scope="session", autouse=True)
-def torchvision_shim(tmp_path_factory):
-    """sglang.srt.utils.common does `from torchvision.io import decode_jpeg` at import; registry torchvision
-    wheels are CUDA builds that fail to load next to CPU torch. The shim provides just that name."""
-    if _torchvision_loads():
-        yield None
-        return
-    root = tmp_path_factory.mktemp("shim")
-    (root / "torchvision").mkdir()
-    (root / "torchvision" / "__init__.py").write_text("__version__ = '0.0.0+astra-test-shim'\n")
-    (root / "torchvision" / "io.py").write_text("def decode_jpeg(*a, **k):\n    raise NotImplementedError\n")
-    sys.path.insert(0, str(root))
-    yield root
+def _sglang_imports(torchvision_shim):
+    """SGLang's import chain on CPU (tests/conftest.py's torchvision shim)."""
+    yield torchvision_shim
 
 
 @pytest.fixture

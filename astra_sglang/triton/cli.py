@@ -1,0 +1,98 @@
+"""`astra-sglang tune`: tune the config of an SGLang Triton kernel that reads per-GPU config files (fused MoE)."""
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from astra_sglang.errors import AstraError
+
+
+def _shape(model, tp, shape_text, dtype):
+    from astra_sglang.triton.moe_shapes import MoeShape, from_config
+
+    if bool(model) == bool(shape_text):
+        raise AstraError("give the expert shape one way: --model (a config.json or its folder) or --shape EXNxHxK")
+    if model:
+        shape = from_config(model, tp)
+    else:
+        try:
+            experts, inter, hidden, topk = (int(x) for x in shape_text.lower().split("x"))
+        except ValueError:
+            raise AstraError(f"bad --shape {shape_text!r}: experts x inter (N) x hidden x topk, e.g. 128x768x2048x8")\
+                from None
+        shape = MoeShape(experts, inter, hidden, topk)
+    if dtype:
+        shape = MoeShape(shape.experts, shape.inter, shape.hidden, shape.topk, dtype)
+    return shape
+
+
+@click.command("tune")
+@click.argument("kernel")
+@click.option("--model", type=click.Path(exists=True, path_type=Path),
+              help="The model's config.json (or its folder): the expert shape (E, N per rank, hidden, top-k).")
+@click.option("--tp", default=1, show_default=True, help="Tensor-parallel size the server runs (divides N).")
+@click.option("--shape", "shape_text", help="The expert shape instead of --model: EXPERTSxNxHIDDENxTOPK.")
+@click.option("--dtype", type=click.Choice(["bfloat16", "float16"]), help="Default: the model's torch_dtype.")
+@click.option("--buckets", help="Batch sizes to tune, e.g. 1,64,4096 (default: SGLang's 18 config keys, 1-4096).")
+@click.option("--profile", "profile_json", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An astra-sglang profile.json of the server: tune the batch sizes its steps ran the kernel at.")
+@click.option("--rounds", default=2, show_default=True, help="Search rounds (1: first guesses only).")
+@click.option("--width", default=4, show_default=True, help="Configs tried per batch size per round (= evaluations).")
+@click.option("--budget", type=float, help="Seconds for the whole run: no round starts that would overrun it.")
+@click.option("--patches-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write the tuned config file and its manifest here (<dir>/fused_moe/) for `launch --patches`.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/tune-TIME).")
+@click.option("--no-cache", is_flag=True, help="Evaluate every config again (the cache is still written).")
+@click.option("--timeout", default=900.0, show_default=True, help="Hard limit per isolated evaluation, seconds.")
+def tune(kernel, model, tp, shape_text, dtype, buckets, profile_json, rounds, width, budget, patches_dir, out,
+         no_cache, timeout):
+    """Tune KERNEL's Triton config per batch size against the config SGLang picks itself.
+
+    For fused_moe: SGLang launches its Triton fused_moe_kernel with block sizes, warps and stages from a file per
+    GPU and expert shape, or a default config where it ships none. This searches those configs per batch size
+    through the isolated evaluator (each config checked like any kernel and timed against SGLang's own pick in
+    the same process), confirms the winners in a final evaluation and, with --patches-dir, writes them in
+    SGLang's file format (SGLang's own picks elsewhere) as a patch that `launch` and `profile --patched` load.
+    Results are cached by GPU, Triton version, kernel source and shape. Writes OUT/tune.json and OUT/tune.md.
+
+    \b
+    Examples:
+      astra-sglang tune fused_moe --model ./qwen3-moe --buckets 1,16,64,256 --patches-dir my-patches
+      astra-sglang tune fused_moe --model ./qwen3-moe --profile astra-profile/base/profile.json --budget 300
+      astra-sglang tune fused_moe --shape 8x14336x4096x2 --rounds 3 --width 6
+      astra-sglang launch --patches my-patches -- --model-path ./qwen3-moe
+    """
+    from astra_sglang.harness.isolate import evaluate_many
+    from astra_sglang.triton.moe_shapes import parse_buckets, profile_buckets
+    from astra_sglang.triton.report import print_result
+    from astra_sglang.triton.run import TuneOptions, tune_fused_moe
+
+    if kernel != "fused_moe":
+        raise AstraError(f"tune works on SGLang's Triton kernels with config files (fused_moe), not {kernel!r}; "
+                         "CUDA ops: astra-sglang optimize")
+    shape = _shape(model, tp, shape_text, dtype)
+    if buckets and profile_json:
+        raise AstraError("give --buckets or --profile, not both")
+    if profile_json:
+        found = profile_buckets(profile_json)
+        click.echo("profile: fused_moe_kernel ran at batch sizes " +
+                   ", ".join(f"{b} ({calls} launches)" for b, calls in found))
+        sizes = sorted(b for b, _ in found)
+    else:
+        from astra_sglang.triton.moe_configs import BATCH_SIZES
+
+        sizes = parse_buckets(buckets) if buckets else list(BATCH_SIZES)
+    if rounds < 1 or width < 1:
+        raise AstraError("--rounds and --width must be at least 1")
+    run_dir = Path(out or Path("runs") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}")
+    options = TuneOptions(rounds=rounds, width=width, budget_s=budget, timeout_s=timeout, use_cache=not no_cache,
+                          patches_dir=patches_dir, command=shlex.join(["astra-sglang", *sys.argv[1:]]))
+    result = tune_fused_moe(shape, sizes, run_dir, options, batch=evaluate_many, echo=click.echo)
+    print_result(result)
+    if result.config_file:
+        click.echo(f"config file: {result.config_file}")
+    click.echo(f"results: {run_dir / 'tune.md'}")
