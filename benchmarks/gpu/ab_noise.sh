@@ -10,7 +10,10 @@
 # Load: the decode-heavy one (64 concurrent, 256 in / 512 out, PROMPTS=128 per benchmark), triton attention.
 # Writes under OUT: ab.md, ab.jsonl, ab.png, logs.tgz (server logs, /server_info of both), console.txt; prints a
 # per-round table and the interval last.
-# Usage (repo root, GPU machine, .stage carried): OUT=/path [MODE=aa|ab] bash benchmarks/gpu/ab_noise.sh
+#   PRESET=mixtral-8x7b  the model instead: a MoE architecture from benchmarks/make_moe_model.py (4 layers, dummy
+#                      weights), served with SGLang's Triton MoE runner
+#   PATCHES=DIR        B's patches instead of the shipped ones (e.g. a fused_moe config patch from `astra-sglang tune`)
+# Usage (repo root, GPU machine, .stage carried): OUT=/path [MODE=aa|ab] [PRESET=..] [PATCHES=..] bash benchmarks/gpu/ab_noise.sh
 # Two server starts (the first on a fresh machine 90-180 s) and ~25-35 s a round: ~7-8 minutes with the timeout.
 set -u
 OUT=${OUT:?set OUT}; mkdir -p "$OUT"
@@ -28,16 +31,23 @@ stop_servers() {  # ab stops both servers itself; this catches any left by a kil
 }
 trap stop_servers EXIT
 rm -rf "$WORK" && mkdir -p "$WORK"
+MODEL=/tmp/model; model_flags=()
+if [ -n "${PRESET:-}" ]; then
+  MODEL=/tmp/model-$PRESET && python3 benchmarks/make_moe_model.py "$MODEL" --layers 4 --preset "$PRESET"
+  model_flags=(--moe-runner-backend triton)
+fi
 arm_flag="--control"
-if [ "$MODE" = ab ]; then
+if [ "$MODE" = ab ] && [ -n "${PATCHES:-}" ]; then
+  arm_flag="--patches $WORK/patches" && cp -r "$PATCHES" "$WORK/patches"
+elif [ "$MODE" = ab ]; then
   arm_flag="--patches $WORK/patches" && cp -r patches "$WORK/patches"
   astra-sglang patch disable merge_attn_states_lse --patches "$WORK/patches"  # FA3 is not in the runtime kit
 fi
-timeout -k 20 ${AB_TIMEOUT:-440} astra-sglang ab --model-path /tmp/model --load-format dummy --paired $arm_flag \
+timeout -k 20 ${AB_TIMEOUT:-440} astra-sglang ab --model-path "$MODEL" --load-format dummy --paired $arm_flag \
   --runs ${RUNS:-30} --target-width ${WIDTH:-1} --warmup 1 --seed 1 --port "$PORT" \
   --num-prompts ${PROMPTS:-128} --input-len 256 --output-len 512 --concurrency 64 --out "$WORK/ab" -- \
   --attention-backend triton --sampling-backend pytorch --grammar-backend none --cuda-graph-max-bs-decode 64 \
-  --mem-fraction-static 0.4 --max-total-tokens ${MAX_TOTAL_TOKENS:-200000} --sleep-on-idle
+  --mem-fraction-static 0.4 --max-total-tokens ${MAX_TOTAL_TOKENS:-200000} --sleep-on-idle "${model_flags[@]}"
 echo "exit code $?"
 cp "$WORK"/ab/ab.{md,jsonl,png} "$OUT/" 2>/dev/null
 tar -czf "$OUT/logs.tgz" -C "$WORK/ab" $(cd "$WORK/ab" && ls *.log server-info-*.json 2>/dev/null) 2>/dev/null
