@@ -27,7 +27,9 @@ def default_out_dir(kernel: str, kind: str) -> Path:
     return Path("work") / "extract" / f"{kernel}-{kind}"
 
 
-def extract(kernel: str, source: str | None = None, out_dir: Path | None = None) -> Extraction:
+def extract(kernel: str, source: str | None = None, out_dir: Path | None = None, check: bool = False) -> Extraction:
+    """`check`: compile kernel.cu with nvcc (cached, as the harness builds it) and fail naming the original
+    file behind the first error; the outputs stay written for inspection."""
     start = time.perf_counter()
     spec = get_spec(kernel)
     if not spec.sources:
@@ -42,11 +44,13 @@ def extract(kernel: str, source: str | None = None, out_dir: Path | None = None)
     extra = [name for _, name in units.identifiers(launcher)]
     parsed, result = take_closure(main, root, env, loc.kernel, loc.host_entry, extra, loc.path)
     texts = {p: ft.text for p, ft in parsed.texts.items()}
-    text = emit.kernel_source(spec, root, loc, result, texts, launcher)
+    text, lines = emit.kernel_source(spec, root, loc, result, texts, launcher)
     out = Path(out_dir) if out_dir else default_out_dir(kernel, root.kind)
     spec_text = (specs_dir() / f"{kernel}.toml").read_text() if (specs_dir() / f"{kernel}.toml").is_file() else ""
     seconds = time.perf_counter() - start
-    path = emit.write_outputs(out, spec, spec_text, root, loc, env, result, text, seconds)
+    path = emit.write_outputs(out, spec, spec_text, root, loc, env, result, text, seconds, lines)
+    if check:
+        compile_check(path)
     return Extraction(path, out, root.kind, root.version or root.commit, len(result.units), text.count("\n"), seconds)
 
 
@@ -75,3 +79,16 @@ def _kernel_missing(parsed: units.Parsed, main: Path, name: str) -> None:
     hint = f"; parse errors: {'; '.join(errors)}" if errors and not here else ""
     raise AstraError(f"kernel {name!r} not found in {main.name}; __global__ functions there: "
                      f"{', '.join(here) or 'none'}{hint}")
+
+
+def compile_check(kernel_cu: Path) -> None:
+    """nvcc must accept the extracted file; else an error naming the original file and line that broke it."""
+    from astra_sglang.extraction import linemap
+    from astra_sglang.harness.build import build_library
+
+    info = build_library(kernel_cu)
+    if info.ok:
+        return
+    where = linemap.explain(info.log, linemap.load(kernel_cu), limit=1)
+    first = where[0] if where else next((ln for ln in info.log.splitlines() if "error" in ln), info.log[-300:])
+    raise AstraError(f"extracted {kernel_cu} does not compile: {first}")
