@@ -15,7 +15,7 @@ from clang.cindex import CursorKind
 
 FUNCTIONS = (CursorKind.FUNCTION_DECL, CursorKind.FUNCTION_TEMPLATE, CursorKind.CXX_METHOD)
 _DEVICE_ATTRS = (CursorKind.CUDADEVICE_ATTR, CursorKind.CUDAGLOBAL_ATTR)
-_CLASSES = (CursorKind.CLASS_DECL, CursorKind.STRUCT_DECL, CursorKind.CLASS_TEMPLATE, CursorKind.UNION_DECL,
+CLASSES = (CursorKind.CLASS_DECL, CursorKind.STRUCT_DECL, CursorKind.CLASS_TEMPLATE, CursorKind.UNION_DECL,
             CursorKind.CLASS_TEMPLATE_PARTIAL_SPECIALIZATION)
 _COND = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b", re.M)
 
@@ -39,7 +39,7 @@ def droppable_members(cur: cindex.Cursor, text: str, path_name: str) -> list[tup
     too). Assignment operators stay (they decide triviality), as do members whose extent a macro hides."""
     out = []
     for ch in cur.get_children():
-        if ch.kind in _CLASSES:
+        if ch.kind in CLASSES:
             out += droppable_members(ch, text, path_name)
             continue
         if ch.kind not in (CursorKind.CXX_METHOD, CursorKind.FUNCTION_TEMPLATE) or ch.spelling.startswith("operator"):
