@@ -16,7 +16,9 @@ from astra_sglang.errors import AstraError
                    "[sources] found installed.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output folder (default work/extract/<kernel>-<source>/; third-party code: keep it git-ignored).")
-def extract(kernel: str, source: str | None, out_dir: Path | None) -> None:
+@click.option("--check/--no-check", default=True, show_default=True,
+              help="Compile kernel.cu with nvcc (skipped without nvcc); a failure names the original file and line.")
+def extract(kernel: str, source: str | None, out_dir: Path | None, check: bool) -> None:
     """Extract KERNEL's original CUDA into a standalone harness folder (Triton kernels: where they live).
 
     Takes the kernel's transitive closure with libclang (device functions, templates and their
@@ -49,7 +51,9 @@ def extract(kernel: str, source: str | None, out_dir: Path | None) -> None:
     from astra_sglang.extraction.pipeline import extract as run  # libclang loads only when used
 
     try:
-        result = run(kernel, source, out_dir)
+        import shutil
+
+        result = run(kernel, source, out_dir, check=check and shutil.which("nvcc") is not None)
     except AstraError as exc:
         raise click.ClickException(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
     click.echo(f"extracted {kernel} from {result.source_kind} {result.version}".rstrip()

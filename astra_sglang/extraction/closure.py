@@ -15,6 +15,7 @@ from clang import cindex
 from clang.cindex import CursorKind
 
 from astra_sglang.errors import AstraError
+from astra_sglang.extraction import hostcode
 from astra_sglang.extraction.records import Closure, Unit
 from astra_sglang.extraction.units import Parsed
 
@@ -65,6 +66,12 @@ class _Builder:
                 self.members.setdefault(parent.get_usr(), []).append(u)
         self.taken: set[Unit] = set()
         self.system_files: set[Path] = set()
+        # Host-only functions: followed only when something kept calls them (hostcode.py).
+        self.host_fns = {u for u, curs in parsed.cursors.items()
+                         if all(hostcode.is_host_only(c, parsed.texts[u.file].text) for c in curs)}
+        self.host_side: set[Unit] = set()
+        self.dropped: dict[str, tuple[Unit, int, int, cindex.Cursor]] = {}  # by USR: members cut out
+        self.referenced: set[str] = set()
 
     def _unit_of(self, cur: cindex.Cursor) -> Unit | None:
         loc = cur.location
@@ -76,40 +83,88 @@ class _Builder:
             self.system_files.add(path)
         return unit
 
-    def _refs(self, cur: cindex.Cursor):
-        for node in cur.walk_preorder():
+    def _walk(self, cur: cindex.Cursor, skip: set[str]):
+        """Preorder, minus the subtrees of members being dropped."""
+        yield cur
+        for ch in cur.get_children():
+            if ch.kind in hostcode.FUNCTIONS and ch.get_usr() in skip:
+                continue
+            yield from self._walk(ch, skip)
+
+    def _refs(self, cur: cindex.Cursor, skip: set[str] = frozenset()):
+        """(referenced cursor, is an overload candidate) of every node under `cur`."""
+        for node in self._walk(cur, skip):
             ref = node.referenced
             if node.kind == CursorKind.OVERLOADED_DECL_REF:
                 lib = cindex.conf.lib  # the bindings register these calls but wrap no method
                 for i in range(lib.clang_getNumOverloadedDecls(node)):
-                    yield lib.clang_getOverloadedDecl(node, i)
+                    yield lib.clang_getOverloadedDecl(node, i), True
             elif ref is not None and ref != node:
-                yield ref
+                yield ref, False
                 definition = ref.get_definition()
                 if definition is not None and definition != ref:
-                    yield definition
+                    yield definition, False
             if node.kind in (CursorKind.CLASS_DECL, CursorKind.STRUCT_DECL, CursorKind.CLASS_TEMPLATE):
-                yield from (c for u in self.members.get(node.get_usr(), []) for c in self.p.cursors[u])
+                yield from ((c, False) for u in self.members.get(node.get_usr(), []) for c in self.p.cursors[u]
+                            if u not in self.host_fns)  # out-of-line host members: only when called
+
+    def _by_token(self, tokens: list[str], host_side: bool) -> list[Unit]:
+        """The name fallback. From device-side code a name never calls a host-only function (a host
+        function of the same name would drag in its host library), so those are skipped there."""
+        out = []
+        for tok in tokens:
+            for u in self.macros.get(tok, []) + self.by_name.get(tok, []):
+                if u not in self.taken and (host_side or u not in self.host_fns):
+                    out.append(u)
+        return out
+
+    def _follow(self, cur: cindex.Cursor, skip: set[str], host_side: bool) -> list[Unit]:
+        deps = []
+        for ref, candidate in self._refs(cur, skip):
+            usr = ref.get_usr()
+            if usr:
+                self.referenced.add(usr)
+                if usr in self.dropped:  # a kept caller needs a member we were cutting out: keep it
+                    unit, start, end, member = self.dropped.pop(usr)
+                    deps += self._follow(member, set(), True)
+                    deps += self._by_token(self.p.texts[unit.file].tokens(start, end), True)
+            dep = self._unit_of(ref)
+            # A dependent `a == b` in device code lists every operator== in scope, host ones included.
+            if dep is not None and dep not in self.taken and (host_side or not candidate or dep not in self.host_fns):
+                deps.append(dep)
+        return deps
 
     def run(self, roots: list[Unit], extra_tokens: list[str]) -> list[Unit]:
-        work = list(roots) + [u for t in extra_tokens for u in self.by_name.get(t, []) + self.macros.get(t, [])]
+        self.host_side = {u for u in roots if u in self.host_fns}
+        work = list(roots) + self._by_token(extra_tokens, True)  # the launcher is host code
         while work:
             unit = work.pop()
             if unit in self.taken:
                 continue
             self.taken.add(unit)
-            tokens = self.p.texts[unit.file].tokens(unit.start, unit.end)
+            host_side = unit in self.host_side or unit in self.host_fns
+            ft = self.p.texts[unit.file]
+            drops: list[tuple[int, int]] = []
+            skip: set[str] = set()
+            if not unit.is_macro and not host_side:
+                for cur in self.p.cursors[unit]:
+                    for start, end, member in hostcode.droppable_members(cur, ft.text, cur.location.file.name):
+                        usr = member.get_usr()
+                        if usr and usr not in self.referenced:
+                            self.dropped[usr] = (unit, start, end, member)
+                            skip.add(usr)
+                            drops.append((start, end))
+            tokens = [t for a, b in hostcode.cut(ft.text, unit.start, unit.end, drops) for t in ft.tokens(a, b)]
             if not unit.is_macro:
                 for cur in self.p.cursors[unit]:
-                    for ref in self._refs(cur):
-                        dep = self._unit_of(ref)
-                        if dep is not None and dep not in self.taken:
-                            work.append(dep)
-            for tok in tokens:
-                work.extend(u for u in self.macros.get(tok, []) + self.by_name.get(tok, []) if u not in self.taken)
+                    work += self._follow(cur, skip, host_side)
+            work += self._by_token(tokens, host_side)
             if not work:  # using-declarations only count once what they name is in
                 work = [u for u in self._usings() if u not in self.taken]
         return sorted(self.taken, key=lambda u: u.order)
+
+    def drops(self) -> list[tuple[Path, int, int, str]]:
+        return sorted((u.file, a, b, m.spelling) for u, a, b, m in self.dropped.values() if u in self.taken)
 
     def _usings(self) -> list[Unit]:
         names = {u.name for u in self.taken} | {n for u in self.taken for n, _ in u.namespaces}
@@ -127,13 +182,13 @@ def compute(parsed: Parsed, roots: list[Unit], extra_tokens: list[str], stub_dir
     """Files outside `parsed.project` are system headers: they stay includes (nvcc finds them itself)."""
     builder = _Builder(parsed)
     units = builder.run(roots, extra_tokens)
-    _check_diagnostics(parsed, units)
+    _check_diagnostics(parsed, units, builder.drops())
     _system_macro_files(parsed, units, builder)
     includes = _includes(parsed, builder.system_files, stub_dir)
     files = sorted({u.file for u in units})
     ignored = [_fmt(d) for d in parsed.tu.diagnostics if d.severity >= cindex.Diagnostic.Error]
     return Closure(units=units, includes=includes, files=files, kernels=[qualified(u) for u in roots],
-                   ignored_diagnostics=ignored[:50], parse_seconds=parsed.seconds)
+                   ignored_diagnostics=ignored[:50], parse_seconds=parsed.seconds, dropped=builder.drops())
 
 
 def _system_macro_files(parsed: Parsed, units: list[Unit], builder: _Builder) -> None:
@@ -152,7 +207,7 @@ def _fmt(diag: cindex.Diagnostic) -> str:
     return f"{where}: {diag.spelling}"
 
 
-def _check_diagnostics(parsed: Parsed, units: list[Unit]) -> None:
+def _check_diagnostics(parsed: Parsed, units: list[Unit], drops: list[tuple[Path, int, int, str]]) -> None:
     """Errors inside what we copy are fatal; errors elsewhere (torch-only host code) are only recorded."""
     fatal = []
     for diag in parsed.tu.diagnostics:
@@ -163,6 +218,8 @@ def _check_diagnostics(parsed: Parsed, units: list[Unit]) -> None:
             fatal.append(diag)
             continue
         path = Path(loc.file.name).resolve()
+        if any(f == path and a <= loc.offset < b for f, a, b, _ in drops):
+            continue  # inside a host-only member that is cut out
         if any(u.file == path and u.start <= loc.offset < u.end for u in units):
             fatal.append(diag)
     if fatal:

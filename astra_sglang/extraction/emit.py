@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from astra_sglang.errors import AstraError
+from astra_sglang.extraction import hostcode
 from astra_sglang.extraction.records import ClangEnv, Closure, SourceRoot
 from astra_sglang.paths import templates_dir
 from astra_sglang.specs.records import KernelSpec, SourceLocation
@@ -57,22 +58,53 @@ def _open_close(cur: tuple, new: tuple) -> str:
 
 def render_closure(closure: Closure, texts: dict[Path, str]) -> str:
     """The units in translation-unit order, each back inside its namespaces (macros wherever they fall)."""
-    out, current = [], ()
+    return "".join(text for text, _, _ in closure_pieces(closure, texts))
+
+
+def closure_pieces(closure: Closure, texts: dict[Path, str]) -> list[tuple[str, Path | None, int]]:
+    """(text, original file, its first line) of every piece of the closure; generated text has no file.
+
+    Host-only members nothing calls are cut out of their classes (hostcode.py), and `#if`s that a unit's
+    range cuts through are balanced, so the pieces compile on their own."""
+    out: list[tuple[str, Path | None, int]] = []
+    current: tuple = ()
+    drops: dict[Path, list[tuple[int, int, str]]] = {}
+    for path, start, end, name in closure.dropped:
+        drops.setdefault(path, []).append((start, end, name))
     for unit in closure.units:
-        body = texts[unit.file][unit.start:unit.end]
+        text = texts[unit.file]
         if unit.is_macro:
-            out.append("#define " + body + "\n")
+            out.append(("#define " + text[unit.start:unit.end] + "\n", unit.file, text.count("\n", 0, unit.start) + 1))
             continue
         if unit.namespaces != current:
-            out.append(_open_close(current, unit.namespaces))
+            out.append((_open_close(current, unit.namespaces), None, 0))
             current = unit.namespaces
-        out.append(body + "\n")
-    out.append(_open_close(current, ()))
-    return "".join(out)
+        cuts = [(a, b, n) for a, b, n in drops.get(unit.file, []) if unit.start <= a and b <= unit.end]
+        pos = unit.start
+        for a, b, name in sorted(cuts) + [(unit.end, unit.end, "")]:
+            out.append((hostcode.balance_conditionals(text[pos:a]), unit.file, text.count("\n", 0, pos) + 1))
+            if name:
+                out.append((f"/* astra-sglang: host-only {name}() cut out, unused by the kernel */", None, 0))
+            pos = b
+        out.append(("\n", None, 0))
+    out.append((_open_close(current, ()), None, 0))
+    return out
+
+
+def line_map(pieces: list[tuple[str, Path | None, int]], first_line: int, source: SourceRoot) -> list[list]:
+    """[kernel.cu line, line count, original file (relative), original line] for each copied piece."""
+    out, line = [], first_line
+    for text, path, orig in pieces:
+        count = text.count("\n") + 1
+        if path is not None and text.strip():
+            out.append([line, count, _rel(path, source), orig])
+        line += text.count("\n")
+    return out
 
 
 def kernel_source(spec: KernelSpec, source: SourceRoot, loc: SourceLocation, closure: Closure,
-                  texts: dict[Path, str], launcher: str) -> str:
+                  texts: dict[Path, str], launcher: str) -> tuple[str, list[list]]:
+    """kernel.cu's text and its line map (line_map())."""
     origin = f"{source.kind} {source.version or source.commit or ''}".strip()
     head = [f"// Extracted by astra-sglang from {origin}: {loc.path} ({loc.kernel}) for op {spec.name}.",
             "// Third-party code under its own license: keep it out of version control.",
@@ -81,7 +113,11 @@ def kernel_source(spec: KernelSpec, source: SourceRoot, loc: SourceLocation, clo
         head += [f"#ifndef {name}", f"#define {name} {value}", "#endif"]
     head.append('#include "astra_abi.h"')
     head += [f"#include <{inc}>" for inc in closure.includes]
-    return "\n".join(head) + "\n\n" + render_closure(closure, texts) + "\n// ---- generated launcher ----\n" + launcher
+    pieces = closure_pieces(closure, texts)
+    prefix = "\n".join(head) + "\n\n"
+    body = "".join(text for text, _, _ in pieces)
+    return (prefix + body + "\n// ---- generated launcher ----\n" + launcher,
+            line_map(pieces, prefix.count("\n") + 1, source))
 
 
 def _sha256(path: Path) -> str:
@@ -89,7 +125,8 @@ def _sha256(path: Path) -> str:
 
 
 def write_outputs(out_dir: Path, spec: KernelSpec, spec_text: str, source: SourceRoot, loc: SourceLocation,
-                  env: ClangEnv, closure: Closure, kernel_text: str, seconds: float) -> Path:
+                  env: ClangEnv, closure: Closure, kernel_text: str, seconds: float, lines: list[list] | None = None,
+                  launcher_name: str = "") -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "kernel.cu").write_text(kernel_text)
     (out_dir / "spec.toml").write_text(spec_text)
@@ -113,7 +150,9 @@ def write_outputs(out_dir: Path, spec: KernelSpec, spec_text: str, source: Sourc
         "parse_only_defines": list(env.parse_only_defines),
         "stub_headers": list(source.stub_headers),
         "upstream_compile_flags": list(source.upstream_flags),
-        "launcher_template": launcher_template(source.kind, spec.name).name,
+        "launcher_template": launcher_name or launcher_template(source.kind, spec.name).name,
+        "dropped_host_members": sorted({f"{_rel(f, source)}: {name}" for f, _, _, name in closure.dropped}),
+        "line_map": lines or [],
         "ignored_diagnostics": closure.ignored_diagnostics,
         "extracted_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "extraction_seconds": round(seconds, 3),

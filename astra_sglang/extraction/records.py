@@ -73,3 +73,5 @@ class Closure:
     ignored_diagnostics: list[str] = field(default_factory=list)
     """Parse errors outside the closure (e.g. torch-only host code): harmless, recorded."""
     parse_seconds: float = 0.0
+    dropped: list[tuple[Path, int, int, str]] = field(default_factory=list)
+    """Host-only members cut out of kept classes: (file, start, end, name); nothing kept calls them."""

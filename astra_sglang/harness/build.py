@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
+from astra_sglang.extraction import linemap
 from astra_sglang.harness.records import BuildInfo
 from astra_sglang.paths import cache_dir, templates_dir
 
@@ -103,7 +104,8 @@ def build_library(source: str | Path, defines: dict[str, str] | None = None, arc
         log = (proc.stdout + proc.stderr).replace(tmp + "/", "")
         seconds = time.perf_counter() - start
         if proc.returncode != 0 or not out.is_file():
-            return BuildInfo(ok=False, seconds=seconds, log=log[-4000:])
+            # An extracted kernel.cu: name the original files behind the errors (its provenance line map).
+            return BuildInfo(ok=False, seconds=seconds, log=linemap.header(log, source) + log[-4000:])
         folder.mkdir(parents=True, exist_ok=True)
         log_path.write_text(log)
         staged = folder / f"kernel.so.{os.getpid()}"

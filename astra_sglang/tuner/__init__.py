@@ -31,6 +31,7 @@ TUNE_DTYPE = "bfloat16"
 FINAL_SHAPES = "gate"  # every shape the patched op will serve (specs.registry.GATE)
 MAX_CONFIGS = int(os.environ.get("ASTRA_TUNER_MAX_CONFIGS", "24"))
 TOP_K = 3
+NO_GPU = "no CUDA GPU"  # how the harness's worker reports a machine without one (harness/worker.py)
 
 
 Batch = Callable[[list[EvalRequest]], list[EvalResult]]
@@ -53,6 +54,7 @@ class Tuning:
         self.shapes = shapes or resolve_shapes(spec, TUNE_SHAPES)
         self.samples: dict[tuple, dict[Config, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.failed: set[tuple] = set()
+        self.reasons: list[str] = []
         (run_dir / "candidates").mkdir(parents=True, exist_ok=True)
         self.log = run_dir / "tuner.jsonl"
 
@@ -66,6 +68,7 @@ class Tuning:
         reqs = [EvalRequest(kernel=self.spec.name, candidate=KernelSource(path=str(p)), shapes=self.shapes,
                             dtypes=[self.dtype], edge_cases=False, timeout_s=600, arch=self.arch) for p in paths]
         for j, (table, result) in enumerate(zip(tables, self.batch(reqs))):
+            self.reasons.append("" if result.ok else result.reason)
             for row in result.shapes:
                 config = table[tuple(row.shape)]
                 if row.correct and row.candidate:
@@ -101,6 +104,10 @@ def tune(tuning: Tuning, rounds: int, max_configs: int = MAX_CONFIGS) -> tuple[P
                 f"{len(tuning.shapes)} shapes, {rounds} rounds")
     tuning.evaluate_tables("r01", [{s: space[(i + j) % len(space)] for i, s in enumerate(tuning.shapes)}
                                    for j in range(len(space))])
+    if tuning.reasons and all(r.startswith(NO_GPU) for r in tuning.reasons):
+        # Said as such, not as "no configuration was correct": nothing was timed at all.
+        raise AstraError("no CUDA device: the tuner times candidates on a GPU (the builds succeeded); "
+                         "run it where torch sees one, or give --gpus / --ray workers that have one")
     for r in range(2, rounds + 1):
         tops = {s: tuning.ranked(s)[:TOP_K] for s in tuning.shapes}
         tables = [{s: c[j % len(c)] for s, c in tops.items() if c} for j in range(TOP_K)]

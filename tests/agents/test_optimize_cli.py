@@ -155,3 +155,34 @@ def test_pool_options_reach_the_pool(fake, tmp_path, monkeypatch):
             "--out", str(tmp_path / "r"), "--shapes", "quick", "--ray", "auto", "--gpus", "0,1"]
     assert invoke(args, StandIn(), monkeypatch).exit_code == 0
     assert seen == [("auto", ["0", "1"])]
+
+
+def test_tuner_without_gpu_says_so(tmp_path, monkeypatch):
+    """Every evaluation answered "no CUDA GPU": one line saying so, not "no configuration was correct"."""
+    from astra_sglang.harness.records import EvalResult
+
+    def no_gpu(req):
+        return EvalResult(kernel=req.kernel, candidate=req.candidate.name(),
+                          reason="no CUDA GPU: checking and timing need one (builds succeeded)")
+
+    result = invoke(["silu_and_mul", "--out", str(tmp_path / "t"), "--rounds", "2"], no_gpu, monkeypatch)
+    assert result.exit_code != 0 and isinstance(result.exception, AstraError), result.output
+    message = str(result.exception)
+    assert message.startswith("no CUDA device: the tuner times candidates on a GPU") and "\n" not in message
+    assert "no configuration was correct" not in result.output
+
+
+@pytest.mark.parametrize("given", ["py:sgl_kernel:silu_and_mul", "extracted/kernel.cu"])
+def test_tuner_honours_baseline(tmp_path, monkeypatch, given):
+    seen = []
+
+    def run_tuner(spec, start, rounds, run_dir, evaluator, echo=None, baseline=None, batch=None):
+        seen.append(baseline)
+        return None
+
+    monkeypatch.setitem(sys.modules, "astra_sglang.tuner", types.SimpleNamespace(run_tuner=run_tuner))
+    monkeypatch.chdir(tmp_path)
+    result = invoke(["silu_and_mul", "--out", str(tmp_path / "t"), "--baseline", given], StandIn(), monkeypatch)
+    assert result.exit_code == 0, result.output
+    want = given if given.startswith("py:") else str((tmp_path / given).resolve())
+    assert seen and seen[0].path == want
