@@ -3,7 +3,8 @@
 // columns, fp32 math, no vectorization, so any d (including 1 and odd) and any row stride work.
 // Built with -DASTRA_ACT=1 / 2 it is gelu_and_mul's / gelu_tanh_and_mul's first kernel (the activations, fp32,
 // the same as the shipped kernel's: astra_device.cuh).
-#include "astra_device.cuh"
+#include "astra_abi.h"
+#include "astra_device.cuh"  // to_f / from_f, the activations (Act)
 
 template <typename T>
 __global__ void silu_and_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows, int64_t d,

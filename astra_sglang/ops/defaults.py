@@ -70,4 +70,5 @@ def baseline_side(spec: KernelSpec, baseline: str | None) -> Side:
         return Side(path, path, "SGLang's own op")
     side = reference(spec.name)
     why = f"{missing} is not importable here" if missing else f"no SGLang op is known for {spec.name}"
-    return Side(side.path, side.label, f"{side.what}: {why}; run in SGLang's environment to compare with SGLang's op")
+    return Side(side.path, side.label, f"{side.what}: {why}; run in SGLang's environment to compare with SGLang's op",
+                side.defines)
