@@ -25,7 +25,7 @@ namespace {
 template <typename A, typename T, int N, int THREADS, int VPT, bool PDL>
 __global__ void __launch_bounds__(THREADS)
 act_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows, int nvec, int64_t d,
-                    int64_t in_stride, int64_t out_stride) {
+               int64_t in_stride, int64_t out_stride) {
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
   const int nt = blockDim.x;  // THREADS, or fewer for rows narrower than THREADS * VPT vectors
