@@ -9,7 +9,7 @@ At sizes a manifest's `defer` leaves to SGLang's kernel, the patched call goes t
 the fast path): there the table shows what keeping SGLang's kernel behind the patch costs per call.
 
 Usage (repo root, GPU machine with sglang, sgl_kernel, flashinfer, torch):
-    python3 benchmarks/per_call.py OUTDIR [--tokens 1,16,64,8192]   # OUTDIR/per_call.jsonl, OUTDIR/per_call.md
+    python3 benchmarks/per_call.py OUTDIR [--tokens 1,16,64,8192] [--patches DIR]   # OUTDIR/per_call.{jsonl,md}
 """
 from __future__ import annotations
 
@@ -34,8 +34,11 @@ WARMUP, CALLS, REPS = 200, 2000, 7
 GPU_CALLS, GPU_REPS, SPIN_CYCLES = 256, 3, 50_000_000  # ~25 ms at ~2 GHz: longer than enqueueing 256 calls
 # op -> (leading spec arguments SGLang passes, model width after `tokens`). SGLang hands silu_and_mul its
 # `out` but lets rmsnorm(x, w, eps) and merge_state_v2(v_a, s_a, v_b, s_b) allocate their outputs.
+# The gelu and Gemma norm families at Gemma-2-9B's widths (intermediate 14336, hidden 3584).
 CALLS_AS = {"silu_and_mul": (2, (14336,)), "fused_add_rmsnorm": (4, (4096,)), "rmsnorm": (3, (4096,)),
-            "merge_attn_states_lse": (4, (32, 128)), "merge_state": (4, (32, 128))}
+            "merge_attn_states_lse": (4, (32, 128)), "merge_state": (4, (32, 128)),
+            "gelu_and_mul": (2, (14336,)), "gelu_tanh_and_mul": (2, (14336,)),
+            "gemma_rmsnorm": (3, (3584,)), "gemma_fused_add_rmsnorm": (4, (3584,))}
 # The FA3 backend module may not import where FA3 is missing; it binds this very object from sgl_kernel.
 STAND_INS = {"merge_attn_states_lse": ("sgl_kernel", "merge_state_v2")}
 
@@ -160,13 +163,13 @@ def markdown(rows: list[Row], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(outdir: Path, token_counts: tuple[int, ...] = TOKENS) -> int:
+def main(outdir: Path, token_counts: tuple[int, ...] = TOKENS, patches: Path = Path("patches")) -> int:
     if not torch.cuda.is_available():
         sys.exit("per_call.py needs a CUDA GPU")
     outdir.mkdir(parents=True, exist_ok=True)
     meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__, "sglang": metadata.version("sglang")}
-    runtime = Runtime(RuntimeConfig(Path("patches"), verify_rate=0.0, stats_dir=None, mechanism="direct"))
+    runtime = Runtime(RuntimeConfig(patches, verify_rate=0.0, stats_dir=None, mechanism="direct"))
     rows, failed = [], 0
     for entry in runtime.entries:
         if entry.op not in CALLS_AS:
@@ -198,5 +201,7 @@ if __name__ == "__main__":
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)),
                         help="comma-separated token counts (rows) per op (default %(default)s)")
+    parser.add_argument("--patches", type=Path, default=Path("patches"),
+                        help="patch set whose enabled patches are timed (default %(default)s)")
     cli = parser.parse_args()
-    sys.exit(main(cli.outdir, tuple(int(t) for t in cli.tokens.split(","))))
+    sys.exit(main(cli.outdir, tuple(int(t) for t in cli.tokens.split(",")), cli.patches))

@@ -1,6 +1,7 @@
 // astra-sglang helpers shared by the shipped kernels (patches/<op>/kernel.cu). Device: conversions, one-access
-// vector loads/stores, PDL, warp and row sums. Host: the launch with optional PDL, the dynamic shared-memory
-// opt-in, the widest access a call's layout allows, and the dtype dispatch. Kernel files include it
+// vector loads/stores, the norms' weight (plain or Gemma's 1 + w), the gated activations, PDL, warp and row
+// sums. Host: the launch with optional PDL, the dynamic shared-memory opt-in, the widest access a call's layout
+// allows, and the dtype dispatch. Kernel files include it
 // (`#include "astra_device.cuh"`, which brings astra_abi.h); it is part of every build's cache key.
 #pragma once
 #include <cuda_bf16.h>
@@ -89,6 +90,45 @@ template <typename T, int N> __device__ __forceinline__ float elem_f(const Vec<T
     return to_f(v.e[e]);
   }
 }
+
+// The norms' weight as float: w, or 1 + w where ASTRA_GEMMA=1 (SGLang's GemmaRMSNorm: x / rms(x) * (1 + w)).
+// The gemma_rmsnorm / gemma_fused_add_rmsnorm patches build rmsnorm's / fused_add_rmsnorm's file with it
+// (their manifests' defines); `if constexpr` leaves the plain builds' code as it was.
+#ifndef ASTRA_GEMMA
+#define ASTRA_GEMMA 0
+#endif
+template <typename T, int N> __device__ __forceinline__ float weight_f(const Vec<T, N>& v, int e) {
+  if constexpr (ASTRA_GEMMA != 0) return 1.0f + elem_f(v, e);
+  else return elem_f(v, e);
+}
+
+// Gated-MLP activations in fp32, act(g) * u, as types (their names show in the kernels' names in a trace).
+// ASTRA_ACT picks the one a build runs: 0 silu (silu_and_mul), 1 gelu with erf (gelu_and_mul), 2 gelu's tanh
+// approximation (gelu_tanh_and_mul); the gelu patches build silu_and_mul's file with it.
+// Silu: __expf (ex2.approx, relative error ~2^-21 plus |g| * 2^-24 from scaling); __fdividef (2 ulp) returns 0
+// once 1 + e^-g > 2^126 (g < -87), where the exact result is below 1e-36: no IEEE-division slow path.
+struct Silu {
+  static __device__ __forceinline__ float apply(float g, float u) { return __fdividef(g, 1.0f + __expf(-g)) * u; }
+};
+// Gelu: g * Phi(g) = g * erfc(-g / sqrt 2) / 2; erfcf keeps its relative accuracy where Phi is tiny (g << 0),
+// where 1 + erf would cancel.
+struct Gelu {
+  static __device__ __forceinline__ float apply(float g, float u) {
+    return 0.5f * g * erfcf(-0.70710678118654752f * g) * u;
+  }
+};
+// PyTorch's tanh approximation: g / 2 * (1 + tanh(y)), y = sqrt(2 / pi) * (g + 0.044715 g^3), computed as
+// g * sigmoid(2y) (the same value): no cancellation in 1 + tanh(y) for g << 0, and the Silu path's __expf.
+struct GeluTanh {
+  static __device__ __forceinline__ float apply(float g, float u) {
+    const float y2 = 1.5957691216057308f * fmaf(0.044715f * g, g * g, g);  // 2y
+    return __fdividef(g, 1.0f + __expf(-y2)) * u;
+  }
+};
+#ifndef ASTRA_ACT
+#define ASTRA_ACT 0
+#endif
+using Act = std::conditional_t<ASTRA_ACT == 1, Gelu, std::conditional_t<ASTRA_ACT == 2, GeluTanh, Silu>>;
 
 template <bool PDL> __device__ __forceinline__ void pdl_wait() {
   if constexpr (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -31,6 +31,26 @@ def test_kernel_compiles(source: Path, tmp_path: Path) -> None:
     assert any(line.split()[-1] == "astra_launch" for line in symbols.stdout.splitlines() if line.strip())
 
 
+def _variants():
+    from astra_sglang.ops.variants import VARIANTS
+
+    return [(op, v.base, v.defines) for op, v in VARIANTS.items()]
+
+
+@pytest.mark.parametrize("op, base, defines", _variants(), ids=[v[0] for v in _variants()])
+def test_variant_kernels_compile(op, base, defines, tmp_path: Path) -> None:
+    """Each variant op's first kernel and shipped patch: the base op's files built with the variant's defines."""
+    for source in (ROOT / "astra_sglang" / "kernels" / f"{base}.cu", ROOT / "patches" / base / "kernel.cu"):
+        lib = tmp_path / f"{source.parent.name}.so"
+        cmd = ["nvcc", "-std=c++20", "-O3", "-arch=sm_90", "-Xcompiler", "-fPIC", "-shared", "--expt-relaxed-constexpr",
+               "-I", str(ROOT / "harness_templates"), *(f"-D{k}={v}" for k, v in defines.items()), "-o", str(lib),
+               str(source)]
+        build = subprocess.run(cmd, capture_output=True, text=True)
+        assert build.returncode == 0, f"nvcc failed on {source} for {op}:\n{build.stderr[-3000:]}"
+        symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True)
+        assert any(line.split()[-1] == "astra_launch" for line in symbols.stdout.splitlines() if line.strip())
+
+
 # The merge patch's corner knob configurations: ORDER 1-2 cap registers at 40 only for one vector per lane
 # (VPT 1); with VPT 4 that cap spilled 848 bytes, which the tuner would then have timed.
 MERGE_CORNERS = [(512, 4, 1, 1), (64, 4, 1, 2), (256, 2, 1, 1), (128, 1, 1, 2), (128, 1, 1, 0)]

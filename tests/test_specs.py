@@ -8,7 +8,8 @@ from astra_sglang.errors import AstraError
 from astra_sglang.harness.inputs import allocate, fill
 from astra_sglang.specs.registry import all_specs, get_spec, model_shapes, models, resolve_shapes
 
-OPS = ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse", "merge_state"]
+OPS = ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse", "merge_state", "gelu_and_mul",
+       "gelu_tanh_and_mul", "gemma_rmsnorm", "gemma_fused_add_rmsnorm"]
 """The ops whose shapes come from the dense models of extract/models.toml (fused_moe's from a MoE model)."""
 
 

@@ -11,7 +11,8 @@ import click
 
 from astra_sglang.agents.records import LLMConfig, RunConfig, RunOutcome, Winner
 from astra_sglang.errors import AstraError
-from astra_sglang.paths import kernels_dir
+from astra_sglang.ops.variants import first_kernel, materialize
+from astra_sglang.patching.manifest import MANIFEST, PatchManifest
 from astra_sglang.paths import patches_dir as shipped_patches_dir
 from astra_sglang.specs.records import KernelSpec
 
@@ -19,10 +20,10 @@ from astra_sglang.specs.records import KernelSpec
 def start_source(spec: KernelSpec, given: str | None) -> Path:
     """--from FILE, --from DIR (its kernel.cu, or its only .cu file), or our own first kernel."""
     if given is None:
-        path = kernels_dir() / f"{spec.name}.cu"
+        path, defines = first_kernel(spec.name)
         if not path.is_file():
             raise AstraError(f"no built-in kernel for {spec.name}: pass --from DIR|FILE (see `extract`)")
-        return path
+        return materialize(path, defines, spec.name)  # a sibling op's kernel: its defines written in
     path = Path(given)
     if path.is_dir():
         if (path / "kernel.cu").is_file():
@@ -59,11 +60,15 @@ def llm_configured(llm: str | None, base_url: str | None, api_key: str | None) -
 
 
 def tuner_start(spec: KernelSpec, start: str | None) -> Path:
-    """Without --from the tuner starts from the shipped patch (ours have knobs), else our first kernel."""
+    """Without --from the tuner starts from the shipped patch (ours have knobs; a patch that builds a sibling's
+    file gets that file with its defines written in), else our first kernel."""
     path = start_source(spec, start)
-    shipped = shipped_patches_dir() / spec.name / "kernel.cu"
-    if start is None and shipped.is_file() and "astra:knob" in shipped.read_text():
-        return shipped
+    folder = shipped_patches_dir() / spec.name
+    if start is None and (folder / MANIFEST).is_file():
+        manifest = PatchManifest.load(folder)
+        shipped = (folder / manifest.kernel).resolve()
+        if shipped.is_file() and "astra:knob" in shipped.read_text():
+            return materialize(shipped, manifest.defines, spec.name)
     return path
 
 

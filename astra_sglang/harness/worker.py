@@ -12,12 +12,14 @@ from pathlib import Path
 
 from astra_sglang.harness.build import build_library
 from astra_sglang.harness.records import BaselineFault, BuildInfo, EvalRequest, EvalResult, KernelSource, ShapeResult
-from astra_sglang.paths import kernels_dir, templates_dir
+from astra_sglang.ops.variants import first_kernel
+from astra_sglang.paths import templates_dir
 from astra_sglang.specs.registry import get_spec
 
 
-def default_baseline(kernel: str) -> str:
-    return str(kernels_dir() / f"{kernel}.cu")
+def default_baseline(kernel: str) -> KernelSource:
+    path, defines = first_kernel(kernel)
+    return KernelSource(path=str(path), defines=defines)
 
 
 class Progress:
@@ -33,7 +35,7 @@ class Progress:
 def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> EvalResult:
     start = time.perf_counter()
     spec = get_spec(req.kernel)
-    baseline = req.baseline or KernelSource(path=default_baseline(req.kernel))
+    baseline = req.baseline or default_baseline(req.kernel)
     result = EvalResult(kernel=req.kernel, candidate=req.candidate.name(),
                         baseline=req.baseline.name() if req.baseline else "ours:" + req.kernel, l2=req.l2)
     progress(stage="build", what="candidate")

@@ -34,6 +34,13 @@ __device__ __forceinline__ float block_sum(float v, float* smem /* [33] */) {
   return v;
 }
 
+// The weight as float; ASTRA_GEMMA=1 applies it as 1 + weight (SGLang's GemmaRMSNorm):
+// gemma_fused_add_rmsnorm's first kernel is this file built so.
+#ifndef ASTRA_GEMMA
+#define ASTRA_GEMMA 0
+#endif
+template <typename T> __device__ __forceinline__ float weight(T w) { return ASTRA_GEMMA ? 1.0f + to_f(w) : to_f(w); }
+
 template <typename T>
 __global__ void fused_add_rmsnorm_kernel(T* __restrict__ in, T* __restrict__ res, const T* __restrict__ w,
                                          int64_t rows, int64_t d, int64_t in_stride, int64_t res_stride, float eps) {
@@ -51,7 +58,7 @@ __global__ void fused_add_rmsnorm_kernel(T* __restrict__ in, T* __restrict__ res
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
       float s = to_f(x[j]) + to_f(y[j]);
       y[j] = from_f<T>(s);
-      x[j] = from_f<T>(s * rstd * to_f(w[j]));
+      x[j] = from_f<T>(s * rstd * weight(w[j]));
     }
   }
 }

@@ -32,6 +32,13 @@ __device__ __forceinline__ float block_sum(float v, float* smem /* [33] */) {
   return v;
 }
 
+// The weight as float; ASTRA_GEMMA=1 applies it as 1 + weight (SGLang's GemmaRMSNorm):
+// gemma_rmsnorm's first kernel is this file built so.
+#ifndef ASTRA_GEMMA
+#define ASTRA_GEMMA 0
+#endif
+template <typename T> __device__ __forceinline__ float weight(T w) { return ASTRA_GEMMA ? 1.0f + to_f(w) : to_f(w); }
+
 template <typename T>
 __global__ void rmsnorm_kernel(const T* __restrict__ in, const T* __restrict__ w, T* __restrict__ out, int64_t rows,
                                int64_t d, int64_t in_stride, int64_t out_stride, float eps) {
@@ -45,7 +52,7 @@ __global__ void rmsnorm_kernel(const T* __restrict__ in, const T* __restrict__ w
       ss += v * v;
     }
     const float rstd = rsqrtf(block_sum(ss, smem) / (float)d + eps);
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) o[j] = from_f<T>(to_f(x[j]) * rstd * to_f(w[j]));
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) o[j] = from_f<T>(to_f(x[j]) * rstd * weight(w[j]));
   }
 }
 

@@ -1,18 +1,10 @@
 // silu_and_mul: out[t, j] = silu(x[t, j]) * x[t, d + j], x = input[T, 2d], out[T, d].
 // Baseline kernel (our own): one block per row (grid-stride over rows), threads stride over the
 // columns, fp32 math, no vectorization, so any d (including 1 and odd) and any row stride work.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// Built with -DASTRA_ACT=1 / 2 it is gelu_and_mul's / gelu_tanh_and_mul's first kernel (the activations, fp32,
+// the same as the shipped kernel's: astra_device.cuh).
 #include "astra_abi.h"
-
-// fp32 load/store for the three element types (round-to-nearest on store).
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+#include "astra_device.cuh"  // to_f / from_f, the activations (Act)
 
 template <typename T>
 __global__ void silu_and_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows, int64_t d,
@@ -22,9 +14,7 @@ __global__ void silu_and_mul_kernel(const T* __restrict__ in, T* __restrict__ ou
     const T* up = gate + d;
     T* o = out + r * out_stride;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      float g = to_f(gate[j]);
-      // expf (not __expf): a baseline must be accurate; g / (1 + e^-g) -> -0 for very negative g.
-      o[j] = from_f<T>(g / (1.0f + expf(-g)) * to_f(up[j]));
+      o[j] = from_f<T>(Act::apply(to_f(gate[j]), to_f(up[j])));
     }
   }
 }

@@ -5,13 +5,20 @@ timed exactly as SGLang calls them. Only ops whose signature differs from the sp
 """
 from __future__ import annotations
 
+import functools
+import importlib
+
 # Ops whose original does not take the spec's arguments: the harness calls an adapter instead.
 ADAPTERS = {"merge_state": "py:astra_sglang.ops.adapters:flashinfer_merge_state",
             "fused_moe": "py:astra_sglang.triton.moe_op:sglang_pick"}
 KERNEL_BASELINES = {
     "silu_and_mul": "py:astra_sglang.ops.adapters:sglang_silu_and_mul",
+    "gelu_and_mul": "py:astra_sglang.ops.adapters:sglang_gelu_and_mul",
+    "gelu_tanh_and_mul": "py:astra_sglang.ops.adapters:sglang_gelu_tanh_and_mul",
     "fused_add_rmsnorm": "py:sgl_kernel:fused_add_rmsnorm",
     "rmsnorm": "py:sgl_kernel:rmsnorm",
+    "gemma_fused_add_rmsnorm": "py:sgl_kernel:gemma_fused_add_rmsnorm",
+    "gemma_rmsnorm": "py:sgl_kernel:gemma_rmsnorm",
     "merge_attn_states_lse": "py:sgl_kernel:merge_state_v2",
     **ADAPTERS,
 }
@@ -40,8 +47,22 @@ def flashinfer_merge_state(v_a, s_a, v_b, s_b, v_merged, s_merged) -> None:
     get_cascade_module().merge_state(v_a, s_a, v_b, s_b, v_merged, s_merged)
 
 
-def sglang_silu_and_mul(input, out) -> None:
-    """SGLang's own dispatcher: its JIT kernel for aligned sizes, sgl_kernel's otherwise."""
-    from sglang.srt.layers.activation import silu_and_mul
+@functools.cache
+def _sglang_activation(name: str):
+    """SGLang's own dispatcher for one gated activation (sglang.srt.layers.activation.NAME): its JIT kernel for
+    aligned sizes, sgl_kernel's otherwise; imported at the first call (SGLang is optional here), then cached."""
+    return getattr(importlib.import_module("sglang.srt.layers.activation"), name)
 
-    silu_and_mul(input, out)
+
+def sglang_silu_and_mul(input, out) -> None:
+    _sglang_activation("silu_and_mul")(input, out)
+
+
+def sglang_gelu_and_mul(input, out) -> None:
+    """What GeluAndMul(approximate="none").forward_cuda runs."""
+    _sglang_activation("gelu_and_mul")(input, out)
+
+
+def sglang_gelu_tanh_and_mul(input, out) -> None:
+    """What GeluAndMul(approximate="tanh").forward_cuda runs."""
+    _sglang_activation("gelu_tanh_and_mul")(input, out)

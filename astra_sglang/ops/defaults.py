@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from astra_sglang.ops.adapters import KERNEL_BASELINES, sglang_baseline
+from astra_sglang.ops.variants import first_kernel
 from astra_sglang.patching.manifest import MANIFEST, PatchManifest
-from astra_sglang.paths import kernels_dir
 from astra_sglang.specs.records import KernelSpec
 
 OP_PACKAGES = {"merge_state": "flashinfer"}
@@ -32,7 +32,8 @@ class Side:
 
 
 def reference(op: str) -> Side:
-    return Side(str(kernels_dir() / f"{op}.cu"), f"ours:{op}", "the tool's reference kernel")
+    path, defines = first_kernel(op)
+    return Side(str(path), f"ours:{op}", "the tool's reference kernel", defines)
 
 
 def missing_for(op: str) -> str | None:
@@ -52,7 +53,7 @@ def candidate_side(op: str, candidate: str | None, knobs: dict[str, str], patche
         what = "the shipped patch" + ("" if manifest.enabled else ", disabled in the patch set")
         return Side(str((folder / manifest.kernel).resolve()), f"patches/{op}", what, {**manifest.defines, **knobs})
     side = reference(op)
-    return Side(side.path, side.label, side.what + f"; no patch for {op} in {patches}", dict(knobs))
+    return Side(side.path, side.label, side.what + f"; no patch for {op} in {patches}", {**side.defines, **knobs})
 
 
 def baseline_side(spec: KernelSpec, baseline: str | None) -> Side:
@@ -69,4 +70,5 @@ def baseline_side(spec: KernelSpec, baseline: str | None) -> Side:
         return Side(path, path, "SGLang's own op")
     side = reference(spec.name)
     why = f"{missing} is not importable here" if missing else f"no SGLang op is known for {spec.name}"
-    return Side(side.path, side.label, f"{side.what}: {why}; run in SGLang's environment to compare with SGLang's op")
+    return Side(side.path, side.label, f"{side.what}: {why}; run in SGLang's environment to compare with SGLang's op",
+                side.defines)

@@ -16,19 +16,45 @@ def silu_and_mul(input: torch.Tensor, out: torch.Tensor) -> None:
     out.copy_(torch.nn.functional.silu(x[..., :d]) * x[..., d:])
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.double()
+def _gated(input: torch.Tensor, out: torch.Tensor, approximate: str) -> None:
+    d = out.shape[-1]
+    x = input.double()
+    out.copy_(torch.nn.functional.gelu(x[..., :d], approximate=approximate) * x[..., d:])
+
+
+def gelu_and_mul(input: torch.Tensor, out: torch.Tensor) -> None:
+    """SGLang GeluAndMul(approximate="none"): gelu(x[:, :d]) * x[:, d:], gelu with erf."""
+    _gated(input, out, "none")
+
+
+def gelu_tanh_and_mul(input: torch.Tensor, out: torch.Tensor) -> None:
+    """SGLang GeluAndMul(approximate="tanh"): PyTorch's tanh approximation of gelu."""
+    _gated(input, out, "tanh")
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float, bias: float = 0.0) -> torch.Tensor:
+    # bias 1: Gemma's norms apply the weight as 1 + weight (SGLang GemmaRMSNorm, flashinfer's weight_bias).
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * (weight.double() + bias)
 
 
 def rmsnorm(input: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor) -> None:
     out.copy_(_rms(input.double(), weight, eps))
 
 
-def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+def gemma_rmsnorm(input: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor) -> None:
+    out.copy_(_rms(input.double(), weight, eps, bias=1.0))
+
+
+def fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                      bias: float = 0.0) -> None:
     # SGLang's semantics: residual <- input + residual (stored in T), input <- rmsnorm(that sum) * weight.
     total = input.double() + residual.double()
     residual.copy_(total)
-    input.copy_(_rms(total, weight, eps))
+    input.copy_(_rms(total, weight, eps, bias))
+
+
+def gemma_fused_add_rmsnorm(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    fused_add_rmsnorm(input, residual, weight, eps, bias=1.0)
 
 
 def _merge(v_a, s_a, v_b, s_b, v_merged, s_merged, log_base: float) -> None:

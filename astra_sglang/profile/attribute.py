@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from astra_sglang.ops.variants import VARIANTS
 from astra_sglang.paths import kernels_dir, patches_dir
 from astra_sglang.profile.records import Kind
 from astra_sglang.specs.registry import all_specs
@@ -45,7 +46,7 @@ RULES: tuple[tuple[str, Kind, str, str], ...] = (
      NO_SPEC),
     (r"topk|moe_align|moe_sum|count_and_sort", "sglang", "MoE routing",
      NO_SPEC),
-    (r"gelu", "sglang", "gelu_and_mul", NO_SPEC),
+    (r"gelu", "sglang", "gelu (other forms)", NO_SPEC),
     (r"nvjet|gemm|cutlass|xmma|splitKreduce|cublas|Kernel2|wgmma|_gemm_", "library", "GEMM",
      "a cuBLAS/CUTLASS GEMM: not a target of this tool (its time follows the GEMM library and the shapes)"),
     (r"flash|fmha|BatchPrefill|BatchDecode|PrefillWithKVCache|Attention|attention|MergeState|merge_state", "library",
@@ -69,28 +70,56 @@ def short_name(name: str) -> str:
     return head[:cut].split("::")[-1].strip() or name
 
 
+# Ops that share a kernel template with another op (act_and_mul_kernel, flashinfer's RMSNormKernel, our files
+# built with ASTRA_ACT / ASTRA_GEMMA): the full name's template arguments tell which one ran, where they can.
+# SGLang's JIT activation kernel names its kind as a number (kSiLU 0, kGELU 1, kGELUTanh 2), sgl-kernel's by the
+# function, ours by the activation type. flashinfer takes Gemma's 1 + weight as a runtime argument: a trace cannot
+# tell gemma_rmsnorm from rmsnorm there, and the plain op (no marker) is named.
+VARIANT_MARKERS = (
+    ("gelu_tanh_and_mul", r"gelu_tanh|GeluTanh|ActivationKind\)2"),
+    ("gelu_and_mul", r"gelu|Gelu|ActivationKind\)1"),
+    ("gemma_rmsnorm", r"[Gg]emma"),
+    ("gemma_fused_add_rmsnorm", r"[Gg]emma"),
+)
+
+
 @functools.cache
-def spec_kernels() -> dict[str, str]:
-    """__global__ name -> spec op, from every spec's sources, the shipped patches and our first kernels."""
-    names: dict[str, str] = {}
+def spec_kernels() -> dict[str, tuple[str, ...]]:
+    """__global__ name -> the spec ops it serves, from every spec's sources, the shipped patches and our first
+    kernels (plain ops first)."""
+    names: dict[str, list[str]] = {}
     specs = {s.name: s for s in all_specs()}
     for spec in specs.values():
         for loc in spec.sources.values():
-            names.setdefault(loc.kernel, spec.name)
+            names.setdefault(loc.kernel, []).append(spec.name)
     for folder in (patches_dir(), kernels_dir()):
         for path in sorted(Path(folder).glob("**/*.cu")):
             op = path.parent.name if path.name == "kernel.cu" else path.stem
             if op in specs:
                 for name in GLOBAL.findall(path.read_text()):
-                    names.setdefault(name, op)
-    return names
+                    names.setdefault(name, []).append(op)
+    for op, variant in VARIANTS.items():  # their patches build the base op's files
+        for ops in names.values():
+            if variant.base in ops and op in specs:
+                ops.append(op)
+    marked = {op for op, _ in VARIANT_MARKERS}
+    return {k: tuple(sorted(dict.fromkeys(v), key=lambda op: (op in marked, op))) for k, v in names.items()}
+
+
+def spec_op(short: str, name: str) -> str | None:
+    """The spec op a kernel belongs to: of the ops sharing its template, the one its full name marks, else the
+    first unmarked one."""
+    ops = spec_kernels().get(short, ())
+    for op, pattern in VARIANT_MARKERS:
+        if op in ops and re.search(pattern, name):
+            return op
+    plain = [op for op in ops if op not in VARIANTS]
+    return plain[0] if plain else None
 
 
 def owner(name: str) -> Owner:
     short = short_name(name)
-    op = spec_kernels().get(short)
-    if op == "silu_and_mul" and "gelu" in name:  # act_and_mul_kernel serves both activations
-        op = None
+    op = spec_op(short, name)
     if op:
         return Owner("spec", op, f"spec extract/{op}.toml: `astra-sglang optimize {op}` (shapes: --shapes PROFILE.json)")
     for pattern, kind, family, action in RULES:

@@ -19,7 +19,8 @@
 # evaluation's harness timeout is cut to its share of what is left (the timed step leaves RESERVE, default
 # 100 s, to the checks), and a cut evaluation keeps the shapes it finished (RESULTS.md then says "n of N").
 # OPS (default: the four shipped ops), SETS (the timed shape sets, default paper+quick) and STEPS (default
-# "per_call timed checks") narrow or widen the run. The model-shape column of benchmarks/RESULTS.md comes from a
+# "per_call timed checks") narrow or widen the run; CHECK_SETS (default edge+held_out) are the checked sets,
+# PER_CALL_ARGS go to per_call.py, SUMMARIZE=0 leaves out summarize.py (benchmarks/gpu/families.sh sets them). The model-shape column of benchmarks/RESULTS.md comes from a
 # second, longer command, `STEPS=timed SETS=models bash benchmarks/gpu/run_all.sh OUT2` (its rows go to
 # OUT2/kernels-models.jsonl; append its sources.jsonl line to the first run's).
 set -u
@@ -88,11 +89,13 @@ python3 - $OPS <<'PY'
 import json, sys
 from astra_sglang.harness.isolate import prebuild
 from astra_sglang.patching import fastcall
-from astra_sglang.paths import kernels_dir, templates_dir
+from astra_sglang.ops.variants import first_kernel
+from astra_sglang.paths import templates_dir
 sources = [(str(templates_dir() / "probes.cu"), {}, None)]
 for op in sys.argv[1:]:
     manifest = json.load(open(f"patches/{op}/manifest.json"))
-    sources += [(f"patches/{op}/{manifest['kernel']}", manifest["defines"], None), (str(kernels_dir() / f"{op}.cu"), {}, None)]
+    first, defines = first_kernel(op)  # a variant op's is the base op's file with its defines
+    sources += [(f"patches/{op}/{manifest['kernel']}", manifest["defines"], None), (str(first), defines, None)]
 from concurrent.futures import ThreadPoolExecutor
 with ThreadPoolExecutor(1) as pool:  # the C++ fast path (a torch extension) builds alongside the kernels
     fast = pool.submit(fastcall.build)
@@ -132,7 +135,8 @@ if has per_call; then
   echo "== per_call (t=$(( $(date +%s) - START ))s)"
   t=$(left); [ "$t" -gt 150 ] && t=150
   PER_CALL="python3 benchmarks/per_call.py OUT --tokens 1,16,64"
-  step "$OUT/per_call.log" timeout -k 10 "$t" python3 benchmarks/per_call.py "$OUT" --tokens 1,16,64
+  # shellcheck disable=SC2086  # PER_CALL_ARGS: more arguments, e.g. --patches DIR (families.sh)
+  step "$OUT/per_call.log" timeout -k 10 "$t" python3 benchmarks/per_call.py "$OUT" --tokens 1,16,64 ${PER_CALL_ARGS:-}
   code=$?
   echo "per_call exit code $code"; grep -E "^(ERROR|SKIP|note|WARN)" "$OUT/per_call.log"
   [ "$code" = 0 ] || tail -3 "$OUT/per_call.log"
@@ -155,7 +159,8 @@ fi
 
 if has checks; then
   echo "== checks (t=$(( $(date +%s) - START ))s)"
-  CHECK_ARGS="--shapes edge+held_out --dtypes bf16,fp16,fp32 --baseline reference --no-time"
+  CHECK_SETS=${CHECK_SETS:-edge+held_out}
+  CHECK_ARGS="--shapes $CHECK_SETS --dtypes bf16,fp16,fp32 --baseline reference --no-time"
   t=$(left); [ "$t" -gt 150 ] && t=150
   pids=()
   for op in $OPS; do  # correctness only: the ops share the GPU at once, each in a session and log of its own
@@ -170,8 +175,8 @@ if has checks; then
     [ -f "$OUT/checks-$op.jsonl" ] && cat "$OUT/checks-$op.jsonl" >> "$OUT/checks.jsonl"
     rm -f "$OUT/checks-$op.log" "$OUT/checks-$op.jsonl"
   done
-  source_line checks.jsonl checks edge+held_out "$OPS" "astra-sglang bench OP $CHECK_ARGS"
+  source_line checks.jsonl checks "$CHECK_SETS" "$OPS" "astra-sglang bench OP $CHECK_ARGS"
 fi
 
 echo "== done: $(( $(date +%s) - START ))s of the ${BUDGET}s budget, $(( $(date +%s) - T0 ))s in all"
-python3 benchmarks/summarize.py "$OUT" --out "$OUT"
+[ "${SUMMARIZE:-1}" = 1 ] && python3 benchmarks/summarize.py "$OUT" --out "$OUT"

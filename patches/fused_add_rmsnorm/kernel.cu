@@ -1,6 +1,7 @@
 // fused_add_rmsnorm (astra-sglang shipped kernel, hand-written), in place:
 //   s = input + residual; residual <- s (rounded to T); input <- s * rsqrt(mean(s^2) + eps) * weight.
 // Tensors (spec order): input [T, d] (inplace), residual [T, d] (inplace), weight [d]; scalars: eps.
+// Built with -DASTRA_GEMMA=1 it is gemma_fused_add_rmsnorm: the weight applies as 1 + weight (weight_f).
 //
 // Design (4 * T * d elements moved, a few flops each: memory/latency bound):
 //  - Register path: one row per group of THREADS threads (ROWS groups per block), the whole row held in
@@ -79,7 +80,7 @@ far_reg_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w, 
       if (active && c < nvec) {
         Vec<T, N> ov;
 #pragma unroll
-        for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(sv[k], e) * rstd * elem_f(wv[k], e));
+        for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(sv[k], e) * rstd * weight_f(wv[k], e));
         store<T, N>(xr + (int64_t)c * N, ov);
       }
     }
@@ -117,7 +118,7 @@ far_loop_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w,
       for (int e = 0; e < N; ++e) {
         const float s = elem_f(a, e) + elem_f(b, e);
         sv.e[e] = from_f<T>(s);
-        ov.e[e] = from_f<T>(elem_f(sv, e) * rstd * elem_f(wv, e));
+        ov.e[e] = from_f<T>(elem_f(sv, e) * rstd * weight_f(wv, e));
       }
       store<T, N>(rr + (int64_t)c * N, sv);
       store<T, N>(xr + (int64_t)c * N, ov);
@@ -186,7 +187,7 @@ far_cache_kernel(T* __restrict__ x, T* __restrict__ res, const T* __restrict__ w
           const Vec<T, N> sv = cache[c];
           Vec<T, N> ov;
 #pragma unroll
-          for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(sv, e) * rstd * elem_f(wv[u], e));
+          for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(sv, e) * rstd * weight_f(wv[u], e));
           store<T, N>(xr + (int64_t)c * N, ov);
         }
       }

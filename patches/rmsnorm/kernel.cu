@@ -1,5 +1,6 @@
 // rmsnorm (astra-sglang shipped kernel, hand-written): out = input * rsqrt(mean(input^2) + eps) * weight.
 // Tensors (spec order): input [T, d], weight [d], out [T, d]; scalars: eps.
+// Built with -DASTRA_GEMMA=1 it is gemma_rmsnorm: the weight applies as 1 + weight (astra_device.cuh weight_f).
 //
 // Design (3 * T * d elements moved, a few flops each: memory/latency bound):
 //  - Register path: one row per group of THREADS threads (ROWS groups per block), the whole row held in
@@ -100,7 +101,7 @@ rms_reg_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__
       if (active && c < nvec) {
         Vec<T, N> ov;
 #pragma unroll
-        for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(xv[k], e) * rstd * elem_f(wv[k], e));
+        for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(xv[k], e) * rstd * weight_f(wv[k], e));
         store<T, N>(orow + (int64_t)c * N, ov);
       }
     }
@@ -133,7 +134,7 @@ rms_loop_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict_
       const Vec<T, N> a = load_ro<T, N>(xr + (int64_t)c * N), wv = load_ro<T, N>(w + (int64_t)c * N);
       Vec<T, N> ov;
 #pragma unroll
-      for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(a, e) * rstd * elem_f(wv, e));
+      for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(a, e) * rstd * weight_f(wv, e));
       store<T, N>(orow + (int64_t)c * N, ov);
     }
     __syncthreads();  // red is rewritten for the next row
@@ -194,7 +195,7 @@ rms_cache_kernel(const T* __restrict__ x, const T* __restrict__ w, T* __restrict
           const Vec<T, N> xv = cache[c];
           Vec<T, N> ov;
 #pragma unroll
-          for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(xv, e) * rstd * elem_f(wv[u], e));
+          for (int e = 0; e < N; ++e) ov.e[e] = from_f<T>(elem_f(xv, e) * rstd * weight_f(wv[u], e));
           store<T, N>(orow + (int64_t)c * N, ov);
         }
       }

@@ -1,5 +1,6 @@
 // silu_and_mul (astra-sglang shipped kernel, hand-written): out[t, j] = silu(x[t, j]) * x[t, d + j],
-// x = input [T, 2d], out [T, d]; fp32 math, any d, any row stride.
+// x = input [T, 2d], out [T, d]; fp32 math, any d, any row stride. Built with -DASTRA_ACT=1 it is
+// gelu_and_mul (erf), with -DASTRA_ACT=2 gelu_tanh_and_mul (the activations: astra_device.cuh).
 //
 // Design (the op moves 3 * T * d elements and does ~10 flops each: memory/latency bound):
 //  - 2-D grid: blockIdx.y walks rows, blockIdx.x a chunk of THREADS * VPT vectors of one row, so a
@@ -20,15 +21,11 @@
 
 namespace {
 
-// silu(g) * u in fp32. __expf: ex2.approx, relative error ~2^-21 plus |g| * 2^-24 from scaling; far
-// inside every dtype's tolerance. __fdividef (2 ulp) returns 0 once 1 + e^-g > 2^126 (g < -87), where
-// the exact result is below 1e-36: no IEEE-division slow path (it cost a stack frame).
-__device__ __forceinline__ float silu_mul(float g, float u) { return __fdividef(g, 1.0f + __expf(-g)) * u; }
-
-template <typename T, int N, int THREADS, int VPT, bool PDL>
+// A = Act (astra_device.cuh): Silu, Gelu or GeluTanh, chosen by ASTRA_ACT.
+template <typename A, typename T, int N, int THREADS, int VPT, bool PDL>
 __global__ void __launch_bounds__(THREADS)
-silu_and_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows, int nvec, int64_t d,
-                    int64_t in_stride, int64_t out_stride) {
+act_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows, int nvec, int64_t d,
+               int64_t in_stride, int64_t out_stride) {
   pdl_wait<PDL>();
   pdl_trigger<PDL>();
   const int nt = blockDim.x;  // THREADS, or fewer for rows narrower than THREADS * VPT vectors
@@ -60,7 +57,7 @@ silu_and_mul_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows,
           // 1a07363:benchmarks/results/2026-11-21-h200-s5/variants/c1-elem.jsonl`).
           const float g = THREADS >= 256 ? elem_f(gv[k], e) : to_f(gv[k].e[e]);
           const float u = THREADS >= 256 ? elem_f(uv[k], e) : to_f(uv[k].e[e]);
-          ov.e[e] = from_f<T>(silu_mul(g, u));
+          ov.e[e] = from_f<T>(A::apply(g, u));
         }
         store<T, N>(o + (int64_t)c * N, ov);
       }
@@ -78,7 +75,7 @@ static int run(const AstraTensor& in, const AstraTensor& out, cudaStream_t strea
   const int nt = want < THREADS ? want : THREADS;
   const int64_t chunks = (nvec + nt * VPT - 1) / (nt * VPT);
   const dim3 grid((unsigned)chunks, (unsigned)(rows < 65535 ? rows : 65535));
-  return launch(silu_and_mul_kernel<T, N, THREADS, VPT, PDL != 0>, PDL != 0, grid, dim3(nt), 0, stream,
+  return launch(act_mul_kernel<Act, T, N, THREADS, VPT, PDL != 0>, PDL != 0, grid, dim3(nt), 0, stream,
                 static_cast<const T*>(in.data), static_cast<T*>(out.data), rows, nvec, d, in.stride[0], out.stride[0]);
 }
 

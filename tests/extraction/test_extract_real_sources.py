@@ -13,6 +13,10 @@ CASES = [  # (spec, source folder inside the unpacked wheels, std the source's o
     ("fused_add_rmsnorm", "flashinfer", "c++17"),
     ("rmsnorm", "flashinfer", "c++17"),
     ("merge_state", "flashinfer", "c++17"),
+    ("gelu_and_mul", "sglang", "c++20"),
+    ("gelu_tanh_and_mul", "sglang", "c++20"),
+    ("gemma_rmsnorm", "flashinfer", "c++17"),
+    ("gemma_fused_add_rmsnorm", "flashinfer", "c++17"),
 ]
 
 
@@ -44,6 +48,24 @@ def test_sglang_bakes_arch(extracted):
     text = extracted[("silu_and_mul", "sglang")].kernel_cu.read_text()
     assert "#define SGL_CUDA_ARCH 900" in text  # without it the PDL code silently disappears
     assert "act_and_mul_kernel<T, ActivationKind::kSiLU" in text
+
+
+@pytest.mark.parametrize(("kernel", "kind"), [("silu_and_mul", "kSiLU"), ("gelu_and_mul", "kGELU"),
+                                             ("gelu_tanh_and_mul", "kGELUTanh")])
+def test_one_launcher_template_per_activation(extracted, kernel, kind):
+    """SGLang's act_and_mul_kernel, launched with the spec's activation (one shared launcher template)."""
+    text = extracted[(kernel, "sglang")].kernel_cu.read_text()
+    launches = [ln for ln in text.splitlines() if "<<<" in ln]
+    assert launches and all(f"ActivationKind::{kind}," in ln for ln in launches)
+
+
+@pytest.mark.parametrize(("kernel", "host"), [("gemma_rmsnorm", "GemmaRMSNorm"),
+                                             ("gemma_fused_add_rmsnorm", "GemmaFusedAddRMSNorm")])
+def test_gemma_launchers_call_flashinfers_gemma_host_entries(extracted, kernel, host):
+    text = extracted[(kernel, "flashinfer")].kernel_cu.read_text()
+    launcher = text.split("// ---- generated launcher ----", 1)[1]
+    assert f"flashinfer::norm::{host}<nv_bfloat16>(" in launcher
+    assert "float weight_bias = 1.f;" in text  # the host entry's Gemma bias came along
 
 
 def test_flashinfer_takes_vec_specializations(extracted):

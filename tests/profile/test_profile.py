@@ -47,6 +47,21 @@ def test_steps_phases_and_launches_are_read():
      "true>((anonymous namespace)::ActivationParams)", "act_and_mul_kernel", "spec", "silu_and_mul"),
     ("void (anonymous namespace)::far_reg_kernel<__nv_bfloat16, 8, 512, 1, 1, true>(x)", "far_reg_kernel", "spec",
      "fused_add_rmsnorm"),  # our shipped kernel, found in patches/ (its __launch_bounds__ has nested parentheses)
+    ("void (anonymous namespace)::act_and_mul_kernel<__nv_bfloat16, ((anonymous namespace)::ActivationKind)2, "
+     "true>((anonymous namespace)::ActivationParams)", "act_and_mul_kernel", "spec", "gelu_tanh_and_mul"),
+    ("void (anonymous namespace)::act_and_mul_kernel<__nv_bfloat16, ((anonymous namespace)::ActivationKind)1, "
+     "true>((anonymous namespace)::ActivationParams)", "act_and_mul_kernel", "spec", "gelu_and_mul"),
+    ("void flashinfer::activation::act_and_mul_kernel<__nv_bfloat16, &gelu_tanh>(__nv_bfloat16*)",
+     "act_and_mul_kernel", "spec", "gelu_tanh_and_mul"),  # sgl-kernel's, for unaligned widths
+    ("void (anonymous namespace)::act_mul_kernel<(anonymous namespace)::GeluTanh, __nv_bfloat16, 8, 64, 1, true>(x)",
+     "act_mul_kernel", "spec", "gelu_tanh_and_mul"),  # ours, built from silu_and_mul's file
+    ("void (anonymous namespace)::act_mul_kernel<(anonymous namespace)::Gelu, float, 4, 256, 1, true>(x)",
+     "act_mul_kernel", "spec", "gelu_and_mul"),
+    ("void (anonymous namespace)::act_mul_kernel<(anonymous namespace)::Silu, float, 4, 256, 1, true>(x)",
+     "act_mul_kernel", "spec", "silu_and_mul"),
+    # flashinfer passes Gemma's 1 + weight at run time: the name cannot tell, the plain op is named
+    ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>(x)", "RMSNormKernel", "spec", "rmsnorm"),
+    ("gelu_quick_kernel", "gelu_quick_kernel", "sglang", "gelu (other forms)"),
     ("nvjet_sm90_tst_224x64_64x5_2x1_v_bz_TNN", "nvjet_sm90_tst_224x64_64x5_2x1_v_bz_TNN", "library", "GEMM"),
     ("_fwd_grouped_kernel_stage1", "_fwd_grouped_kernel_stage1", "sglang", "decode attention (Triton)"),
     ("void (anonymous namespace)::fused_rope_kernel<true, 128l>(p)", "fused_rope_kernel", "sglang", "rotary embedding"),

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The gelu and Gemma norm families (gelu_and_mul, gelu_tanh_and_mul, gemma_rmsnorm, gemma_fused_add_rmsnorm) on one
+# GPU in one command, and the figures their patch manifests need:
+#   warm-up   SGLang's JIT activation kernels compiled and sgl_kernel's Gemma norms loaded, next to our builds
+#   run_all   benchmarks/gpu/run_all.sh with these ops: per_call (each op's eager call against SGLang's own, 1/16/64
+#             tokens at Gemma-2-9B's widths), timed (`astra-sglang bench OP`: the shipped patch, i.e. the sibling
+#             op's kernel file with the manifest's define, against SGLang's op, kernel only, CUDA graphs, L2 cold,
+#             bf16, SETS) and checks (the harness's trials on CHECK_SETS in bf16/fp16/fp32, no timing)
+#   record    benchmarks/families_record.py: the timed rows into copies of the four manifests (`measured`,
+#             provenance), gate_max_bytes from the largest call every check passed, OUT/families.md
+# Writes OUT/{per_call,kernels-*,checks,sources}.jsonl, OUT/per_call.md, OUT/families.md, OUT/run.log and
+# OUT/manifests/<op>/manifest.json (still disabled: enable an op with `astra-sglang patch enable OP` once its
+# figures show it faster, or give it a `defer` where SGLang's kernel wins).
+#
+# Usage (GPU machine, repo root, SGLang importable or its runtime kit unpacked as .stage/: see setup.sh):
+#   COMMIT=<git rev-parse --short HEAD> bash benchmarks/gpu/families.sh OUT
+# Then, in a checkout: copy OUT/manifests/*/manifest.json over patches/*/manifest.json and OUT/*.jsonl to
+# benchmarks/results/<date>-<gpu>-families/, and commit them. About 6 minutes on an H100: BUDGET (default 230 s)
+# bounds run_all's three steps; setup, builds and the warm-up come before it.
+set -u
+OUT=${1:?usage: families.sh OUTDIR}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+FAMILIES="gelu_and_mul gelu_tanh_and_mul gemma_rmsnorm gemma_fused_add_rmsnorm"
+source benchmarks/gpu/setup.sh
+
+# per_call.py times a patch set's enabled patches: a copy of patches/ with exactly these four enabled.
+rm -rf "$OUT/patches"
+cp -r patches "$OUT/patches"
+python3 - "$OUT/patches" $FAMILIES <<'PY'
+import sys
+from pathlib import Path
+from astra_sglang.patching.manifest import PatchManifest
+root, ops = Path(sys.argv[1]), set(sys.argv[2:])
+for folder in sorted(p for p in root.iterdir() if (p / "manifest.json").is_file()):
+    manifest = PatchManifest.load(folder)
+    manifest.enabled = manifest.op in ops
+    manifest.save(folder)
+PY
+
+# bf16 only: the timed step and per_call run bf16; the checks compare with our first kernels, not SGLang's.
+echo "== warm-up: SGLang's ops once each (its JIT compiles, cached on disk for the steps), outside the budget"
+timeout 300 python3 - <<'PY'
+import torch
+from astra_sglang.ops import adapters
+x = torch.randn(4, 2 * 4096, device="cuda", dtype=torch.bfloat16)
+for name in ("sglang_gelu_and_mul", "sglang_gelu_tanh_and_mul"):
+    getattr(adapters, name)(x, torch.empty(4, 4096, device="cuda", dtype=torch.bfloat16))
+import sgl_kernel
+w = torch.zeros(4096, device="cuda", dtype=torch.bfloat16)
+sgl_kernel.gemma_rmsnorm(x[:, :4096].contiguous(), w, 1e-6)
+sgl_kernel.gemma_fused_add_rmsnorm(x[:, :4096].contiguous(), x[:, 4096:].contiguous(), w, 1e-6)
+torch.cuda.synchronize()
+print("warm-up done")
+PY
+
+OPS=$FAMILIES SETS=${SETS:-paper+quick+held_out} CHECK_SETS=${CHECK_SETS:-edge+quick+held_out} \
+  BUDGET=${BUDGET:-230} RESERVE=${RESERVE:-80} PER_CALL_ARGS="--patches $OUT/patches" SUMMARIZE=0 \
+  bash benchmarks/gpu/run_all.sh "$OUT"
+
+echo "== record"
+DATE=$(date -u +%F)
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+python3 benchmarks/families_record.py "$OUT" "$GPU" "$DATE" \
+  "$GPU, $DATE, commit $COMMIT, \`bash benchmarks/gpu/families.sh OUT\`" $FAMILIES
+rm -rf "$OUT/patches"
+cat "$OUT/families.md"
