@@ -11,7 +11,10 @@
 Each stage runs in a session of its own under a deadline shared by all (DEADLINE seconds from the start, the
 tuner's search budget cut to what the later stages leave); a stage past its time gets SIGINT (the profile then
 stops its server itself), then every process it started is killed, children first.
-Usage: python3 benchmarks/moe_run.py OUT [--dry-run]; env DEADLINE (500), STEPS (20), PORT (30123).
+Usage: python3 benchmarks/moe_run.py OUT [--dry-run]; env DEADLINE (500), STEPS (20), PORT (30123), PRESET
+(make_moe_model.py's, default qwen3-30b-a3b), PATCHES (a patch folder from an earlier `astra-sglang tune`: the
+tune stage is skipped and the patched profile runs with it, so a model too slow to start for all four stages in
+one command gets its before/after profiles in one).
 """
 from __future__ import annotations
 
@@ -31,8 +34,9 @@ SERVER = ["--model-path", str(MODEL), "--load-format", "dummy", "--attention-bac
           "--cuda-graph-max-bs-decode", "64", "--mem-fraction-static", "0.75"]
 GRACE_S = 40.0
 """How long a stage past its time has after SIGINT (a profile stops its server: up to 30 s) before SIGKILL."""
-RESERVE_PATCHED = 170
-"""Seconds kept for the patched profile (a restart with warm JIT and Triton caches, two loads)."""
+RESERVE_PATCHED = 200
+"""Seconds kept for the patched profile (a restart with warm JIT and Triton caches: 69-77 s to healthy on an
+H100 with the Qwen3-30B-A3B preset, then two loads of ~50 s each)."""
 OUTPUTS = {"base/profile.md": "base.md", "base/profile.json": "base.json", "tune/tune.md": "tune.md",
            "tune/tune.json": "tune.json", "patched/profile.md": "patched.md", "patched/profile.json": "patched.json"}
 
@@ -47,18 +51,20 @@ class Stage:
     """Files that must exist for the stage to run (an earlier stage's output)."""
 
 
-def stages(work: Path, steps: int, port: int, tune_budget: float) -> list[Stage]:
+def stages(work: Path, steps: int, port: int, tune_budget: float, preset: str = "qwen3-30b-a3b") -> list[Stage]:
     cli = [sys.executable, "-m", "astra_sglang.cli"]
     profile = [*cli, "profile", "--steps", str(steps), "--port", str(port), "--health-timeout", "200"]
     return [
-        Stage("model", [sys.executable, "benchmarks/make_moe_model.py", str(MODEL), "--layers", "4"], 30),
-        Stage("base", [*profile, "--out", str(work / "base"), "--", *SERVER], 260),
+        Stage("model", [sys.executable, "benchmarks/make_moe_model.py", str(MODEL), "--layers", "4", "--preset",
+                        preset], 30),
+        # A cold start took 183 s to healthy (H100, first Triton and CUDA-graph compiles), then two loads
+        Stage("base", [*profile, "--out", str(work / "base"), "--", *SERVER], 330),
         Stage("tune", [*cli, "tune", "fused_moe", "--model", str(MODEL), "--profile", str(work / "base/profile.json"),
                        "--rounds", "2", "--width", "3", "--budget", f"{tune_budget:.0f}", "--timeout", "150",
                        "--patches-dir", str(work / "patches"), "--out", str(work / "tune")], tune_budget + 60,
               needs=[str(work / "base/profile.json")]),
         Stage("patched", [*profile, "--patched", "--patches", str(work / "patches"), "--compare",
-                          str(work / "base/profile.json"), "--out", str(work / "patched"), "--", *SERVER], 220,
+                          str(work / "base/profile.json"), "--out", str(work / "patched"), "--", *SERVER], 280,
               needs=[str(work / "patches/fused_moe/manifest.json")]),
     ]
 
@@ -145,20 +151,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     deadline_s, steps, port = float(os.environ.get("DEADLINE", 500)), int(os.environ.get("STEPS", 20)), \
         int(os.environ.get("PORT", 30123))
+    preset, patches = os.environ.get("PRESET", "qwen3-30b-a3b"), os.environ.get("PATCHES", "")
     begin = time.monotonic()
     deadline = begin + deadline_s
     if args.dry_run:
-        for stage in stages(args.work, steps, port, deadline_s - 150 - RESERVE_PATCHED):
-            print(f"{stage.name}: {' '.join(stage.argv)}")
+        for stage in stages(args.work, steps, port, deadline_s - 150 - RESERVE_PATCHED, preset):
+            if not (patches and stage.name == "tune"):
+                print(f"{stage.name}: {' '.join(stage.argv)}")
         return 0
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     args.out.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run_stage's cleanup then ends the stage's tree
-    for stage in stages(args.work, steps, port, 0):
+    if patches:
+        shutil.copytree(patches, args.work / "patches")
+    for stage in stages(args.work, steps, port, 0, preset):
+        if stage.name == "tune" and patches:
+            print(f"== tune: skipped, the patches in {patches} are used")
+            continue
         if stage.name == "tune":  # the search gets what the patched profile and the final evaluation leave
             budget = max(60.0, deadline - time.monotonic() - RESERVE_PATCHED)
-            stage = next(s for s in stages(args.work, steps, port, budget) if s.name == "tune")
+            stage = next(s for s in stages(args.work, steps, port, budget, preset) if s.name == "tune")
         run_stage(stage, args.work, deadline)
     copied = collect(args.work, args.out)
     summary = subprocess.run([sys.executable, "benchmarks/moe_summary.py", str(args.out)], capture_output=True,
@@ -166,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "summary.md").write_text(summary.stdout)
     print(f"== results in {args.out}: {', '.join([*copied, 'summary.md'])}; {time.monotonic() - begin:.0f} s in all")
     print(summary.stdout + summary.stderr[-2000:], flush=True)
-    return summary.returncode
+    return summary.returncode if not patches else int(not (args.out / "patched.json").is_file())
 
 
 if __name__ == "__main__":

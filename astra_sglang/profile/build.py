@@ -26,6 +26,12 @@ def first_rank(paths: list[Path]) -> Path:
     return next((p for p in paths if "TP-0" in p.name), sorted(paths)[0])
 
 
+def phase_steps(paths: list[Path], phase: str) -> int:
+    """How many of `phase`'s scheduler steps the traces hold (rank 0's): a load whose recorded steps were mostly
+    of the other phase (arrivals and finishes interleave prefills with decodes) ranks too few to read."""
+    return sum(1 for s in load(first_rank(paths)).steps if s.phase == phase) if paths else 0
+
+
 def build_profile(traces: dict[str, list[Path]], dims: ModelDims | None, ceilings: Ceilings | None, *,
                   model: str = "", server: list[str] | None = None, patched: bool = False,
                   workloads: dict[str, Workload] | None = None,

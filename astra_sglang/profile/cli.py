@@ -120,7 +120,7 @@ def profile(url, workload, steps, patched, patches, base, from_traces, saved, mo
 
 
 def _live(url, names, steps, patched, patches, model_config, port, health_timeout, out, server_args):
-    from astra_sglang.profile.build import build_profile
+    from astra_sglang.profile.build import build_profile, phase_steps
     from astra_sglang.profile.ceilings import measure
     from astra_sglang.profile.drive import WORKLOADS, Server, attach, profile_load
     from astra_sglang.serving.server import server_command, start_server, stop_server, wait_healthy
@@ -163,6 +163,11 @@ def _live(url, names, steps, patched, patches, model_config, port, health_timeou
         for name in names:
             click.echo(f"profiling the {name} load ({steps} steps)")
             traces[name] = profile_load(server, WORKLOADS[name], out / "traces" / name, steps, alive=alive)
+            got = phase_steps(traces[name], name)
+            if got < max(3, steps // 4):  # too few of the load's own phase to rank: once more, 4x the steps
+                click.echo(f"only {got} {name} steps among the {steps} recorded: recording {4 * steps} steps")
+                traces[name] = profile_load(server, WORKLOADS[name], out / "traces" / f"{name}-more", 4 * steps,
+                                            alive=alive)
     finally:
         if proc is not None:
             if patched:

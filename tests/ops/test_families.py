@@ -136,7 +136,7 @@ def test_variant_builds_the_base_ops_files(op):
     manifest = PatchManifest.load(patches_dir() / op)
     assert manifest.kernel == f"../{variant.base}/kernel.cu" and manifest.defines == variant.defines
     assert (patches_dir() / op / manifest.kernel).resolve() == (patches_dir() / variant.base / "kernel.cu").resolve()
-    assert not manifest.enabled and not manifest.measured  # until a GPU run records figures
+    assert manifest.measured and manifest.enabled == (min(m.speedup for m in manifest.measured) > 1.0)
     assert manifest.baseline == adapters.KERNEL_BASELINES[op]
     assert manifest.targets == [f"{t.module}:{t.attr}" for t in get_spec(op).sglang_targets]
     # each define reaches code in both files: a misspelt name would silently build the base op
@@ -183,7 +183,8 @@ def test_bench_defaults_name_sglangs_op_or_the_variants_first_kernel(op, monkeyp
     side = defaults.baseline_side(spec, None)
     assert side.path == str(kernels_dir() / f"{VARIANTS[op].base}.cu") and side.defines == VARIANTS[op].defines
     cand = defaults.candidate_side(op, None, {"ASTRA_DEFAULT_PDL": "0"}, patches_dir())
-    assert cand.label == f"patches/{op}" and "disabled in the patch set" in cand.what
+    enabled = PatchManifest.load(patches_dir() / op).enabled
+    assert cand.label == f"patches/{op}" and ("disabled in the patch set" in cand.what) != enabled
     assert cand.defines == {**VARIANTS[op].defines, "ASTRA_DEFAULT_PDL": "0"}
 
 
@@ -222,12 +223,19 @@ def test_kernels_lists_the_families():
         assert op in out.output
 
 
-def test_patch_list_shows_the_families_disabled_without_figures():
+def test_patch_list_shows_each_family_enabled_where_its_figures_say_faster():
+    """Each family's manifest carries its measured rows; only those faster than SGLang's op at every timed shape
+    ship enabled (the Gemma norms; SGLang's JIT gelu kernels were as fast or faster)."""
     from astra_sglang.patching import cli
 
     out = CliRunner().invoke(cli.patch_group, ["list", "--patches", str(patches_dir())])
     assert out.exit_code == 0, out.output
     rows = {line.split()[0]: line.split() for line in out.output.splitlines()[2:] if line.strip()}
     for op in FAMILIES:
-        assert rows[op][1] == "no" and rows[op][4] == "-", rows[op]
+        manifest = json.loads((patches_dir() / op / "manifest.json").read_text())
+        measured = manifest["measured"]
+        assert measured and manifest["provenance"]["gpu"] and manifest["provenance"]["date"], op
+        faster_everywhere = min(r["speedup"] for r in measured) > 1.0
+        assert rows[op][1] == ("yes" if faster_everywhere else "no"), (op, rows[op])
+        assert rows[op][4].endswith("x"), rows[op]
     assert json.loads((patches_dir() / "silu_and_mul" / "manifest.json").read_text())["defines"] == {}

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from astra_sglang.cli import main
 from astra_sglang.profile.attribute import owner, short_name
-from astra_sglang.profile.build import build_profile
+from astra_sglang.profile.build import build_profile, phase_steps
 from astra_sglang.profile.ceilings import Ceilings
 from astra_sglang.profile.compare import compare
 from astra_sglang.profile.rank import ModelDims, phase_rows, spec_shape
@@ -216,3 +216,11 @@ def test_waiting_for_traces_gives_up_with_the_folder(tmp_path):
         wait_traces(tmp_path, timeout_s=1.5)
     with pytest.raises(Exception, match="the server died while profiling"):
         wait_traces(tmp_path, timeout_s=5, alive=lambda: False)
+
+
+def test_phase_steps_counts_the_loads_own_phase():
+    assert phase_steps([DECODE], "decode") == 4
+    assert phase_steps([DECODE], "prefill") == 0
+    mixed = load(PREFILL)
+    assert phase_steps([PREFILL], "prefill") == sum(1 for s in mixed.steps if s.phase == "prefill") > 0
+    assert phase_steps([], "decode") == 0
