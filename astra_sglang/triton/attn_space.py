@@ -63,7 +63,7 @@ class AttnConfig:
             raise AstraError(f"no attention config space for {kernel!r}; known: {', '.join(KERNELS)}")
         found = {k: int(v) for k, v in _CODE.findall(text)}
         names = {LETTERS[k]: k for k in VALUES[kernel]}
-        if "".join(f"{k}{v}" for k, v in _CODE.findall(text)) != text or set(found) != set(names):
+        if set(found) != set(names) or cls(kernel, **{names[k]: v for k, v in found.items()}).code() != text:
             example = AttnConfig(kernel, 32, 4, 2, 128 if kernel == "extend_attention" else 0,
                                  16 if kernel == "decode_attention" else 0).code()
             raise AstraError(f"not a {kernel} config code: {text!r} (e.g. {example})")
