@@ -356,3 +356,27 @@ def test_cli_errors_are_one_line(argv, message, monkeypatch):
     assert result.exit_code != 0
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], result.output
+
+
+def test_plugin_mechanism_binds_a_launch_patch_in_place(tmp_path, monkeypatch):
+    """SGLang's AROUND hooks wrap functions; a kernel object is subscripted (kernel[grid]), so it is bound."""
+    from astra_sglang.patching import hook, runtime
+    from astra_sglang.patching.manifest import Provenance
+
+    registered = []
+    registry = types.ModuleType("sglang.srt.plugins.hook_registry")
+    registry.HookType = types.SimpleNamespace(AROUND="around")
+    registry.HookRegistry = types.SimpleNamespace(register=lambda *a: registered.append(a))
+    monkeypatch.setitem(sys.modules, registry.__name__, registry)
+    fake = types.ModuleType("fake_attn_plugin_mod")
+    fake._fwd_grouped_kernel_stage1 = Recorder()
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    folder = tmp_path / "decode_attention"
+    folder.mkdir()
+    PatchManifest(op="decode_attention", kind="triton-launch", kernel="", dtypes=["bfloat16"],
+                  targets=[f"{fake.__name__}:_fwd_grouped_kernel_stage1"], launches=[_table()],
+                  provenance=Provenance(method="tuner")).save(folder)
+    monkeypatch.setattr(runtime, "package_installed", lambda name: True)
+    rt = runtime.Runtime(runtime.RuntimeConfig(tmp_path, mechanism="plugin"))
+    assert hook.register_hooks(rt) == 1
+    assert registered == [] and isinstance(fake._fwd_grouped_kernel_stage1, ConfiguredKernel)
