@@ -69,7 +69,8 @@ def list_cmd(patches):
     rows = []
     for e in store.entries():
         speed, defer = e.speedup_geomean(), e.manifest.defer
-        method = e.manifest.provenance.method + (" (configs)" if e.manifest.kind == "triton-config" else "")
+        method = e.manifest.provenance.method + {"triton-config": " (configs)", "triton-launch": " (launch configs)"}.get(
+            e.manifest.kind, "")
         rows.append([e.op, "yes" if e.enabled else "no", method, ",".join(e.manifest.dtypes),
                      f"{speed:.2f}x" if speed else "-", f">= {defer.min_bytes / 1e6:g} MB" if defer else "-",
                      e.manifest.sglang_versions, " ".join(map(str, e.targets))])
@@ -134,6 +135,10 @@ def verify_cmd(op, patches, shapes, no_time):
 
         tokens = [int(t) for t in shapes.split(",")] if shapes[:1].isdigit() else None
         reqs = [r.model_copy(update={"time": not no_time}) for r in verify_requests(entry.folder, entry.manifest, tokens)]
+    elif entry.manifest.kind == "triton-launch":  # each table against SGLang's own pick at its measured shapes
+        from astra_sglang.triton.attn_patch import verify_requests as launch_requests
+
+        reqs = [r.model_copy(update={"time": not no_time}) for r in launch_requests(entry.manifest)]
     else:
         baseline = sglang_baseline(entry.spec)
         reqs = [EvalRequest(kernel=entry.spec.name,

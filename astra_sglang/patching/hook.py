@@ -180,6 +180,10 @@ def register_hooks(rt) -> int:
     rt.hooks_registered = True
     count = 0
     for entry, target in rt.targets():
+        if entry.manifest.kind == "triton-launch":  # a kernel object, launched as kernel[grid](...): an AROUND
+            rt.patch_target(entry, target)  # hook's function cannot stand in for it, so it is bound in place
+            count += 1
+            continue
         original = rt.original_of(entry, target)
         if original is None or getattr(original, "__astra_op__", None) is not None:
             continue

@@ -68,14 +68,38 @@ class ConfigFile(BaseModel):
     """Batch sizes where the file holds a config other than SGLang's own pick (elsewhere it holds SGLang's)."""
 
 
+class LaunchTable(BaseModel):
+    """Tuned launch configs of one SGLang Triton attention kernel at one attention shape (kind "triton-launch")."""
+
+    kernel: str
+    """decode_attention or extend_attention (astra_sglang.triton.attn_space)."""
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: str
+    device: str
+    triton: str
+    by: Literal["batch", "extend"]
+    """What a launch is matched on: its batch size (decode; CUDA graphs fix it at capture, not the kv length)
+    or its longest extend length (extend); the nearest key's config, SGLang's own beyond the keys' range."""
+    configs: dict[int, str]
+    """Every key measured -> config code (AttnConfig.code), "" where SGLang's own pick was the best."""
+    max_key: int
+    """The largest key measured: a launch above 2x it keeps SGLang's pick (no config was measured there)."""
+
+
 class PatchManifest(BaseModel):
     op: str
     """Kernel spec name (extract/<op>.toml)."""
-    kind: Literal["cuda", "triton-config"] = "cuda"
+    kind: Literal["cuda", "triton-config", "triton-launch"] = "cuda"
     """cuda: a kernel (`kernel`, C ABI) replacing SGLang's op at `targets`; triton-config: tuned config files for
     SGLang's own Triton kernel (`configs`), which `launch` points SGLang at ($SGLANG_MOE_CONFIG_DIR), its
-    `targets` wrapped only to count the lookups that read them."""
+    `targets` wrapped only to count the lookups that read them; triton-launch: tuned launch configs of SGLang's
+    own Triton kernel (`launches`), put at its launch where `targets` names the kernel."""
     configs: list[ConfigFile] = Field(default_factory=list)
+    launches: list[LaunchTable] = Field(default_factory=list)
+    """triton-launch: tuned launch configs put at the launch of SGLang's own kernel (its `targets`: the kernel's
+    module global, which SGLang's launcher looks up at every call)."""
     kernel: str = "kernel.cu"
     """Kernel source (exposes the C ABI), relative to the patch folder: a sibling patch's file built with
     other `defines` is allowed (patches/merge_state builds merge_attn_states_lse's with base-2 LSEs)."""

@@ -91,7 +91,7 @@ class Runtime:
     def target_modules(self) -> set[str]:
         return {t.module for _, t in self.targets()}
 
-    def op_for(self, entry: PatchEntry, original: Callable):
+    def op_for(self, entry: PatchEntry, original: Callable, target: Target | None = None):
         """One PatchedOp per (op, original object); its launcher is built once per op, eagerly, so the
         library is loaded before model init and CUDA-graph capture."""
         from astra_sglang.patching.ops import PatchedOp
@@ -101,6 +101,12 @@ class Runtime:
             from astra_sglang.patching.triton_config import ConfigLookup
 
             self.ops[key] = ConfigLookup(original, self.stats.op(entry.op), original.__module__)
+        if key not in self.ops and entry.manifest.kind == "triton-launch":  # SGLang's kernel, tuned launch configs
+            from astra_sglang.patching.triton_launch import LaunchPatch, kernel_of
+
+            self.ops[key] = LaunchPatch(original, kernel_of(entry.op), entry.manifest.launches,
+                                        self.stats.op(entry.op), target.module if target else "",
+                                        target.attr if target else "")
         if key not in self.ops:
             if entry.op not in self._launchers:
                 self._launchers[entry.op] = _launcher_factory(entry, self.store)
@@ -122,7 +128,7 @@ class Runtime:
         original = self.original_of(entry, target)
         if original is None or getattr(original, "__astra_op__", None) is not None:
             return  # absent, or already ours (idempotent across mechanisms)
-        op = self.op_for(entry, original)
+        op = self.op_for(entry, original, target)
         names = rebind(target, original, op.fn)
         self._record(entry, names)
 

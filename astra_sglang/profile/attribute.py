@@ -117,10 +117,16 @@ def spec_op(short: str, name: str) -> str | None:
     return plain[0] if plain else None
 
 
+def _triton(op: str) -> bool:
+    return any(getattr(loc, "language", "") == "triton" for s in all_specs() if s.name == op for loc in s.sources.values())
+
+
 def owner(name: str) -> Owner:
     short = short_name(name)
     op = spec_op(short, name)
     if op:
+        if _triton(op):  # SGLang's own Triton kernel: its launch config is tuned, the kernel stays SGLang's
+            return Owner("spec", op, f"spec extract/{op}.toml: `astra-sglang tune {op}` (buckets: --profile PROFILE.json)")
         return Owner("spec", op, f"spec extract/{op}.toml: `astra-sglang optimize {op}` (shapes: --shapes PROFILE.json)")
     for pattern, kind, family, action in RULES:
         if re.search(pattern, short) or re.search(pattern, name):

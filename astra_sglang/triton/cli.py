@@ -32,12 +32,15 @@ def _shape(model, tp, shape_text, dtype):
 
 @click.command("tune")
 @click.argument("kernel")
-@click.option("--model", type=click.Path(exists=True, path_type=Path),
-              help="The model's config.json (or its folder): the expert shape (E, N per rank, hidden, top-k).")
+@click.option("--model", help="fused_moe: the model's config.json (or its folder): the expert shape (E, N per rank, "
+              "hidden, top-k). Attention: a model of extract/models.toml (e.g. llama-3-8b): its heads and head dim.")
 @click.option("--tp", default=1, show_default=True, help="Tensor-parallel size the server runs (divides N).")
 @click.option("--shape", "shape_text", help="The expert shape instead of --model: EXPERTSxNxHIDDENxTOPK.")
 @click.option("--dtype", type=click.Choice(["bfloat16", "float16"]), help="Default: the model's torch_dtype.")
-@click.option("--buckets", help="Batch sizes to tune, e.g. 1,64,4096 (default: SGLang's 18 config keys, 1-4096).")
+@click.option("--buckets", help="fused_moe: batch sizes, e.g. 1,64,4096 (default: SGLang's 18 config keys, 1-4096). "
+              "decode_attention: BATCHxKV_LEN, e.g. 1x1024,64x4096; extend_attention: EXTENDxPREFIX, e.g. 2048x0.")
+@click.option("--lengths", help="Attention with --profile: the second bucket dim crossed with the profile's sizes "
+              "(kv lengths for decode, default 1024,4096; prefix lengths for extend, default 0).")
 @click.option("--profile", "profile_json", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An astra-sglang profile.json of the server: tune the batch sizes its steps ran the kernel at.")
 @click.option("--rounds", default=2, show_default=True, help="Search rounds (1: first guesses only).")
@@ -48,9 +51,13 @@ def _shape(model, tp, shape_text, dtype):
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/tune-TIME).")
 @click.option("--no-cache", is_flag=True, help="Evaluate every config again (the cache is still written).")
 @click.option("--timeout", default=900.0, show_default=True, help="Hard limit per isolated evaluation, seconds.")
-def tune(kernel, model, tp, shape_text, dtype, buckets, profile_json, rounds, width, budget, patches_dir, out,
+def tune(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, rounds, width, budget, patches_dir, out,
          no_cache, timeout):
     """Tune KERNEL's Triton config per batch size against the config SGLang picks itself.
+
+    For decode_attention / extend_attention: SGLang's Triton attention launchers hard-code their block sizes
+    and launch options (decode) or pick them by GPU and head dim (extend); this searches them per bucket
+    against SGLang's own pick and, with --patches-dir, writes a launch patch that `launch` installs.
 
     For fused_moe: SGLang launches its Triton fused_moe_kernel with block sizes, warps and stages from a file per
     GPU and expert shape, or a default config where it ships none. This searches those configs per batch size
@@ -64,6 +71,8 @@ def tune(kernel, model, tp, shape_text, dtype, buckets, profile_json, rounds, wi
       astra-sglang tune fused_moe --model ./qwen3-moe --buckets 1,16,64,256 --patches-dir my-patches
       astra-sglang tune fused_moe --model ./qwen3-moe --profile astra-profile/base/profile.json --budget 300
       astra-sglang tune fused_moe --shape 8x14336x4096x2 --rounds 3 --width 6
+      astra-sglang tune decode_attention --model llama-3-8b --buckets 1x1024,16x2048,64x4096
+      astra-sglang tune extend_attention --model llama-3-8b --buckets 512x0,2048x0,1024x4096
       astra-sglang launch --patches my-patches -- --model-path ./qwen3-moe
     """
     from astra_sglang.harness.isolate import evaluate_many
@@ -71,12 +80,24 @@ def tune(kernel, model, tp, shape_text, dtype, buckets, profile_json, rounds, wi
     from astra_sglang.triton.report import print_result
     from astra_sglang.triton.run import TuneOptions, tune_fused_moe
 
-    if kernel != "fused_moe":
-        raise AstraError(f"tune works on SGLang's Triton kernels with config files (fused_moe), not {kernel!r}; "
-                         "CUDA ops: astra-sglang optimize")
-    shape = _shape(model, tp, shape_text, dtype)
+    if rounds < 1 or width < 1:
+        raise AstraError("--rounds and --width must be at least 1")
     if buckets and profile_json:
         raise AstraError("give --buckets or --profile, not both")
+    run_dir = Path(out or Path("runs") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}")
+    options = TuneOptions(rounds=rounds, width=width, budget_s=budget, timeout_s=timeout, use_cache=not no_cache,
+                          patches_dir=patches_dir, command=shlex.join(["astra-sglang", *sys.argv[1:]]))
+    from astra_sglang.triton.attn_space import KERNELS
+
+    if kernel in KERNELS:
+        from astra_sglang.triton.attn_cli import tune_attention_cmd
+
+        return tune_attention_cmd(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, run_dir,
+                                  options, evaluate_many)
+    if kernel != "fused_moe":
+        raise AstraError(f"tune works on SGLang's Triton kernels fused_moe, decode_attention, extend_attention, not {kernel!r}; "
+                         "CUDA ops: astra-sglang optimize")
+    shape = _shape(model, tp, shape_text, dtype)
     if profile_json:
         found = profile_buckets(profile_json)
         click.echo("profile: fused_moe_kernel ran at batch sizes " +
@@ -86,11 +107,6 @@ def tune(kernel, model, tp, shape_text, dtype, buckets, profile_json, rounds, wi
         from astra_sglang.triton.moe_configs import BATCH_SIZES
 
         sizes = parse_buckets(buckets) if buckets else list(BATCH_SIZES)
-    if rounds < 1 or width < 1:
-        raise AstraError("--rounds and --width must be at least 1")
-    run_dir = Path(out or Path("runs") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}")
-    options = TuneOptions(rounds=rounds, width=width, budget_s=budget, timeout_s=timeout, use_cache=not no_cache,
-                          patches_dir=patches_dir, command=shlex.join(["astra-sglang", *sys.argv[1:]]))
     result = tune_fused_moe(shape, sizes, run_dir, options, batch=evaluate_many, echo=click.echo)
     print_result(result)
     if result.config_file:

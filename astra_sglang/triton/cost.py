@@ -34,3 +34,23 @@ def fused_moe(dims: dict[str, int], dtype: str) -> tuple[int, int]:
     activations = 2 * tokens * hidden * size
     routing = tokens * experts * 4 + tokens * topk * 4
     return weights + activations + routing, 6 * tokens * topk * inter * hidden
+
+
+def decode_attention(dims: dict[str, int], dtype: str) -> tuple[int, int]:
+    """(bytes, FLOPs) of one decode call: every request's K and V rows read once (the pool holds nothing
+    else), q read and the output written; QK^T and PV: 4 * batch * heads * kv_len * head_dim FLOPs. The
+    split scratch (fp32 partial outputs, a second kernel) is not counted: a kernel without splits skips it."""
+    batch, kv_len, heads, kv_heads, head_dim = (dims[d] for d in ("batch", "kv_len", "heads", "kv_heads", "head_dim"))
+    size = ELEMENT_BYTES[dtype]
+    kv = 2 * batch * kv_len * kv_heads * head_dim * size
+    return kv + 2 * batch * heads * head_dim * size, 4 * batch * heads * kv_len * head_dim
+
+
+def extend_attention(dims: dict[str, int], dtype: str) -> tuple[int, int]:
+    """(bytes, FLOPs) of one extend call (one request): the prefix's K/V rows and the new tokens' K/V read,
+    q read, the output written; causal QK^T and PV: query i sees prefix + i + 1 keys."""
+    extend, prefix, heads, kv_heads, head_dim = (dims[d] for d in ("extend", "prefix", "heads", "kv_heads", "head_dim"))
+    size = ELEMENT_BYTES[dtype]
+    kv = 2 * (prefix + extend) * kv_heads * head_dim * size
+    keys = extend * prefix + extend * (extend + 1) // 2
+    return kv + 2 * extend * heads * head_dim * size, 4 * heads * head_dim * keys

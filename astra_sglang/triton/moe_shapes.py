@@ -67,10 +67,10 @@ def parse_buckets(text: str) -> list[int]:
     return list(dict.fromkeys(values))
 
 
-def profile_buckets(path: str | Path, keys=BATCH_SIZES) -> list[tuple[int, int]]:
-    """(bucket, calls) of every batch size the profile's traces ran `fused_moe_kernel` at, as the nearest of
-    SGLang's config keys (`keys`) to each step's tokens, most calls first. Reads the traces the profile
-    lists (`astra-sglang profile` keeps them beside its JSON)."""
+def profile_buckets(path: str | Path, keys=BATCH_SIZES, kernel: str = KERNEL) -> list[tuple[int, int]]:
+    """(bucket, calls) of every batch size the profile's traces ran `kernel` (default fused_moe_kernel) at, as
+    the nearest of `keys` (SGLang's config keys; None: the step's own token count) to each step's tokens, most
+    calls first. Reads the traces the profile lists (`astra-sglang profile` keeps them beside its JSON)."""
     from astra_sglang.profile.records import Profile
     from astra_sglang.profile.trace import load
 
@@ -87,12 +87,12 @@ def profile_buckets(path: str | Path, keys=BATCH_SIZES) -> list[tuple[int, int]]
         if not trace_path.is_file():
             raise AstraError(f"{path} lists trace {listed}, which is not there (profile keeps them in traces/)")
         trace = load(trace_path)
-        for kernel in trace.kernels:
-            if KERNEL in kernel.name:
-                step = trace.step_of(kernel)
+        for launch in trace.kernels:
+            if kernel in launch.name:
+                step = trace.step_of(launch)
                 if step is not None:
-                    counts[nearest(keys, step.tokens)] += 1
+                    counts[nearest(keys, step.tokens) if keys else step.tokens] += 1
     if not counts:
-        raise AstraError(f"{path}: no {KERNEL} launch inside a scheduler step in its traces (not a MoE model, or "
-                         "another MoE backend)")
+        what = "not a MoE model, or another MoE backend" if kernel == KERNEL else "another attention backend?"
+        raise AstraError(f"{path}: no {kernel} launch inside a scheduler step in its traces ({what})")
     return counts.most_common()

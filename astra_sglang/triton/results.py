@@ -12,6 +12,8 @@ Verdict = Literal["tuned", "sglang-best", "no-valid-config", "not-measured"]
 
 class BucketResult(BaseModel):
     tokens: int
+    bucket: tuple[int, int] | None = None
+    """Attention targets: (batch, kv length) or (extend, prefix length); `tokens` is its first value."""
     pick: str
     """Code of the config SGLang picks at this batch size."""
     pick_source: str
@@ -41,7 +43,7 @@ class TuneResult(BaseModel):
     sglang: str
     source_hash: str
     shape: dict[str, int | str]
-    """experts, inter, hidden, topk, dtype."""
+    """fused_moe: experts, inter, hidden, topk, dtype; attention: heads, kv_heads, head_dim, dtype, splits."""
     buckets: list[BucketResult]
     evaluations: int
     """Isolated evaluations run (each: one process, every check, candidate and SGLang's pick interleaved)."""
@@ -51,6 +53,10 @@ class TuneResult(BaseModel):
     final_ok: bool = False
     final_reason: str = ""
     config_file: str = ""
+    patch_dir: str = ""
+    """Attention targets: the triton-launch patch folder written (empty when nothing beat SGLang)."""
+    filtered: dict[str, str] = Field(default_factory=dict)
+    """Attention targets: configs of the space that cannot run at this shape -> why (never timed)."""
     """The file written in SGLang's layout (relative to the patch folder), empty when nothing beat SGLang."""
     command: str = ""
     notes: list[str] = Field(default_factory=list)

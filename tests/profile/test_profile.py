@@ -63,7 +63,8 @@ def test_steps_phases_and_launches_are_read():
     ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>(x)", "RMSNormKernel", "spec", "rmsnorm"),
     ("gelu_quick_kernel", "gelu_quick_kernel", "sglang", "gelu (other forms)"),
     ("nvjet_sm90_tst_224x64_64x5_2x1_v_bz_TNN", "nvjet_sm90_tst_224x64_64x5_2x1_v_bz_TNN", "library", "GEMM"),
-    ("_fwd_grouped_kernel_stage1", "_fwd_grouped_kernel_stage1", "sglang", "decode attention (Triton)"),
+    ("_fwd_grouped_kernel_stage1", "_fwd_grouped_kernel_stage1", "spec", "decode_attention"),
+    ("_fwd_kernel_stage2", "_fwd_kernel_stage2", "sglang", "decode attention (Triton)"),
     ("void (anonymous namespace)::fused_rope_kernel<true, 128l>(p)", "fused_rope_kernel", "sglang", "rotary embedding"),
     ("void at::native::vectorized_elementwise_kernel<4, F>(int, F)", "vectorized_elementwise_kernel", "other",
      "PyTorch glue"),
@@ -224,3 +225,8 @@ def test_phase_steps_counts_the_loads_own_phase():
     mixed = load(PREFILL)
     assert phase_steps([PREFILL], "prefill") == sum(1 for s in mixed.steps if s.phase == "prefill") > 0
     assert phase_steps([], "decode") == 0
+
+
+def test_a_triton_spec_kernel_says_tune():
+    assert "astra-sglang tune decode_attention" in owner("_fwd_grouped_kernel_stage1").action
+    assert "astra-sglang optimize rmsnorm" in owner("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>(x)").action
