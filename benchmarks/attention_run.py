@@ -138,6 +138,9 @@ def collect(work: Path, out: Path) -> list[str]:
         if (work / src).is_file():
             shutil.copyfile(work / src, out / name)
             copied.append(name)
+    if (work / "patches").is_dir():  # the tuned launch patches, for a later run's in-place profiles or `launch`
+        shutil.make_archive(str(out / "patches"), "gztar", work, "patches")
+        copied.append("patches.tar.gz")
     records = rows(work)
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (out / "summary.md").write_text(summary(records, work))
