@@ -19,8 +19,8 @@ import jinja2
 from astra_sglang.errors import AstraError
 from astra_sglang.extraction.knobsites import Func, LaunchPath, Site, Tok, _match, launch_path
 from astra_sglang.paths import templates_dir
+from astra_sglang.tuner.knobs import DERIVED_MARK  # noqa: F401 - the header's first line (derived_knobs.cu.j2)
 
-DERIVED_MARK = "astra:derived-knobs"
 KNOBBED_NAME = "knobbed.cu"
 ALIGN_BYTES = 16
 """The launchers check 16-byte alignment: vector widths must divide it."""
