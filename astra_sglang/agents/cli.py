@@ -64,7 +64,7 @@ def tuner_start(spec: KernelSpec, start: str | None, extracted: str | None = Non
     """--from-extracted: the op's original, extracted and knobbed. Without --from the shipped patch (ours have
     knobs; a patch that builds a sibling's file gets that file with its defines written in), else our first
     kernel where it has knobs, else the extracted original. --from an extraction: its derived knobs."""
-    from astra_sglang.tuner.start import extracted_start, is_extraction, knobbed_start
+    from astra_sglang.agents.tuner_start import extracted_start, is_extraction, knobbed_start
 
     work = Path(run_dir or Path("runs") / f"{spec.name}-start")
     if extracted is not None:
