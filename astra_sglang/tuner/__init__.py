@@ -31,6 +31,8 @@ TUNE_SHAPES = "paper+quick"
 TUNE_DTYPE = "bfloat16"
 FINAL_SHAPES = "gate"  # every shape the patched op will serve (specs.registry.GATE)
 MAX_CONFIGS = int(os.environ.get("ASTRA_TUNER_MAX_CONFIGS", "24"))
+FINAL_TIMEOUT_S = int(os.environ.get("ASTRA_TUNER_FINAL_TIMEOUT_S", "1800"))
+"""The final evaluation's harness timeout: a cut one keeps the shapes it finished (benchmarks/gpu/knobs.sh)."""
 TOP_K = 3
 NO_GPU = "no CUDA GPU"  # how the harness's worker reports a machine without one (harness/worker.py)
 
@@ -129,7 +131,7 @@ def run_tuner(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, evaluat
     final_path, table = tune(tuning, rounds)
     echo("tuner: final evaluation on the acceptance gate (every shape set, all dtypes, full checks)")
     req = EvalRequest(kernel=spec.name, candidate=KernelSource(path=str(final_path), label="tuned"), baseline=baseline,
-                      shapes=resolve_shapes(spec, FINAL_SHAPES), dtypes=spec.dtypes, timeout_s=1800)
+                      shapes=resolve_shapes(spec, FINAL_SHAPES), dtypes=spec.dtypes, timeout_s=FINAL_TIMEOUT_S)
     final = batch([req])[0] if batch else evaluator(req)
     (Path(run_dir) / "final.json").write_text(final.model_dump_json(indent=1))
     _write_table(Path(run_dir), tuning, table, final, time.time() - began)
