@@ -17,9 +17,10 @@ from pathlib import Path
 import jinja2
 
 from astra_sglang.errors import AstraError
-from astra_sglang.extraction.knobsites import Func, LaunchPath, Site, Tok, _match, launch_path
+from astra_sglang.extraction.knobsites import LaunchPath, Site, launch_path
+from astra_sglang.extraction.knobtokens import Func, Tok, match
 from astra_sglang.paths import templates_dir
-from astra_sglang.tuner.knobs import DERIVED_MARK  # noqa: F401 - the header's first line (derived_knobs.cu.j2)
+from astra_sglang.tuner.knobs import DERIVED_MARK
 
 KNOBBED_NAME = "knobbed.cu"
 ALIGN_BYTES = 16
@@ -121,7 +122,7 @@ def _rewrite(lp: LaunchPath, knobs: list[DerivedKnob]) -> str:
     edits.append((entry_at, entry_at + len("ASTRA_ENTRY"), str(m.cfg_signature(knobs))))
     edits.append((lp.entry.end, lp.entry.end, str(m.default_entry(knobs))))
     head_at = lp.text.find("// Configuration the closure was taken under")
-    edits.append((max(head_at, 0), max(head_at, 0), str(m.header(knobs))))
+    edits.append((max(head_at, 0), max(head_at, 0), str(m.header(knobs, DERIVED_MARK))))
     text = lp.text
     for a, b, new in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         text = text[:a] + new + text[b:]
@@ -151,7 +152,7 @@ def _pass_params(path_funcs: list[Func], g: Func, names: list[str]) -> list[tupl
                 continue
             nxt = toks[i + 1].text
             if nxt == "<":
-                close = toks[_match(toks, i + 1, "<", ">")]
+                close = toks[match(toks, i + 1, "<", ">")]
                 out.append((close.start, close.start, f", {args}" if close.start != toks[i + 2].start else args))
             elif g.template_close < 0:
                 out.append((t.end, t.end, f"<{args}>"))
