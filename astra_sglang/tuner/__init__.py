@@ -24,7 +24,8 @@ from astra_sglang.harness.isolate import evaluate_many
 from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource
 from astra_sglang.specs.records import KernelSpec
 from astra_sglang.specs.registry import resolve_shapes
-from astra_sglang.tuner.knobs import Config, configs, dispatch_source, parse_knobs, strip_dispatch
+from astra_sglang.tuner.knobs import (Config, configs, dispatch_source, original_config, parse_knobs,
+                                      strip_dispatch)
 from astra_sglang.tuner.screen import buildable
 
 TUNE_SHAPES = "paper+quick"
@@ -102,7 +103,8 @@ class Tuning:
 
 def tune(tuning: Tuning, rounds: int, max_configs: int | None = None) -> tuple[Path, dict]:
     """Search `tuning`'s knobs for `rounds` rounds; the per-shape dispatch source and its table."""
-    space = buildable(tuning, configs(tuning.knobs, max_configs or MAX_CONFIGS))
+    keep = original_config(tuning.source, tuning.knobs)
+    space = buildable(tuning, configs(tuning.knobs, max_configs or MAX_CONFIGS, keep=keep))
     tuning.echo(f"tuner: {len(space)} configurations of {', '.join(k.name for k in tuning.knobs)} on "
                 f"{len(tuning.shapes)} shapes, {rounds} rounds")
     tuning.evaluate_tables("r01", [{s: space[(i + j) % len(space)] for i, s in enumerate(tuning.shapes)}

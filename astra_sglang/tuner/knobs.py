@@ -53,12 +53,24 @@ def parse_knobs(source: str) -> list[Knob]:
     return knobs
 
 
-def configs(knobs: list[Knob], limit: int, seed: int = 0) -> list[Config]:
-    """Every combination, or a fixed-seed sample of `limit` of them."""
+ORIGINAL_LINE = re.compile(r"^//\s*([A-Za-z_]\w*) \(\w+, original (-?\d+)\)", re.MULTILINE)
+
+
+def original_config(source: str, knobs: list[Knob]) -> Config | None:
+    """Derived knobs (extraction/knobgen.py) name the extracted original's value of each: its configuration."""
+    found = dict(ORIGINAL_LINE.findall(source))
+    return tuple(int(found[k.name]) for k in knobs) if all(k.name in found for k in knobs) else None
+
+
+def configs(knobs: list[Knob], limit: int, seed: int = 0, keep: Config | None = None) -> list[Config]:
+    """Every combination, or a fixed-seed sample of `limit` of them (with `keep` in it, where given)."""
     everything = list(itertools.product(*(k.values for k in knobs)))
     if len(everything) <= limit:
         return everything
-    return sorted(random.Random(seed).sample(everything, limit))
+    sample = random.Random(seed).sample(everything, limit)
+    if keep in everything and keep not in sample:
+        sample[-1] = keep  # the original launch is always measured: the tuned kernel is never a blind guess
+    return sorted(sample)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,11 @@ KNOBS = Path(__file__).parent / "fixtures" / "knobs"
 SHAPES = [(1, 4096), (64, 11008)]
 
 
+@pytest.fixture
+def knob_source():
+    return lambda name: derive(KNOBS / f"{name}.cu").source
+
+
 def _tuning(source: str, run_dir: Path, batch=None, shapes=SHAPES) -> Tuning:
     return Tuning(get_spec("silu_and_mul"), source, run_dir, echo=lambda _: None, batch=batch, shapes=shapes,
                   arch="sm_90")
@@ -27,6 +32,18 @@ def test_a_hand_written_kernel_is_not_build_checked(tmp_path):
     tuning = _tuning(source, tmp_path)
     assert buildable(tuning, [(64, 1), (256, 4)]) == [(64, 1), (256, 4)]
     assert not list((tmp_path / "candidates").glob("screen-*"))
+
+
+@pytest.mark.parametrize("limit", [1, 3, 7])
+def test_a_sample_of_derived_configurations_keeps_the_original(knob_source, limit):
+    from astra_sglang.tuner.knobs import configs, original_config, parse_knobs
+
+    source = knob_source("all_kinds")
+    knobs = parse_knobs(source)
+    original = original_config(source, knobs)
+    assert original == (256, 4, 4, 2)
+    space = configs(knobs, limit, keep=original)
+    assert len(space) == limit and original in space and space == configs(knobs, limit, keep=original)
 
 
 def test_first_error_is_one_short_line():
