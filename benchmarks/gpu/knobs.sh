@@ -12,8 +12,8 @@
 # Or derive on the CPU machine and carry the results: `astra-sglang extract OP --from SOURCE --out
 # .stage/knobbed/OP --knobs` per op; an op with .stage/knobbed/OP/knobbed.cu is tuned from that file.
 # OPS (default "gelu_and_mul:sglang rmsnorm:flashinfer", OP:SOURCE pairs), ROUNDS (default 1: the Latin square
-# alone), CONFIGS (default 6: ASTRA_TUNER_MAX_CONFIGS), FINAL_S (default 50: the final evaluation's harness
-# timeout; a cut one keeps the shapes it finished) and OP_S (default 140: each op's whole run) bound the time.
+# alone), CONFIGS (default 5: ASTRA_TUNER_MAX_CONFIGS, the original always among them), FINAL_S (default 40: the final evaluation's harness
+# timeout; a cut one keeps the shapes it finished) and OP_S (default 150: each op's whole run) bound the time.
 set -u
 OUT=${1:?usage: knobs.sh OUTDIR}
 mkdir -p "$OUT"
@@ -22,8 +22,8 @@ exec > >(tee -a "$OUT/run.log") 2>&1
 
 OPS=${OPS:-gelu_and_mul:sglang rmsnorm:flashinfer}
 ROUNDS=${ROUNDS:-1}
-OP_S=${OP_S:-140}
-export ASTRA_TUNER_MAX_CONFIGS=${CONFIGS:-6} ASTRA_TUNER_FINAL_TIMEOUT_S=${FINAL_S:-50}
+OP_S=${OP_S:-150}
+export ASTRA_TUNER_MAX_CONFIGS=${CONFIGS:-5} ASTRA_TUNER_FINAL_TIMEOUT_S=${FINAL_S:-40}
 T0=$(date +%s)
 source benchmarks/gpu/setup.sh
 if ! python3 -c "import clang.cindex, ziglang" 2>/dev/null && ls .stage/knobs-wheels/*.whl >/dev/null 2>&1; then
