@@ -59,17 +59,30 @@ def llm_configured(llm: str | None, base_url: str | None, api_key: str | None) -
     return bool(llm or base_url or api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
 
 
-def tuner_start(spec: KernelSpec, start: str | None) -> Path:
-    """Without --from the tuner starts from the shipped patch (ours have knobs; a patch that builds a sibling's
-    file gets that file with its defines written in), else our first kernel."""
-    path = start_source(spec, start)
+def tuner_start(spec: KernelSpec, start: str | None, extracted: str | None = None, run_dir: Path | None = None,
+                echo=click.echo) -> Path:
+    """--from-extracted: the op's original, extracted and knobbed. Without --from the shipped patch (ours have
+    knobs; a patch that builds a sibling's file gets that file with its defines written in), else our first
+    kernel where it has knobs, else the extracted original. --from an extraction: its derived knobs."""
+    from astra_sglang.agents.tuner_start import extracted_start, is_extraction, knobbed_start
+
+    work = Path(run_dir or Path("runs") / f"{spec.name}-start")
+    if extracted is not None:
+        return extracted_start(spec, work, extracted, echo)
+    if start is not None:
+        path = start_source(spec, start)
+        return knobbed_start(path, echo) if is_extraction(path) else path
     folder = shipped_patches_dir() / spec.name
-    if start is None and (folder / MANIFEST).is_file():
+    if (folder / MANIFEST).is_file():
         manifest = PatchManifest.load(folder)
         shipped = (folder / manifest.kernel).resolve()
         if shipped.is_file() and "astra:knob" in shipped.read_text():
             return materialize(shipped, manifest.defines, spec.name)
-    return path
+    own, defines = first_kernel(spec.name)
+    if own.is_file() and "astra:knob" in own.read_text():
+        return materialize(own, defines, spec.name)
+    echo(f"no hand-written kernel with knobs for {spec.name}: tuning its extracted original")
+    return extracted_start(spec, work, None, echo)
 
 
 def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, pool, baseline: str | None = None,
@@ -124,11 +137,17 @@ def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, po
 @click.option("--baseline", metavar="FILE|py:MODULE:FUNC", help="Measure speedups against this (e.g. "
               "py:sgl_kernel:fused_add_rmsnorm, SGLang's own op); default: the start kernel (LLM loop); for the "
               "tuner, SGLang's own op where sgl_kernel is installed, else our first kernel.")
+@click.option("--tuner", "force_tuner", is_flag=True, help="Run the built-in tuner even where an LLM is configured.")
+@click.option("--from-extracted", "extracted", is_flag=False, flag_value="auto", default=None, metavar="[=SOURCE]",
+              help="The tuner starts from the op's original, extracted (from SOURCE: sglang | flashinfer | sgl-kernel | "
+              "a path; default: where installed) with knobs derived from its launch path (docs/harness.md). Also the "
+              "default where the op has no knobbed kernel of ours.")
 @click.option("--compile-only", is_flag=True, help="Build candidates only (machines without a GPU).")
 @click.option("--patches-dir", type=click.Path(file_okay=False), help="Also write each winner there "
               "(e.g. patches/); it is always written to RUN_DIR/patch/.")
 def optimize(kernels, every, profile, start, rounds, population, plans, repairs, gpus, ray, llm, base_url, api_key,
-             api, out, resume_dir, single_agent, budget_usd, max_tokens, shapes, baseline, compile_only, patches_dir):
+             api, out, resume_dir, single_agent, budget_usd, max_tokens, shapes, baseline, force_tuner, extracted,
+             compile_only, patches_dir):
     """Optimize KERNEL (or several, --all, or a profile's ops) with Astra's agents, a population of
     candidates a round on every GPU of the host (or a Ray cluster).
 
@@ -147,6 +166,7 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
       astra-sglang optimize silu_and_mul --llm qwen3-coder --base-url http://localhost:30000/v1
       astra-sglang optimize merge_attn_states_lse --population 1 --plans 1 --repairs 0 --llm o4-mini
       astra-sglang optimize silu_and_mul --resume runs/silu_and_mul-20260101-120000
+      astra-sglang optimize rmsnorm --tuner --from-extracted=flashinfer   # no hand-written kernel needed
     """
     from astra_sglang.agents.job import print_table, run_job
     from astra_sglang.search.ops import resolve_ops
@@ -164,9 +184,12 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
             click.echo(f"the profile's rows without a spec here (skipped): {', '.join(skipped)}")
         if start and len(ops) > 1:
             raise AstraError("--from names one start kernel: give one op")
-    use_llm = llm_configured(llm, base_url, api_key)
+        if start and extracted is not None:
+            raise AstraError("--from and --from-extracted both name a start kernel: give one")
+    use_llm = llm_configured(llm, base_url, api_key) and not force_tuner and extracted is None
     config = RunOptions(rounds=rounds, population=population, plans=plans, repairs=repairs, shapes=shapes,
-                        single_agent=single_agent, compile_only=compile_only, baseline=baseline, start=start)
+                        single_agent=single_agent, compile_only=compile_only, baseline=baseline, start=start,
+                        extracted=extracted)
     pool = make_pool(ray, gpus)
     try:
         if resume_dir and not ops:
@@ -213,6 +236,7 @@ class RunOptions:
     compile_only: bool
     baseline: str | None
     start: str | None
+    extracted: str | None = None
 
 
 def _llm_run(op: str, run_dir: Path, pool, llm_config: LLMConfig, opts: RunOptions, echo) -> RunOutcome:
@@ -242,7 +266,8 @@ def _tuner_run(op: str, run_dir: Path, pool, opts: RunOptions, echo) -> RunOutco
     if baseline and not baseline.startswith("py:"):
         baseline = str(Path(baseline).resolve())
     rounds = opts.rounds or 5
-    winner = run_tuner_path(spec, tuner_start(spec, opts.start), rounds, run_dir, pool, baseline, echo)
+    start = tuner_start(spec, opts.start, opts.extracted, run_dir, echo)
+    winner = run_tuner_path(spec, start, rounds, run_dir, pool, baseline, echo)
     if winner is not None:
         write_patch(winner, run_dir / "patch", spec)
     return RunOutcome(run_dir=str(run_dir), winner=winner, rounds_done=rounds)

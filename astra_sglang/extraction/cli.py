@@ -18,7 +18,9 @@ from astra_sglang.errors import AstraError
               help="Output folder (default work/extract/<kernel>-<source>/; third-party code: keep it git-ignored).")
 @click.option("--check/--no-check", default=True, show_default=True,
               help="Compile kernel.cu with nvcc (skipped without nvcc); a failure names the original file and line.")
-def extract(kernel: str, source: str | None, out_dir: Path | None, check: bool) -> None:
+@click.option("--knobs", is_flag=True, help="Also derive tuner knobs from the launch path into OUT/knobbed.cu "
+              "(block sizes, vector widths, template literals, loop constants; docs/harness.md).")
+def extract(kernel: str, source: str | None, out_dir: Path | None, check: bool, knobs: bool) -> None:
     """Extract KERNEL's original CUDA into a standalone harness folder (Triton kernels: where they live).
 
     Takes the kernel's transitive closure with libclang (device functions, templates and their
@@ -34,6 +36,7 @@ def extract(kernel: str, source: str | None, out_dir: Path | None, check: bool) 
     Examples:
       astra-sglang extract silu_and_mul                      # installed sglang's JIT kernel
       astra-sglang extract rmsnorm --from flashinfer
+      astra-sglang extract gelu_and_mul --knobs              # + knobbed.cu for `optimize --tuner --from DIR`
       astra-sglang extract merge_state --from ./site-packages/flashinfer
       astra-sglang extract merge_attn_states_lse --from ~/src/sglang --out work/extract/mas
       astra-sglang bench rmsnorm --baseline work/extract/rmsnorm-flashinfer/kernel.cu
@@ -58,3 +61,11 @@ def extract(kernel: str, source: str | None, out_dir: Path | None, check: bool) 
         raise click.ClickException(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
     click.echo(f"extracted {kernel} from {result.source_kind} {result.version}".rstrip()
                + f": {result.units} units, {result.lines} lines in {result.seconds:.1f}s -> {result.kernel_cu}")
+    if knobs:
+        from astra_sglang.extraction.knobgen import write_knobbed
+
+        try:
+            path, derivation = write_knobbed(result.kernel_cu)
+        except AstraError as exc:
+            raise click.ClickException(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
+        click.echo(derivation.summary(str(path or result.kernel_cu)))

@@ -24,12 +24,16 @@ from astra_sglang.harness.isolate import evaluate_many
 from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource
 from astra_sglang.specs.records import KernelSpec
 from astra_sglang.specs.registry import resolve_shapes
-from astra_sglang.tuner.knobs import Config, configs, dispatch_source, parse_knobs, strip_dispatch
+from astra_sglang.tuner.knobs import (Config, configs, dispatch_source, original_config, parse_knobs,
+                                      strip_dispatch)
+from astra_sglang.tuner.screen import buildable
 
 TUNE_SHAPES = "paper+quick"
 TUNE_DTYPE = "bfloat16"
 FINAL_SHAPES = "gate"  # every shape the patched op will serve (specs.registry.GATE)
 MAX_CONFIGS = int(os.environ.get("ASTRA_TUNER_MAX_CONFIGS", "24"))
+FINAL_TIMEOUT_S = int(os.environ.get("ASTRA_TUNER_FINAL_TIMEOUT_S", "1800"))
+"""The final evaluation's harness timeout: a cut one keeps the shapes it finished (benchmarks/gpu/knobs.sh)."""
 TOP_K = 3
 NO_GPU = "no CUDA GPU"  # how the harness's worker reports a machine without one (harness/worker.py)
 
@@ -97,9 +101,10 @@ class Tuning:
         return table
 
 
-def tune(tuning: Tuning, rounds: int, max_configs: int = MAX_CONFIGS) -> tuple[Path, dict]:
+def tune(tuning: Tuning, rounds: int, max_configs: int | None = None) -> tuple[Path, dict]:
     """Search `tuning`'s knobs for `rounds` rounds; the per-shape dispatch source and its table."""
-    space = configs(tuning.knobs, max_configs)
+    keep = original_config(tuning.source, tuning.knobs)
+    space = buildable(tuning, configs(tuning.knobs, max_configs or MAX_CONFIGS, keep=keep))
     tuning.echo(f"tuner: {len(space)} configurations of {', '.join(k.name for k in tuning.knobs)} on "
                 f"{len(tuning.shapes)} shapes, {rounds} rounds")
     tuning.evaluate_tables("r01", [{s: space[(i + j) % len(space)] for i, s in enumerate(tuning.shapes)}
@@ -128,7 +133,7 @@ def run_tuner(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, evaluat
     final_path, table = tune(tuning, rounds)
     echo("tuner: final evaluation on the acceptance gate (every shape set, all dtypes, full checks)")
     req = EvalRequest(kernel=spec.name, candidate=KernelSource(path=str(final_path), label="tuned"), baseline=baseline,
-                      shapes=resolve_shapes(spec, FINAL_SHAPES), dtypes=spec.dtypes, timeout_s=1800)
+                      shapes=resolve_shapes(spec, FINAL_SHAPES), dtypes=spec.dtypes, timeout_s=FINAL_TIMEOUT_S)
     final = batch([req])[0] if batch else evaluator(req)
     (Path(run_dir) / "final.json").write_text(final.model_dump_json(indent=1))
     _write_table(Path(run_dir), tuning, table, final, time.time() - began)
