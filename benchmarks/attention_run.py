@@ -165,7 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True)
     args.out.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run_stage's cleanup then ends the stage's tree
+    patches = os.environ.get("PATCHES", "")
+    if patches:  # an earlier run's tuned patches (its patches.tar.gz unpacked): profiles only
+        shutil.copytree(patches, args.work / "patches")
     for stage in stages(args.work, steps, port):
+        if patches and stage.name.startswith("tune-"):
+            print(f"== {stage.name}: skipped, the patches in {patches} are used")
+            continue
         left = deadline - time.monotonic()
         if stage.name == "base" and left < RESERVE_PROFILES:
             print(f"== profiles skipped: {left:.0f} s left, they need ~{RESERVE_PROFILES} s")

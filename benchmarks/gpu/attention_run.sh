@@ -5,7 +5,9 @@
 # profile the kit's dummy Llama-3-8B (triton attention backend) unpatched and patched, in place.
 # benchmarks/attention_run.py does the stages; DEADLINE (seconds, default 520; DECODE_BUDGET 250 and EXTEND_BUDGET 200 the searches) bounds them together, STEPS (20)
 # the profiled steps per load. Every server a stage starts is stopped when it ends or runs out of time.
-# Usage (GPU machine, repo root, .stage/ carried: see setup.sh): bash benchmarks/gpu/attention_run.sh OUT
+# The searches fill one command; the in-place profiles run where time is left, or in a second command with
+# PATCHES=DIR (an earlier run's OUT/patches.tar.gz unpacked: tuning skipped).
+# Usage (GPU machine, repo root, .stage/ carried: see setup.sh): [PATCHES=DIR] bash benchmarks/gpu/attention_run.sh OUT
 # Writes, flat: OUT/results.jsonl, OUT/summary.md, OUT/tune-{decode,extend}.md, OUT/{base,patched}.{md,json},
 # OUT/<stage>.log.txt.
 set -u

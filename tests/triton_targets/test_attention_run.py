@@ -21,9 +21,9 @@ def test_stages_tune_both_kernels_then_profile(bench_script, tmp_path):
     assert names == ["tune-decode", "tune-extend", "base", "patched"]
     tune = run.stages(tmp_path, 20, 30125)[0].argv
     assert tune[tune.index("--model") + 1] == "llama-3-8b" and "decode_attention" in tune
-    # The searches end within their budgets (final evaluation included): the profiles' reserve fits after them
-    # inside the default deadline, which stays under nine minutes with the setup.
-    assert sum(run.BUDGETS.values()) + run.RESERVE_PROFILES <= 520 - 40
+    # The searches end within their budgets (final evaluation included) inside the default deadline; the profiles
+    # run after them where time is left, or alone with PATCHES (their reserve fits the deadline then).
+    assert sum(run.BUDGETS.values()) <= 520 - 40 and run.RESERVE_PROFILES <= 520 - 40
     assert run.RESERVE_PROFILES <= sum(s.limit_s for s in run.stages(tmp_path, 20, 30125)[2:])
 
 
