@@ -181,6 +181,7 @@ def _register_commands() -> None:
     """The pipeline's other stages live with their packages: extract, optimize, patch/launch/report."""
     from astra_sglang.agents.cli import optimize
     from astra_sglang.extraction.cli import extract
+    from astra_sglang.onboard.cli import onboard
     from astra_sglang.patching.cli import register
     from astra_sglang.profile.cli import profile
     from astra_sglang.serving.ab import ab
@@ -188,6 +189,7 @@ def _register_commands() -> None:
 
     main.add_command(profile)
     main.add_command(extract)
+    main.add_command(onboard)
     main.add_command(optimize)
     main.add_command(tune)
     register(main)

@@ -60,6 +60,11 @@ def user_patches_dir() -> Path:
     return home_dir() / "patches"
 
 
+def user_ops_dir() -> Path:
+    """Reference modules `onboard` writes (importable by name while user specs load)."""
+    return home_dir() / "ops"
+
+
 def cache_dir() -> Path:
     """Build cache; override with ASTRA_SGLANG_CACHE."""
     root = os.environ.get("ASTRA_SGLANG_CACHE") or os.path.join(

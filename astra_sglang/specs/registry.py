@@ -7,6 +7,7 @@ field (`spec_errors`), and only asking for that op raises it.
 from __future__ import annotations
 
 import functools
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from astra_sglang.errors import AstraError
-from astra_sglang.paths import specs_dir, user_specs_dir
+from astra_sglang.paths import specs_dir, user_ops_dir, user_specs_dir
 from astra_sglang.specs.records import KernelSpec
 
 SHAPE_SETS = ("quick", "paper", "models", "edge", "held_out", "all", "gate")
@@ -105,6 +106,9 @@ def _load(folders: tuple[Path, ...]) -> Registry:
 
 
 def registry() -> Registry:
+    ops = str(user_ops_dir())  # references `onboard` wrote for user specs, imported by module name
+    if ops not in sys.path:
+        sys.path.append(ops)
     return _load(tuple(spec_folders()))
 
 
