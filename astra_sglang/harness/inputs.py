@@ -114,8 +114,8 @@ def _guarded(arg: Argument, dims: tuple[int, ...], dtype: torch.dtype, device) -
 def allocate(spec: KernelSpec, shape: tuple[int, ...], dtype: str, device: torch.device | str,
              guard: bool = True) -> OpArgs:
     """Uninitialized arguments; with `guard`, each tensor inside canary bytes (see `Guarded`)."""
-    scalars = [scalar_value(a) for a in spec.scalar_args]
     dims = spec.dims_of(shape)
+    scalars = [dims[a.dim] if a.dim else scalar_value(a) for a in spec.scalar_args]
     if not guard:
         return OpArgs([torch.empty(spec.arg_shape(a, shape), dtype=_arg_dtype(a, dtype), device=device)
                        for a in spec.tensor_args], scalars, dims=dims)

@@ -86,6 +86,9 @@ class ArgumentBinding:
     def _dims(self, values: list) -> dict | None:
         """Solve the spec's dims from the given tensors (shape expressions are linear: "tokens", "2*d")."""
         dims: dict = {}
+        for i, name in self._scalar_dims:  # group_size = group: the call's value is the dim's
+            if isinstance(values[i], int):
+                dims[name] = values[i]
         pending = []
         for i in self._tidx:
             t = values[i]
@@ -104,8 +107,11 @@ class ArgumentBinding:
             unknown = [d for d in self._uses[i][j] if d not in dims]
             if len(unknown) == 1:
                 x, fn = unknown[0], self._shapes[i][j]
-                b = fn({**dims, x: 0})
-                a = fn({**dims, x: 1}) - b
+                try:
+                    b = fn({**dims, x: 0})
+                    a = fn({**dims, x: 1}) - b
+                except ZeroDivisionError:  # "hidden // group": not solvable for group
+                    continue
                 if a == 0 or (size - b) % a != 0:
                     return None
                 dims[x] = (size - b) // a

@@ -55,15 +55,19 @@ def _signature(fn: Callable) -> inspect.Signature | None:
         return None
 
 
-def _takes_all_positionally(fn: Callable, count: int) -> bool:
-    """flashinfer's merge_state(v_a, s_a, v_b, s_b) returns its outputs instead of writing them; `count` is the
-    number of the spec's arguments that are not keyword-only."""
+def _takes_all_positionally(fn: Callable, count: int, outputs: Sequence[str] = ()) -> bool:
+    """flashinfer's merge_state(v_a, s_a, v_b, s_b) returns its outputs instead of writing them: told by the
+    outputs' names where the signature has names, else by `count`, the spec's arguments not keyword-only."""
     sig = _signature(fn)
     if sig is None:
         return True
     params = sig.parameters.values()
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return True
+    if outputs and all(name in sig.parameters for name in outputs):  # silu_and_mul(input, out=None)
+        return True
+    if outputs and not any(name in sig.parameters for name in outputs):  # SGLang's quant: allocates, returns
+        return False
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= count
 
 
@@ -100,12 +104,13 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         self._pos = [i for i, a in enumerate(args) if not a.keyword]
         self._optional = [i for i, a in enumerate(args) if a.kind == "tensor" and a.optional and a.role != "out"]
         self._signature = _signature(original)
+        self._scalar_dims = [(i, a.dim) for i, a in enumerate(args) if a.dim]
         self.last_miss = ""
         self._uses = [[dim_names(e) for e in a.shape] for a in args]
         # An output shaped and typed like an input (v_merged like v_a) is allocated without solving dims.
         self._like = {i: next((j for j in self._tidx if args[j].role != "out" and args[j].shape == args[i].shape
                                and args[j].dtype == args[i].dtype), None) for i in self._outs}
-        self._orig_takes_all = _takes_all_positionally(original, len(self._pos))
+        self._orig_takes_all = _takes_all_positionally(original, len(self._pos), [args[i].name for i in self._outs])
         self._verdicts: dict[tuple, int] = {}
         self._launch_keyed = getattr(launcher, "launch_keyed", None)  # harness.abi.Launcher; stand-ins lack it
         self._events = None

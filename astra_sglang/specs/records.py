@@ -43,6 +43,9 @@ class Argument(_Record):
     """Default value of a scalar argument (e.g. eps), also what the harness passes."""
     scalar_type: dt.ScalarType = "float"
     """A scalar's Python type in SGLang's call (is_neox: bool, group_size: int); the C ABI gets a double."""
+    dim: str = ""
+    """A scalar whose value is a dim (group_size = the free dim `group`): the harness passes the dim's value, and
+    a patched call with another value is solved with it, so tensors shaped by the dim must agree."""
     keyword: bool = False
     """Keyword-only in SGLang's signature (after `*`): baselines and fallbacks pass it by name."""
     optional: bool = False
@@ -201,6 +204,8 @@ class KernelSpec(_Record):
         if missing:
             raise ValueError(f"tolerance: none for {missing} (an output or in-place argument has that dtype)")
         for i, arg in enumerate(self.arguments):
+            if arg.dim and (arg.kind != "scalar" or arg.dim not in known):
+                raise ValueError(f"arguments.{i}.dim: {arg.dim!r} is not a dim (or the argument not a scalar)")
             if arg.kind == "tensor" and arg.is_index and any(arg.dtype_for(d) not in dt.INTEGERS
                                                              for d in self.dtypes):
                 raise ValueError(f"arguments.{i}.init: {arg.init.kind} draws indices; give {arg.name} an "
