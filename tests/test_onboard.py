@@ -136,7 +136,10 @@ def test_existing_spec_needs_force_and_bad_calls_file_is_named(env):
 
 def test_real_sglang_activation(env):
     """SGLang binds gelu_and_mul only where sgl_kernel / its JIT kernels load (CUDA builds)."""
-    activation = pytest.importorskip("sglang.srt.layers.activation", exc_type=ImportError)
+    try:
+        import sglang.srt.layers.activation as activation
+    except Exception as exc:  # noqa: BLE001 - SGLang's import chain on CPU (torchvision, msgspec, its context)
+        pytest.skip(f"SGLang's activation module does not import here: {exc}")
     if not callable(getattr(activation, "gelu_and_mul", None)):
         pytest.skip("this SGLang build binds no gelu_and_mul (CPU)")
     calls = _write(env / "c.json", [_call(input=((4, 256), "bfloat16"), out=((4, 128), "bfloat16"))])
