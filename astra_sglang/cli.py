@@ -23,13 +23,29 @@ class _Group(click.Group):
             sys.exit(1)
 
 
+def _set_home(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    # An environment variable, not a context object: spawned workers and SGLang's processes see it too.
+    if value:
+        import os
+
+        from astra_sglang.paths import ENV_HOME
+        from astra_sglang.specs.registry import reload
+
+        os.environ[ENV_HOME] = str(Path(value).expanduser().resolve())
+        reload()
+
+
 @click.group(cls=_Group)
 @click.version_option(package_name="astra-sglang")
+@click.option("--home", type=click.Path(file_okay=False), callback=_set_home, expose_value=False, is_eager=True,
+              help="User folder for your own op specs (specs/*.toml) and patches (patches/<op>/) "
+                   "[env ASTRA_SGLANG_HOME; default ~/.astra-sglang].")
 def main() -> None:
     """Make SGLang's GPU kernels faster, and prove it.
 
     \b
     astra-sglang kernels                      # the ops it knows
+    astra-sglang onboard MODULE:FUNC          # write a spec for another SGLang op
     astra-sglang extract fused_add_rmsnorm    # SGLang's kernel as a standalone harness
     astra-sglang bench silu_and_mul           # the shipped kernel vs SGLang's own, checked + timed
     astra-sglang optimize silu_and_mul        # agents (with --llm) or the built-in tuner
@@ -39,24 +55,35 @@ def main() -> None:
 
 
 @main.command()
-def kernels() -> None:
-    """List the kernel specs (extract/*.toml) with their shape counts.
+@click.argument("kernel", required=False)
+def kernels(kernel: str | None) -> None:
+    """List the kernel specs (the package's and the user folder's) with their shape counts; a spec file
+    that does not load is one error line. With KERNEL: that op only (exit 1 if its spec is bad).
 
     \b
     Example:
       astra-sglang kernels
+      astra-sglang kernels rotary_embedding
     """
-    from astra_sglang.specs.registry import all_specs, model_shapes
+    from astra_sglang.specs.registry import get_spec, model_shapes, registry
 
+    reg = registry()
+    specs = [get_spec(kernel)] if kernel else list(reg.specs.values())
     table = Table(title="kernel specs")
     for col in ("kernel", "dims", "dtypes", "paper", "models", "edge", "held out", "SGLang targets"):
         table.add_column(col)
-    for spec in all_specs():
+    for spec in specs:
         table.add_row(spec.name, "x".join(spec.dims), ",".join(spec.dtypes), str(len(spec.shapes.paper)),
                       str(len(model_shapes(spec))), str(len(spec.shapes.edge) + len(spec.edge_cases)),
                       str(len(spec.shapes.held_out)),
                       "\n".join(f"{t.module}:{t.attr}" for t in spec.sglang_targets))
     Console(width=max(Console().width, 160)).print(table)
+    for op, path in sorted(reg.overrides.items()):
+        if not kernel or op == kernel:
+            click.echo(f"note: {op}: the user spec {path} replaces the package's")
+    if not kernel:
+        for line in reg.errors.values():
+            click.echo(f"error: {line}", err=True)
 
 
 @main.command()
@@ -154,6 +181,7 @@ def _register_commands() -> None:
     """The pipeline's other stages live with their packages: extract, optimize, patch/launch/report."""
     from astra_sglang.agents.cli import optimize
     from astra_sglang.extraction.cli import extract
+    from astra_sglang.onboard.cli import onboard
     from astra_sglang.patching.cli import register
     from astra_sglang.profile.cli import profile
     from astra_sglang.serving.ab import ab
@@ -161,6 +189,7 @@ def _register_commands() -> None:
 
     main.add_command(profile)
     main.add_command(extract)
+    main.add_command(onboard)
     main.add_command(optimize)
     main.add_command(tune)
     register(main)

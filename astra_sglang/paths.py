@@ -1,4 +1,5 @@
-"""Where the project's data lives: specs (extract/), templates (harness_templates/), patches/, caches.
+"""Where the project's data lives: specs (extract/), templates (harness_templates/), patches/, caches, and the
+user folder (the user's own specs and patches).
 
 The top-level folders are mapped into the installed package (see pyproject.toml), so they resolve the
 same way from a checkout (`pip install -e .`) and from a wheel.
@@ -10,7 +11,17 @@ from importlib import resources
 from pathlib import Path
 
 
+_CHECKOUT_FOLDERS = {"astra_sglang._extract": "extract", "astra_sglang._templates": "harness_templates",
+                     "astra_sglang._patches": "patches"}
+
+
 def _pkg_dir(name: str) -> Path:
+    # A checkout imported from its own folder (PYTHONPATH) uses its own data, even where another checkout is
+    # installed in editable mode (whose finder maps these package names to that checkout's folders).
+    root = Path(__file__).resolve().parent.parent
+    local = root / _CHECKOUT_FOLDERS.get(name, "-")
+    if local.is_dir() and (root / "pyproject.toml").is_file():
+        return local
     return Path(str(resources.files(name)))
 
 
@@ -29,6 +40,29 @@ def kernels_dir() -> Path:
 
 def patches_dir() -> Path:
     return _pkg_dir("astra_sglang._patches")
+
+
+ENV_HOME = "ASTRA_SGLANG_HOME"
+DEFAULT_HOME = "~/.astra-sglang"
+
+
+def home_dir() -> Path:
+    """The user folder (`--home` or ASTRA_SGLANG_HOME, default ~/.astra-sglang): the user's own op specs
+    (specs/*.toml) and patches (patches/<op>/), never written into the installed package."""
+    return Path(os.path.expanduser(os.environ.get(ENV_HOME) or DEFAULT_HOME))
+
+
+def user_specs_dir() -> Path:
+    return home_dir() / "specs"
+
+
+def user_patches_dir() -> Path:
+    return home_dir() / "patches"
+
+
+def user_ops_dir() -> Path:
+    """Reference modules `onboard` writes (importable by name while user specs load)."""
+    return home_dir() / "ops"
 
 
 def cache_dir() -> Path:

@@ -8,8 +8,20 @@
 #define ASTRA_MAX_DIMS 4
 #define ASTRA_ABI_VERSION 1
 
-// dtype codes: must match astra_sglang/harness/abi.py
-enum AstraDType { ASTRA_FLOAT32 = 0, ASTRA_FLOAT16 = 1, ASTRA_BFLOAT16 = 2 };
+// dtype codes: must match astra_sglang/specs/dtypes.py ABI_CODES (tests/test_abi.py checks both sides)
+enum AstraDType {
+  ASTRA_FLOAT32 = 0,
+  ASTRA_FLOAT16 = 1,
+  ASTRA_BFLOAT16 = 2,
+  ASTRA_INT32 = 3,
+  ASTRA_INT64 = 4,
+  ASTRA_UINT8 = 5,
+  ASTRA_BOOL = 6,
+  ASTRA_FLOAT8_E4M3 = 7,
+  ASTRA_FLOAT8_E5M2 = 8,
+  ASTRA_INT8 = 9,
+  ASTRA_FLOAT64 = 10
+};
 
 // A tensor as the op's spec orders it. Strides are in elements, not bytes.
 typedef struct {

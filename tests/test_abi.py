@@ -52,7 +52,7 @@ def test_descriptors_scalars_and_stream_reach_the_library(recorder):
 
 def test_unsupported_dtype_is_refused_before_the_call(recorder):
     launcher = Launcher(KernelLibrary(recorder), 1, 0)
-    assert launcher([torch.empty(2, dtype=torch.int32)], stream=0) == -1
+    assert launcher([torch.empty(2, dtype=torch.complex64)], stream=0) == -1
 
 
 
@@ -82,6 +82,33 @@ def test_keyed_launch_rebuilds_descriptors_only_when_the_key_changes(recorder):
 
 def test_keyed_launch_refuses_an_unsupported_dtype(recorder):
     launcher = Launcher(KernelLibrary(recorder), 1, 0)
-    t = torch.empty(2, dtype=torch.int32)
+    t = torch.empty(2, dtype=torch.complex64)
     assert launcher.launch_keyed(_key([t]), [t], stream=0) == -1
     assert launcher.launch_keyed(_key([t]), [t], stream=0) == -1  # not cached as described
+
+
+def test_dtype_codes_match_the_header():
+    """One table, both sides: every AstraDType enumerator of astra_abi.h has the code specs/dtypes.py gives it."""
+    import re
+
+    from astra_sglang.harness.abi import DTYPE_CODES
+    from astra_sglang.paths import templates_dir
+    from astra_sglang.specs.dtypes import ABI_CODES, ABI_NAMES
+
+    header = (templates_dir() / "astra_abi.h").read_text()
+    enum = dict((n, int(v)) for n, v in re.findall(r"(ASTRA_[A-Z0-9_]+) = (\d+)", header.split("enum AstraDType")[1]
+                                                     .split("}")[0]))
+    assert enum == {ABI_NAMES[name]: code for name, code in ABI_CODES.items()}
+    assert {str(t).removeprefix("torch."): c for t, c in DTYPE_CODES.items()} == ABI_CODES
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool, torch.float8_e4m3fn,
+                                   torch.float8_e5m2, torch.int8, torch.float64])
+def test_new_dtypes_reach_the_library_with_their_codes(recorder, dtype):
+    from astra_sglang.harness.abi import DTYPE_CODES
+
+    lib = ctypes.CDLL(recorder)
+    t = torch.zeros(3, 5, dtype=dtype)
+    assert Launcher(KernelLibrary(recorder), 1, 0)([t]) == 0
+    seen = (AstraTensor * 8).in_dll(lib, "seen")
+    assert seen[0].dtype == DTYPE_CODES[dtype] and list(seen[0].shape[:2]) == [3, 5]

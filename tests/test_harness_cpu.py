@@ -107,7 +107,7 @@ def test_cli_kernels_lists_every_spec():
 
 @pytest.mark.parametrize("args, message", [
     (["bench", "nope"], "unknown kernel 'nope'"),
-    (["bench", "silu_and_mul", "--dtypes", "int8"], "unknown dtype"),
+    (["bench", "silu_and_mul", "--dtypes", "int3"], "unknown dtype"),
     (["bench", "silu_and_mul", "--shapes", "16x"], "bad shape"),
 ])
 def test_cli_bad_input_is_one_line_and_nonzero(args, message):

@@ -14,7 +14,8 @@ OPS = ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse", 
 
 
 def test_every_op_has_a_spec():
-    assert sorted(s.name for s in all_specs()) == sorted([*OPS, "fused_moe", "decode_attention", "extend_attention"])
+    assert sorted(s.name for s in all_specs()) == sorted([*OPS, "fused_moe", "decode_attention", "extend_attention",
+                                                          "rotary_embedding", "per_token_group_quant_fp8"])
 
 
 def test_unknown_kernel_is_a_clear_error():

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import torch
 
+from astra_sglang.specs.dtypes import ABI_CODES
+
 MAX_DIMS = 4
 ASTRA_OK = 0
 ASTRA_UNSUPPORTED = -1
-DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+DTYPE_CODES = {getattr(torch, name): code for name, code in ABI_CODES.items()}
+"""torch dtype -> AstraDType code of harness_templates/astra_abi.h."""
 
 
 class AstraTensor(ctypes.Structure):

@@ -16,13 +16,14 @@ original op's on the same inputs (the candidate's and the original's Checkers sh
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
 
 from astra_sglang.harness.compare import Verdict, compare
 from astra_sglang.harness.guards import snapshot_inputs, violation
+from astra_sglang.harness import draw
+from astra_sglang.harness.draw import poison
 from astra_sglang.harness.inputs import OpArgs, allocate, fill, poison_all
 from astra_sglang.specs.records import KernelSpec
 
@@ -41,13 +42,10 @@ def perturb(spec: KernelSpec, args: OpArgs, keep: OpArgs, gen: torch.Generator,
         if i in skip:
             continue
         if arg.role == "out":
-            t.fill_(math.nan)
+            poison(t)
             continue
         t.copy_(k)
-        if t.numel():
-            at = tuple(int(torch.randint(n, (1,), generator=gen, device=gen.device)) for n in t.shape)
-            step = float(torch.randn((), generator=gen, device=gen.device).abs()) + 1.0
-            t[at] = t[at].float() + step * arg.init.std
+        draw.perturb(arg, t, gen, args.dims or keep.dims)
 
 
 class Checker:

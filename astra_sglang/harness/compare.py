@@ -2,7 +2,8 @@
 
 `compare` checks every out and in-place argument: unwritten (NaN-poisoned) elements, values beyond the
 spec's tolerance, and the RMS error in units of that tolerance, which `less_precise` sets against the
-original op's on the same inputs.
+original op's on the same inputs. Integer arguments (indices, counts, flags) are compared exactly; fp8 ones
+after upcasting, with their own default tolerance (limits.FP8_TOLERANCE) where the spec gives none.
 """
 from __future__ import annotations
 
@@ -11,9 +12,53 @@ from dataclasses import dataclass
 
 import torch
 
+from astra_sglang.harness.draw import INT_POISON
 from astra_sglang.harness.inputs import OpArgs, checked_args
-from astra_sglang.harness.limits import PRECISION_FLOOR, PRECISION_MIN_ELEMENTS, PRECISION_MULTIPLE
-from astra_sglang.specs.records import KernelSpec
+from astra_sglang.harness.limits import (FP8_TOLERANCE, PRECISION_FLOOR, PRECISION_MIN_ELEMENTS,
+                                         PRECISION_MULTIPLE, PRECISION_MULTIPLE_DEFAULT)
+from astra_sglang.specs import dtypes as dt
+from astra_sglang.specs.records import Argument, KernelSpec, Tolerance
+
+
+def tolerance_of(spec: KernelSpec, arg: Argument, dtype: str) -> Tolerance | None:
+    """The tolerance `arg`'s values are judged by when the op runs over `dtype`; None: compared exactly."""
+    name = arg.dtype_for(dtype)
+    if name in dt.INTEGERS:
+        return None
+    if name in spec.tolerance:
+        return spec.tolerance[name]
+    if name in FP8_TOLERANCE:
+        atol, rtol = FP8_TOLERANCE[name]
+        return Tolerance(atol=atol, rtol=rtol)
+    raise KeyError(f"{spec.name}: no tolerance for {arg.name}'s dtype {name}")
+
+
+def expected_as_stored(out: torch.Tensor, expect: torch.Tensor) -> torch.Tensor:
+    """A true result beyond the output dtype's range can only be stored as ±inf: expect exactly that (fp8
+    e4m3 has no inf; it saturates or gives NaN, and is judged by value)."""
+    if out.dtype in (torch.float8_e4m3fn,):
+        return expect.double()
+    stored = expect.to(out.dtype).double()
+    return torch.where(torch.isinf(stored), stored, expect.double())
+
+
+def mismatch(out: torch.Tensor, expect: torch.Tensor, tol: Tolerance | None) -> torch.Tensor:
+    """Elementwise bool: this element fails (device-side, no sync)."""
+    if tol is None:
+        return out != expect.to(out.dtype)
+    return error_ratio(out, expected_as_stored(out, expect), tol.atol, tol.rtol) > 1.0
+
+
+def _exact(arg: Argument, out: torch.Tensor, expect: torch.Tensor) -> Verdict | None:
+    bad = out != expect.to(out.dtype)
+    count = int(bad.sum())
+    if not count:
+        return None
+    if out.dtype != torch.bool and bool((out[bad] == INT_POISON[out.dtype]).all()):
+        what = "never written" if count == out.numel() else f"{count} elements left unwritten"
+        return Verdict(False, f"{arg.name}: {what}", float("inf"))
+    return Verdict(False, f"{arg.name}: wrong values: {count} of {out.numel()} elements differ (compared "
+                          "exactly)", float("inf"))
 
 
 @dataclass
@@ -51,13 +96,16 @@ def compare(spec: KernelSpec, dtype: str, got: OpArgs, ref: OpArgs, rows: slice 
     result = Verdict(True)
     for index, _role in checked_args(spec):
         arg = spec.tensor_args[index]
-        tol = spec.tolerance[dtype if arg.dtype == "T" else arg.dtype]
+        tol = tolerance_of(spec, arg, dtype)
         out, expect = got.tensors[index], ref.tensors[index]
         if rows is not None:
             out, expect = out[rows], expect[rows]
-        # A true result beyond the output dtype's range can only be stored as ±inf: expect exactly that.
-        stored = expect.to(out.dtype).double()
-        expect = torch.where(torch.isinf(stored), stored, expect.double())
+        if tol is None:
+            wrong = _exact(arg, out, expect)
+            if wrong is not None:
+                return wrong
+            continue
+        expect = expected_as_stored(out, expect)
         nan_out = torch.isnan(out) & ~torch.isnan(expect)
         if bool(nan_out.any()):
             frac = float(nan_out.double().mean())
@@ -79,7 +127,7 @@ def compare(spec: KernelSpec, dtype: str, got: OpArgs, ref: OpArgs, rows: slice 
 def less_precise(dtype: str, candidate_rms: float, original_rms: float, elements: int) -> str:
     """'' when the candidate's RMS error is within PRECISION_MULTIPLE of the original's on the same inputs,
     or when too few elements were compared for the ratio to mean anything (PRECISION_MIN_ELEMENTS)."""
-    limit = PRECISION_MULTIPLE[dtype]
+    limit = PRECISION_MULTIPLE.get(dtype, PRECISION_MULTIPLE_DEFAULT)
     if elements < PRECISION_MIN_ELEMENTS or candidate_rms <= max(limit * original_rms, PRECISION_FLOOR):
         return ""
     return (f"less precise than the original: RMS error {candidate_rms:.3g} vs its {original_rms:.3g} "

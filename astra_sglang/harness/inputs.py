@@ -1,4 +1,5 @@
-"""Fresh random arguments for a spec'd op: inputs drawn anew per trial, outputs poisoned with NaN."""
+"""Fresh random arguments for a spec'd op: inputs drawn anew per trial (by each argument's init kind, see
+draw.py), outputs poisoned with NaN (integers with a sentinel)."""
 from __future__ import annotations
 
 import math
@@ -6,18 +7,19 @@ from dataclasses import dataclass, field
 
 import torch
 
+from astra_sglang.harness import draw
 from astra_sglang.harness.limits import CANARY, GUARD_BYTES
+from astra_sglang.specs import dtypes as dt
 from astra_sglang.specs.records import Argument, EdgeCase, KernelSpec
 
-TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "fp16": "float16", "half": "float16", "f16": "float16",
-                 "bf16": "bfloat16"}
+TORCH_DTYPES = {name: getattr(torch, name) for name in dt.ELEMENT_BYTES}
 
 
 def canonical_dtype(name: str) -> str:
-    name = DTYPE_ALIASES.get(name.strip().lower(), name.strip().lower())
-    if name not in TORCH_DTYPES:
-        raise ValueError(f"unknown dtype {name!r}")
+    """"bf16" -> "bfloat16"; ValueError for a name that is not a dtype an op runs over."""
+    name = dt.canonical(name)
+    if name not in dt.OP_DTYPES:
+        raise ValueError(f"{name!r} is not an op dtype ({', '.join(dt.OP_DTYPES)})")
     return name
 
 
@@ -48,25 +50,40 @@ class OpArgs:
     scalars: list[float]
     guards: list[Guarded | None] = field(default_factory=list)
     """Per tensor, its guarded allocation (empty list: allocated without guards)."""
+    dims: dict[str, int] = field(default_factory=dict)
+    """Every dim's value (free dims included): the bounds of range inits are evaluated over these."""
 
     def clone(self) -> "OpArgs":
-        return OpArgs([t.clone() for t in self.tensors], list(self.scalars))
+        return OpArgs([t.clone() for t in self.tensors], list(self.scalars), dims=self.dims)
 
     def upcast(self) -> "OpArgs":
-        """fp64 copies, for the reference."""
-        return OpArgs([t.double() for t in self.tensors], list(self.scalars))
+        """fp64 copies of floating tensors (fp8 included) for the reference; integers stay as they are."""
+        return OpArgs([t.double() if t.dtype.is_floating_point else t.clone() for t in self.tensors],
+                      list(self.scalars), dims=self.dims)
 
     def call_args(self, spec: KernelSpec) -> list:
         """Positional arguments in the op's full argument order (tensors and scalars interleaved)."""
         tensors, scalars = iter(self.tensors), iter(self.scalars)
         return [next(tensors) if a.kind == "tensor" else next(scalars) for a in spec.arguments]
 
+    def call(self, fn, spec: KernelSpec):
+        """fn called as SGLang calls it: keyword-only arguments by name, the rest positionally."""
+        values = self.call_args(spec)
+        args = [v for a, v in zip(spec.arguments, values) if not a.keyword]
+        return fn(*args, **{a.name: v for a, v in zip(spec.arguments, values) if a.keyword})
+
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors)
 
 
 def _arg_dtype(arg, dtype: str) -> torch.dtype:
-    return TORCH_DTYPES[dtype if arg.dtype == "T" else arg.dtype]
+    return TORCH_DTYPES[arg.dtype_for(dtype)]
+
+
+def scalar_value(arg: Argument):
+    """What the harness passes for a scalar: its default, as SGLang's type."""
+    value = arg.default if arg.default is not None else 0
+    return {"float": float, "int": int, "bool": bool}[arg.scalar_type](value)
 
 
 def _round_up(n: int, to: int) -> int:
@@ -97,12 +114,13 @@ def _guarded(arg: Argument, dims: tuple[int, ...], dtype: torch.dtype, device) -
 def allocate(spec: KernelSpec, shape: tuple[int, ...], dtype: str, device: torch.device | str,
              guard: bool = True) -> OpArgs:
     """Uninitialized arguments; with `guard`, each tensor inside canary bytes (see `Guarded`)."""
-    scalars = [float(a.default if a.default is not None else 0.0) for a in spec.scalar_args]
+    dims = spec.dims_of(shape)
+    scalars = [dims[a.dim] if a.dim else scalar_value(a) for a in spec.scalar_args]
     if not guard:
         return OpArgs([torch.empty(spec.arg_shape(a, shape), dtype=_arg_dtype(a, dtype), device=device)
-                       for a in spec.tensor_args], scalars)
+                       for a in spec.tensor_args], scalars, dims=dims)
     made = [_guarded(a, spec.arg_shape(a, shape), _arg_dtype(a, dtype), device) for a in spec.tensor_args]
-    return OpArgs([t for t, _ in made], scalars, [g for _, g in made])
+    return OpArgs([t for t, _ in made], scalars, [g for _, g in made], dims)
 
 
 def _fill_value(text: str, tensor: torch.Tensor) -> torch.Tensor | float:
@@ -120,16 +138,15 @@ def _rows(tensor: torch.Tensor, rows: str) -> torch.Tensor:
 
 def fill(spec: KernelSpec, args: OpArgs, gen: torch.Generator, edge: EdgeCase | None = None,
          skip: frozenset[int] = frozenset()) -> OpArgs:
-    """Draw fresh inputs in place (same buffers), poison outputs with NaN, then apply an edge case.
-    Tensors whose index is in `skip` are left as they are (shared with other argument sets)."""
+    """Draw fresh inputs in place (same buffers) by each argument's init kind, poison outputs, then apply an
+    edge case. Tensors whose index is in `skip` are left as they are (shared with other argument sets)."""
     for i, (arg, t) in enumerate(zip(spec.tensor_args, args.tensors)):
         if i in skip:
             continue
         if arg.role == "out":
-            t.fill_(math.nan)
+            draw.poison(t)
             continue
-        noise = torch.randn(t.shape, generator=gen, device=t.device, dtype=torch.float32)
-        t.copy_(noise * arg.init.std + arg.init.mean)
+        t.copy_(draw.values(arg, tuple(t.shape), t.dtype, gen, t.device, args.dims))
     if edge is not None:
         by_name = {a.name: t for a, t in zip(spec.tensor_args, args.tensors)}
         for name, text in edge.fill.items():
@@ -142,13 +159,14 @@ def fill(spec: KernelSpec, args: OpArgs, gen: torch.Generator, edge: EdgeCase | 
 def poison_outputs(spec: KernelSpec, args: OpArgs) -> None:
     for arg, t in zip(spec.tensor_args, args.tensors):
         if arg.role == "out":
-            t.fill_(math.nan)
+            draw.poison(t)
 
 
 def poison_all(args: OpArgs) -> None:
-    """Make every buffer of a finished call NaN, so a kernel still reading it later is caught."""
+    """Make every buffer of a finished call NaN (integers: a sentinel), so a kernel still reading it later is
+    caught."""
     for t in args.tensors:
-        t.fill_(math.nan)
+        draw.poison(t)
 
 
 def checked_args(spec: KernelSpec) -> list[tuple[int, str]]:

@@ -6,12 +6,19 @@ what each check catches and what none of them can.
 from __future__ import annotations
 
 # -- precision against the original ------------------------------------------------------------------------
-PRECISION_MULTIPLE = {"bfloat16": 1.5, "float16": 1.5, "float32": 4.0}
+PRECISION_MULTIPLE = {"bfloat16": 1.5, "float16": 1.5, "float32": 4.0, "float8_e4m3fn": 1.5, "float8_e5m2": 1.5}
 """The candidate's RMS error to the fp64 reference, in units of the spec tolerance, may be at most this many
 times the original op's on the same inputs. In 16-bit outputs both errors are dominated by the final
 rounding, so an honest kernel lands near 1.0x; a norm that accumulates in bf16 lands near 2x while still
 inside the absolute tolerance. fp32 outputs carry the summation order's error, which differs between honest
 reductions (warp tree vs sequential), hence the wider multiple."""
+PRECISION_MULTIPLE_DEFAULT = 4.0
+"""Ops whose T is an integer type: their float outputs (if any) carry fp32-like summation noise."""
+FP8_TOLERANCE = {"float8_e4m3fn": (2.0 ** -9, 0.125), "float8_e5m2": (2.0 ** -16, 0.25)}
+"""(atol, rtol) for an fp8 output a spec gives no tolerance for, compared after upcasting to fp64. One unit in
+the last place of e4m3 is at most 2^-3 of the value (3 mantissa bits), of e5m2 2^-2: a kernel that rounds the
+same fp32 value differently (another order of the scale multiply) lands one step away, never more. Near zero
+the steps are the subnormals' (2^-9 for e4m3, 2^-16 for e5m2): atol is one of them."""
 PRECISION_FLOOR = 1e-3
 """Errors below this fraction of the tolerance are equal for the comparison (exact results, fp32 noise)."""
 PRECISION_MIN_ELEMENTS = 1024

@@ -1,31 +1,67 @@
-"""Binding a patched op's call to the spec's arguments: SGLang's positional/keyword call in spec order,
-defaults filled, missing outputs allocated, and the coverage verdict (dims consistent, dtype patched, the
-spec's constraints hold) for a set of tensors. A mixin of PatchedOp, which sets the fields used here."""
+"""Binding a patched op's call to the spec's arguments: SGLang's positional/keyword call in spec order (bound
+by the original's own signature where it has one, so keyword-only and defaulted parameters land where they
+belong), defaults filled, missing outputs allocated, and the coverage verdict (dims consistent, dtype patched,
+the spec's constraints hold) for a set of tensors. A mixin of PatchedOp, which sets the fields used here."""
 from __future__ import annotations
 
 import torch
+
+from astra_sglang.harness.inputs import TORCH_DTYPES
 
 IGNORED_KWARGS = frozenset({"enable_pdl"})
 """Launch hints of sgl_kernel entry points: our kernels decide such things themselves."""
 
 
 class ArgumentBinding:
+    def _miss(self, reason: str) -> None:
+        self.last_miss = reason
+        return None
+
+    def _bind_signature(self, args: tuple, kwargs: dict) -> list | None:
+        """By the original's signature: parameters the spec does not name must hold their default (or None:
+        SGLang's `fused_args=None`) or be a known launch hint; anything else is served by the original."""
+        params = self._signature.parameters
+        if any(k in IGNORED_KWARGS and k not in params for k in kwargs):
+            kwargs = {k: v for k, v in kwargs.items() if k not in IGNORED_KWARGS or k in params}
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            return self._miss(f"call does not fit the original's signature: {exc}")
+        values = [None] * self._n
+        for name, value in bound.arguments.items():
+            i = self._index.get(name)
+            if i is not None:
+                values[i] = value
+                continue
+            param = params[name]
+            extra = value.items() if param.kind is param.VAR_KEYWORD else [(name, value)]
+            for key, val in extra:
+                if key in self._index:
+                    values[self._index[key]] = val
+                elif not (val is None or key in IGNORED_KWARGS or (key in params and val is params[key].default)):
+                    return self._miss(f"argument {key} (not in the spec) given")
+        return values
+
     def _bind(self, args: tuple, kwargs: dict) -> list | None:
-        """The caller's arguments in spec order, defaults filled and missing outputs allocated; None when the
-        call uses something the spec does not describe (extra arguments or unknown keywords)."""
+        """The caller's arguments in spec order, defaults filled and missing outputs allocated; None (reason in
+        `last_miss`) when the call uses something the spec does not describe."""
         n = self._n
         if not kwargs and len(args) == n:
             values = list(args)
+        elif self._signature is not None:
+            values = self._bind_signature(args, kwargs)
+            if values is None:
+                return None
         else:
             if len(args) > n:
-                return None
+                return self._miss("more positional arguments than the spec has")
             values = list(args) + [None] * (n - len(args))
             for key, value in kwargs.items():
                 i = self._index.get(key)
                 if i is None:
                     if key in IGNORED_KWARGS:
                         continue
-                    return None
+                    return self._miss(f"argument {key} (not in the spec) given")
                 values[i] = value
         for i, default in self._defaults:
             if values[i] is None:
@@ -40,15 +76,19 @@ class ArgumentBinding:
                 else:
                     values[i] = self._allocate(values, i)
                     if values[i] is None:
-                        return None
+                        return self._miss("output not allocatable (dims not solvable from the inputs)")
         for i in self._tidx:
             if not isinstance(values[i], torch.Tensor):
-                return None
+                what = "optional tensor" if i in self._optional else "tensor"
+                return self._miss(f"{what} {self.spec.arguments[i].name} not given as a tensor")
         return values
 
     def _dims(self, values: list) -> dict | None:
         """Solve the spec's dims from the given tensors (shape expressions are linear: "tokens", "2*d")."""
         dims: dict = {}
+        for i, name in self._scalar_dims:  # group_size = group: the call's value is the dim's
+            if isinstance(values[i], int):
+                dims[name] = values[i]
         pending = []
         for i in self._tidx:
             t = values[i]
@@ -67,15 +107,18 @@ class ArgumentBinding:
             unknown = [d for d in self._uses[i][j] if d not in dims]
             if len(unknown) == 1:
                 x, fn = unknown[0], self._shapes[i][j]
-                b = fn({**dims, x: 0})
-                a = fn({**dims, x: 1}) - b
+                try:
+                    b = fn({**dims, x: 0})
+                    a = fn({**dims, x: 1}) - b
+                except ZeroDivisionError:  # "hidden // group": not solvable for group
+                    continue
                 if a == 0 or (size - b) % a != 0:
                     return None
                 dims[x] = (size - b) // a
         for d in self.spec.dims:
             if d not in dims:
                 return None
-        return dims
+        return self.spec.with_free_dims(dims)
 
     def _allocate(self, values: list, i: int) -> torch.Tensor | None:
         dims = self._dims(values)
@@ -83,7 +126,7 @@ class ArgumentBinding:
             return None
         arg = self.spec.arguments[i]
         like = values[self._tidx[0]]
-        dtype = torch.float32 if arg.dtype == "float32" else next(
+        dtype = TORCH_DTYPES[arg.dtype] if arg.dtype != "T" else next(
             values[j].dtype for j in self._tidx if self.spec.arguments[j].dtype == "T" and values[j] is not None)
         return torch.empty([fn(dims) for fn in self._shapes[i]], dtype=dtype, device=like.device)
 
@@ -93,15 +136,15 @@ class ArgumentBinding:
         for i, t in zip(self._tidx, tensors):
             values[i] = t
         dims = self._dims(values)
-        if dims is None or not self.spec.supports(tuple(dims[d] for d in self.spec.dims)):
+        if dims is None or not self.spec.supports_dims(dims):
             return False
         t_dtypes = set()
         for i, t in zip(self._tidx, tensors):
             arg = self.spec.arguments[i]
             if tuple(t.shape) != tuple(fn(dims) for fn in self._shapes[i]):
                 return False
-            if arg.dtype == "float32":
-                if t.dtype != torch.float32:
+            if arg.dtype != "T":
+                if t.dtype != TORCH_DTYPES[arg.dtype]:
                     return False
             else:
                 t_dtypes.add(t.dtype)

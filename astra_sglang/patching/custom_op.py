@@ -29,7 +29,7 @@ def schema(spec: KernelSpec) -> str:
     parts, alias = [], iter("abcdefghijklmnopqrstuvwxyz")
     for arg in spec.arguments:
         if arg.kind == "scalar":
-            parts.append(f"float {arg.name}")
+            parts.append(f"{arg.scalar_type} {arg.name}")
         elif arg.role == "in":
             parts.append(f"Tensor {arg.name}")
         else:

@@ -78,6 +78,14 @@ int dtype_code(c10::ScalarType t) {
     case c10::ScalarType::Float: return ASTRA_FLOAT32;
     case c10::ScalarType::Half: return ASTRA_FLOAT16;
     case c10::ScalarType::BFloat16: return ASTRA_BFLOAT16;
+    case c10::ScalarType::Int: return ASTRA_INT32;
+    case c10::ScalarType::Long: return ASTRA_INT64;
+    case c10::ScalarType::Byte: return ASTRA_UINT8;
+    case c10::ScalarType::Bool: return ASTRA_BOOL;
+    case c10::ScalarType::Float8_e4m3fn: return ASTRA_FLOAT8_E4M3;
+    case c10::ScalarType::Float8_e5m2: return ASTRA_FLOAT8_E5M2;
+    case c10::ScalarType::Char: return ASTRA_INT8;
+    case c10::ScalarType::Double: return ASTRA_FLOAT64;
     default: return -1;
   }
 }

@@ -48,14 +48,26 @@ def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
-def _takes_all_positionally(fn: Callable, count: int) -> bool:
-    """flashinfer's merge_state(v_a, s_a, v_b, s_b) returns its outputs instead of writing them."""
+def _signature(fn: Callable) -> inspect.Signature | None:
     try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):  # builtins and torch ops: assume the spec's convention
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins and torch ops: the spec's convention is assumed
+        return None
+
+
+def _takes_all_positionally(fn: Callable, count: int, outputs: Sequence[str] = ()) -> bool:
+    """flashinfer's merge_state(v_a, s_a, v_b, s_b) returns its outputs instead of writing them: told by the
+    outputs' names where the signature has names, else by `count`, the spec's arguments not keyword-only."""
+    sig = _signature(fn)
+    if sig is None:
         return True
+    params = sig.parameters.values()
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return True
+    if outputs and all(name in sig.parameters for name in outputs):  # silu_and_mul(input, out=None)
+        return True
+    if outputs and not any(name in sig.parameters for name in outputs):  # SGLang's quant: allocates, returns
+        return False
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= count
 
 
@@ -80,18 +92,25 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         self._index = {a.name: i for i, a in enumerate(args)}
         self._tidx = [i for i, a in enumerate(args) if a.kind == "tensor"]
         self._sidx = [i for i, a in enumerate(args) if a.kind == "scalar"]
-        self._t_first = next((k for k, i in enumerate(self._tidx) if args[i].dtype != "float32"), 0)  # its dtype is T
+        self._t_first = next((k for k, i in enumerate(self._tidx) if args[i].dtype == "T"), 0)  # its dtype is T
         self._defaults = [(i, a.default) for i, a in enumerate(args) if a.kind == "scalar"]
         self._outs = [i for i, a in enumerate(args) if a.role == "out"]
         self._mutated = [i for i, a in enumerate(args) if a.kind == "tensor" and a.role != "in"]
         self._ins = [i for i, a in enumerate(args) if a.role != "out"]
         self._shapes = [[compile_dim(e) for e in a.shape] for a in args]
-        self._names_in = [[e if isinstance(e, str) and e in spec.dims else None for e in a.shape] for a in args]
+        named = set(spec.all_dim_names)
+        self._names_in = [[e if isinstance(e, str) and e in named else None for e in a.shape] for a in args]
+        self._kw = [i for i, a in enumerate(args) if a.keyword]
+        self._pos = [i for i, a in enumerate(args) if not a.keyword]
+        self._optional = [i for i, a in enumerate(args) if a.kind == "tensor" and a.optional and a.role != "out"]
+        self._signature = _signature(original)
+        self._scalar_dims = [(i, a.dim) for i, a in enumerate(args) if a.dim]
+        self.last_miss = ""
         self._uses = [[dim_names(e) for e in a.shape] for a in args]
         # An output shaped and typed like an input (v_merged like v_a) is allocated without solving dims.
         self._like = {i: next((j for j in self._tidx if args[j].role != "out" and args[j].shape == args[i].shape
                                and args[j].dtype == args[i].dtype), None) for i in self._outs}
-        self._orig_takes_all = _takes_all_positionally(original, self._n)
+        self._orig_takes_all = _takes_all_positionally(original, len(self._pos), [args[i].name for i in self._outs])
         self._verdicts: dict[tuple, int] = {}
         self._launch_keyed = getattr(launcher, "launch_keyed", None)  # harness.abi.Launcher; stand-ins lack it
         self._events = None
@@ -130,11 +149,11 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
                     fast.last_error = 0
             stats.calls += 1
             if not op.active:
-                stats.fallbacks += 1
+                stats.fallback("patch disabled")
                 return original(*args, **kwargs)
             values = op._bind(args, kwargs)
             if values is None:
-                stats.fallbacks += 1
+                stats.fallback(op.last_miss)
                 return original(*args, **kwargs)
             return op._core(values, args, kwargs)
 
@@ -162,7 +181,7 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         op (then the original writes into `values`)."""
         tensors = [values[i] for i in self._tidx]
         if tensors[0].is_cuda is not self._cuda:
-            return self._fallback(values, args, kwargs)
+            return self._fallback(values, args, kwargs, reason="device")
         key = tuple([(t.shape, t.stride(), t.dtype) for t in tensors])  # also the launcher's descriptor key
         verdict = self._verdicts.get(key)
         if verdict is None:
@@ -175,7 +194,8 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
             if self._fast is not None:
                 self._fast.remember(tensors, verdict)
         if verdict != COVERED:
-            return self._fallback(values, args, kwargs, deferred=verdict == DEFERRED)
+            return self._fallback(values, args, kwargs, deferred=verdict == DEFERRED,
+                                  reason="dtype or shape not covered")
         scalars = [values[i] for i in self._sidx]
         if self.verify_rate:
             # A kernel captured into a CUDA graph keeps running after a later mismatch disables the patch,
@@ -183,7 +203,7 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
             # first eager call of every shape is checked (SGLang's warm-up runs precede each capture).
             if _capturing():
                 if key not in self._shadowed:
-                    return self._fallback(values, args, kwargs)
+                    return self._fallback(values, args, kwargs, reason="captured before a shadow check")
             elif key not in self._shadowed or self._random() < self.verify_rate:
                 result = self._shadow(values, tensors, scalars, args, kwargs)
                 if self.active:
@@ -195,7 +215,8 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
             return self._result(values)
         if code != ASTRA_UNSUPPORTED:
             self.disable(f"kernel launch returned cudaError {code}")
-        return self._fallback(values, args, kwargs)
+        return self._fallback(values, args, kwargs, reason="kernel declined (ASTRA_UNSUPPORTED)"
+                              if code == ASTRA_UNSUPPORTED else "kernel launch failed")
 
     def _coverage(self, tensors: list) -> int:
         """COVERED, UNCOVERED (the spec or the patch's dtypes exclude it, or it is larger than any call the
@@ -215,7 +236,7 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         """The custom op's implementation (compiled graphs): same core, results written into `values`."""
         self.stats.calls += 1
         if not self.active:
-            self.stats.fallbacks += 1
+            self.stats.fallback("patch disabled")
             self.call_original_into(values)
             return
         self._core(values, None, None)
@@ -235,11 +256,12 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
             return values[self._outs[0]]
         return tuple(values[i] for i in self._outs)
 
-    def _fallback(self, values: list, args: tuple | None, kwargs: dict | None, deferred: bool = False):
+    def _fallback(self, values: list, args: tuple | None, kwargs: dict | None, deferred: bool = False,
+                  reason: str = "not covered"):
         if deferred:
             self.stats.deferred += 1
         else:
-            self.stats.fallbacks += 1
+            self.stats.fallback(reason)
         if args is not None:
             return self.original(*args, **(kwargs or {}))
         self.call_original_into(values)
@@ -247,9 +269,10 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
 
     def call_original_into(self, values: list) -> None:
         """Run the original so that its results land in `values` (spec convention)."""
+        keywords = {self.spec.arguments[i].name: values[i] for i in self._kw}
         if self._orig_takes_all:
-            self.original(*values)
+            self.original(*[values[i] for i in self._pos], **keywords)
             return
-        result = self.original(*[values[i] for i in self._ins])
+        result = self.original(*[values[i] for i in self._ins if i not in self._kw], **keywords)
         for i, r in zip(self._outs, result if isinstance(result, (tuple, list)) else (result,)):
             values[i].copy_(r)

@@ -8,6 +8,9 @@ import time
 import torch
 
 from astra_sglang.harness.abi import ASTRA_OK, ASTRA_UNSUPPORTED
+from astra_sglang.harness.limits import FP8_TOLERANCE
+from astra_sglang.specs.dtypes import INTEGERS
+from astra_sglang.specs.records import Tolerance
 
 CHUNK = 1 << 22
 """Elements compared at once (fp64: 64 MiB for both operands)."""
@@ -30,7 +33,7 @@ class ShadowCheck:
         if code != ASTRA_OK:
             if code != ASTRA_UNSUPPORTED:
                 self.disable(f"kernel launch returned cudaError {code}")
-            return self._fallback(values, args, kwargs)
+            return self._fallback(values, args, kwargs, reason="kernel declined (ASTRA_UNSUPPORTED)")
         self.stats.kernel_calls += 1
         self.stats.shadow_checks += 1
         self.call_original_into(clones)
@@ -56,7 +59,13 @@ class ShadowCheck:
         is NaN (e.g. sgl-kernel's 0/0 when both LSEs are -inf) the element is not judged: a baseline defect.
         Compared in fp64 chunks of CHUNK elements: whole-tensor fp64 copies of a large activation (8192 x
         28672) would take ~3.8 GB of the serving GPU's memory at the sampled call."""
-        tol = self.spec.tolerance.get(str(ours.dtype).removeprefix("torch."))
+        dtype = str(ours.dtype).removeprefix("torch.")
+        if dtype in INTEGERS:  # indices, counts, flags: exact
+            bad = int((ours != theirs).sum())
+            return f"{name}: {bad} of {ours.numel()} elements differ (compared exactly)" if bad else ""
+        tol = self.spec.tolerance.get(dtype)
+        if tol is None and dtype in FP8_TOLERANCE:
+            tol = Tolerance(atol=FP8_TOLERANCE[dtype][0], rtol=FP8_TOLERANCE[dtype][1])
         if tol is None:
             return f"{name}: dtype {ours.dtype} has no tolerance"
         a_all, b_all = ours.reshape(-1), theirs.reshape(-1)

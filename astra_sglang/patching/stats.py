@@ -40,6 +40,8 @@ class OpRecord(BaseModel):
     kernel_calls: int = 0
     fallbacks: int = 0
     """Calls served by the original: unsupported dtype/shape/device, ABI ASTRA_UNSUPPORTED, or disabled."""
+    fallback_reasons: dict[str, int] = Field(default_factory=dict)
+    """Why, for the Python path's fallbacks: e.g. "argument fused_args (not in the spec) given": 12."""
     deferred: int = 0
     """Calls left to the original on purpose: the manifest's `defer` (SGLang's kernel measured as fast there)."""
     shadow_checks: int = 0
@@ -73,7 +75,7 @@ class OpStats:
     """Live counters of one op in this process."""
 
     __slots__ = ("op", "targets", "calls", "kernel_calls", "fallbacks", "deferred", "shadow_checks",
-                 "shadow_mismatches", "disabled_reason", "patched_us", "original_us", "native")
+                 "shadow_mismatches", "disabled_reason", "patched_us", "original_us", "native", "reasons")
 
     def __init__(self, op: str):
         self.op = op
@@ -81,10 +83,16 @@ class OpStats:
         self.calls = self.kernel_calls = self.fallbacks = self.deferred = 0
         self.shadow_checks = self.shadow_mismatches = 0
         self.disabled_reason = ""
+        self.reasons: dict[str, int] = {}
         self.native: list = []
         """C++ FastOps (patching/fastcall.cpp) serving calls of this op: their counters add to these."""
         self.patched_us: list[float] = []
         self.original_us: list[float] = []
+
+    def fallback(self, reason: str) -> None:
+        """One call served by the original, and why (a handful of distinct reasons per op)."""
+        self.fallbacks += 1
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
 
     def add_timing(self, patched_us: float, original_us: float) -> None:
         if len(self.patched_us) >= MAX_SAMPLES:  # keep the newest half
@@ -104,7 +112,7 @@ class OpStats:
     def record(self) -> OpRecord:
         return OpRecord(op=self.op, targets=list(self.targets), calls=self.total_calls(),
                         kernel_calls=self.total_kernel_calls(),
-                        fallbacks=self.fallbacks, deferred=self.total_deferred(), shadow_checks=self.shadow_checks,
+                        fallbacks=self.fallbacks, fallback_reasons=dict(self.reasons), deferred=self.total_deferred(), shadow_checks=self.shadow_checks,
                         shadow_mismatches=self.shadow_mismatches, disabled=bool(self.disabled_reason),
                         disabled_reason=self.disabled_reason, patched=_summary(self.patched_us),
                         original=_summary(self.original_us))

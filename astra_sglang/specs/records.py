@@ -6,84 +6,82 @@ where its source lives in SGLang / sgl-kernel / flashinfer, and which SGLang sym
 """
 from __future__ import annotations
 
-import ast
 import importlib
 import math
-import operator
 from typing import Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-DType = Literal["float32", "float16", "bfloat16"]
-ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+from astra_sglang.specs import dtypes as dt
+from astra_sglang.specs.exprs import compile_dim, dim_names, eval_dim
+from astra_sglang.specs.init import INDEX_KINDS, Init, Normal, bounds
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
-
-
-def compile_dim(expr: str | int) -> Callable[[dict], int]:
-    """A shape expression ("2*d", "tokens") as nested closures over named dims (integers, + - * // only):
-    parsed once, then evaluated per call without ast (the live patch's hot path), and traceable by dynamo."""
-    if isinstance(expr, int):
-        return lambda dims: expr
-
-    def build(node: ast.AST) -> Callable[[dict], int]:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            value = node.value
-            return lambda dims: value
-        if isinstance(node, ast.Name):
-            name = node.id
-            return lambda dims: dims[name]
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            fn, left, right = _OPS[type(node.op)], build(node.left), build(node.right)
-            return lambda dims: fn(left(dims), right(dims))
-        raise ValueError(f"unsupported shape expression {expr!r}")
-
-    return build(ast.parse(expr, mode="eval").body)
-
-
-def dim_names(expr: str | int) -> list[str]:
-    """The dims a shape expression uses."""
-    if isinstance(expr, int):
-        return []
-    return sorted({n.id for n in ast.walk(ast.parse(expr, mode="eval")) if isinstance(n, ast.Name)})
-
-
-def eval_dim(expr: str | int, dims: dict[str, int]) -> int:
-    """Evaluate a shape expression such as "2*d" or "tokens" over named dims."""
-    return compile_dim(expr)(dims)
+DType = dt.OpDType
+ELEMENT_BYTES = dt.ELEMENT_BYTES
+__all__ = ["Argument", "KernelSpec", "compile_dim", "dim_names", "eval_dim", "DType", "ELEMENT_BYTES"]
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Init(_Record):
-    """How the harness draws fresh random values for an input argument."""
-
-    mean: float = 0.0
-    """Mean of the normal distribution."""
-    std: float = 1.0
-    """Standard deviation of the normal distribution."""
-
-
 class Argument(_Record):
     """One argument of the op, in the order of SGLang's call and of the C ABI."""
 
-    name: str
+    name: str = Field(pattern=r"^[A-Za-z_]\w*$")
     kind: Literal["tensor", "scalar"] = "tensor"
     role: Literal["in", "out", "inplace"] = "in"
     """in: read only; out: fully overwritten (poisoned before each call); inplace: read then overwritten."""
-    dtype: Literal["T", "float32"] = "T"
-    """T = the op's dtype under test; float32 = always fp32 (e.g. log-sum-exp)."""
+    dtype: str = "T"
+    """T = the op's dtype under test; or a fixed dtype (float32, int64, float8_e4m3fn, bool, ...; aliases such as
+    fp32, i64, fp8 accepted) whatever T is: an LSE, positions, indices, quantization scales."""
     shape: list[str | int] = Field(default_factory=list)
-    """Shape as expressions over the spec's dims, e.g. ["tokens", "2*d"]."""
-    init: Init = Init()
-    """Distribution of fresh random values (inputs and in-place arguments)."""
-    default: float | None = None
-    """Default value of a scalar argument (e.g. eps)."""
+    """Shape as expressions over the spec's dims and free dims, e.g. ["tokens", "2*d"]."""
+    init: Init = Normal()
+    """How fresh values are drawn (inputs and in-place arguments): specs/init.py's kinds."""
+    default: float | int | bool | None = None
+    """Default value of a scalar argument (e.g. eps), also what the harness passes."""
+    scalar_type: dt.ScalarType = "float"
+    """A scalar's Python type in SGLang's call (is_neox: bool, group_size: int); the C ABI gets a double."""
+    dim: str = ""
+    """A scalar whose value is a dim (group_size = the free dim `group`): the harness passes the dim's value, and
+    a patched call with another value is solved with it, so tensors shaped by the dim must agree."""
+    keyword: bool = False
+    """Keyword-only in SGLang's signature (after `*`): baselines and fallbacks pass it by name."""
+    optional: bool = False
+    """SGLang's signature gives it a default (None for a tensor): callers may leave it out. The harness always
+    passes it; a patched call that leaves an optional tensor out is served by the original op."""
     strided: bool = False
     """SGLang may hand this tensor in as a view whose rows lie further apart than its width (e.g. a slice of
     a wider buffer): the harness then checks it that way, with the gaps between rows guarded."""
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, value: str) -> str:
+        return value if value == "T" else dt.canonical(value)
+
+    @field_validator("shape")
+    @classmethod
+    def _shape(cls, value: list) -> list:
+        for expr in value:
+            compile_dim(expr)  # ValueError names the expression
+        return value
+
+    @model_validator(mode="after")
+    def _kinds(self) -> "Argument":
+        if self.kind == "scalar" and (self.shape or self.role != "in"):
+            raise ValueError(f"{self.name}: a scalar has no shape and role 'in'")
+        if self.role == "out" and self.init.kind != "normal":
+            raise ValueError(f"{self.name}: an output has no init (it is poisoned before every call)")
+        return self
+
+    def dtype_for(self, dtype: str) -> str:
+        """This argument's dtype name when the op runs over `dtype`."""
+        return dtype if self.dtype == "T" else self.dtype
+
+    @property
+    def is_index(self) -> bool:
+        return self.init.kind in INDEX_KINDS
 
 
 class Tolerance(_Record):
@@ -142,19 +140,27 @@ class SGLangTarget(_Record):
 
 
 class KernelSpec(_Record):
-    name: str
+    name: str = Field(pattern=r"^[A-Za-z_]\w*$")
     summary: str
     dims: list[str]
     """Named dimensions, e.g. ["tokens", "d"]; shapes are tuples in this order."""
+    free_dims: dict[str, str | int] = Field(default_factory=dict)
+    """Dims no shape tuple carries, each a number or an expression over `dims` and the free dims before it
+    (max_pos = 4096, rope_dim = "head_dim", groups = "hidden // 128"). The harness uses the value given here;
+    a patched call takes it from the tensors it is handed where they fix it (cos_sin_cache's rows)."""
     arguments: list[Argument]
-    dtypes: list[DType]
-    tolerance: dict[DType, Tolerance]
-    reference: str
-    """Dotted path "module:function" of the torch reference (computes in fp64, mutates in place)."""
+    dtypes: list[str]
+    """The dtypes T runs over (float32, float16, bfloat16, fp8, ints; aliases accepted)."""
+    tolerance: dict[str, Tolerance] = Field(default_factory=dict)
+    """Per floating dtype of a compared argument; integers are compared exactly and fp8 has a default
+    (harness/limits.py FP8_TOLERANCE)."""
+    reference: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """Dotted path "module:function" of the torch reference (computes in fp64, mutates in place); called
+    with every argument positionally in spec order."""
     shapes: ShapeSets
     edge_cases: list[EdgeCase] = Field(default_factory=list)
     constraints: list[str] = Field(default_factory=list)
-    """Python expressions over dims that every supported shape satisfies (e.g. "d % 8 == 0")."""
+    """Python expressions over dims and free dims that every supported shape satisfies (e.g. "d % 8 == 0")."""
     sources: dict[str, SourceLocation] = Field(default_factory=dict)
     sglang_targets: list[SGLangTarget] = Field(default_factory=list)
     cost: str = ""
@@ -162,15 +168,60 @@ class KernelSpec(_Record):
     are not their tensors' sizes (a fused MoE call reads only the experts its tokens route to) or whose time is
     bound by compute at some shapes; empty: `min_bytes` and no FLOPs (harness/cost.py)."""
 
+    @field_validator("dtypes")
+    @classmethod
+    def _dtypes(cls, value: list[str]) -> list[str]:
+        names = [dt.canonical(v) for v in value]
+        bad = [n for n in names if n not in dt.OP_DTYPES]
+        if bad:
+            raise ValueError(f"{bad} cannot be an op's dtype T (use a fixed argument dtype)")
+        return names
+
+    @field_validator("tolerance", mode="before")
+    @classmethod
+    def _tolerance_keys(cls, value):
+        return {dt.canonical(k): v for k, v in value.items()} if isinstance(value, dict) else value
+
     @model_validator(mode="after")
     def _check(self) -> "KernelSpec":
-        missing = [d for d in self.dtypes if d not in self.tolerance]
-        if missing:
-            raise ValueError(f"{self.name}: no tolerance for {missing}")
         names = [a.name for a in self.arguments]
         if len(set(names)) != len(names):
-            raise ValueError(f"{self.name}: duplicate argument names")
+            raise ValueError(f"duplicate argument names {sorted({n for n in names if names.count(n) > 1})}")
+        known = set(self.dims)
+        for dim, expr in self.free_dims.items():
+            if dim in self.dims:
+                raise ValueError(f"free_dims.{dim}: already a dim of the shape tuple")
+            self._names_known(f"free_dims.{dim}", expr, known)
+            known.add(dim)
+        for i, arg in enumerate(self.arguments):
+            for j, expr in enumerate(arg.shape):
+                self._names_known(f"arguments.{i}.shape.{j}", expr, known)
+            for field, bound in bounds(arg.init).items():
+                if isinstance(bound, str):
+                    self._names_known(f"arguments.{i}.init.{field}", bound, known)
+        needed = {arg.dtype_for(d) for arg in self.tensor_args if arg.role != "in" for d in self.dtypes}
+        missing = sorted(d for d in needed if d in dt.FLOATS and d not in self.tolerance)
+        if missing:
+            raise ValueError(f"tolerance: none for {missing} (an output or in-place argument has that dtype)")
+        for i, arg in enumerate(self.arguments):
+            if arg.dim and (arg.kind != "scalar" or arg.dim not in known):
+                raise ValueError(f"arguments.{i}.dim: {arg.dim!r} is not a dim (or the argument not a scalar)")
+            if arg.kind == "tensor" and arg.is_index and any(arg.dtype_for(d) not in dt.INTEGERS
+                                                             for d in self.dtypes):
+                raise ValueError(f"arguments.{i}.init: {arg.init.kind} draws indices; give {arg.name} an "
+                                 "integer dtype")
         return self
+
+    @staticmethod
+    def _names_known(where: str, expr, known: set[str]) -> None:
+        try:
+            unknown = [n for n in dim_names(expr) if n not in known]
+            compile_dim(expr)
+        except (ValueError, SyntaxError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if unknown:
+            raise ValueError(f"{where}: unknown dim {unknown[0]!r} in {expr!r} (dims and free_dims: "
+                             f"{', '.join(sorted(known))})")
 
     @property
     def tensor_args(self) -> list[Argument]:
@@ -180,31 +231,47 @@ class KernelSpec(_Record):
     def scalar_args(self) -> list[Argument]:
         return [a for a in self.arguments if a.kind == "scalar"]
 
+    @property
+    def all_dim_names(self) -> list[str]:
+        return [*self.dims, *self.free_dims]
+
     def dims_of(self, shape: tuple[int, ...] | list[int]) -> dict[str, int]:
+        """Every dim's value at `shape`: the tuple's dims, then the free dims from their expressions."""
         if len(shape) != len(self.dims):
             raise ValueError(f"{self.name}: shape {tuple(shape)} does not match dims {self.dims}")
-        return dict(zip(self.dims, (int(x) for x in shape)))
+        dims = dict(zip(self.dims, (int(x) for x in shape)))
+        return self.with_free_dims(dims)
+
+    def with_free_dims(self, dims: dict[str, int]) -> dict[str, int]:
+        """`dims` plus every free dim it does not hold yet (evaluated in order)."""
+        out = dict(dims)
+        for name, expr in self.free_dims.items():
+            if name not in out:
+                out[name] = eval_dim(expr, out)
+        return out
 
     def arg_shape(self, arg: Argument, shape: tuple[int, ...]) -> tuple[int, ...]:
         dims = self.dims_of(shape)
         return tuple(eval_dim(e, dims) for e in arg.shape)
 
     def supports(self, shape: tuple[int, ...]) -> bool:
-        dims = self.dims_of(shape)
-        return all(eval(c, {"__builtins__": {}}, dict(dims)) for c in self.constraints)  # noqa: S307 (spec file)
+        return self.supports_dims(self.dims_of(shape))
 
-    def min_bytes(self, shape: tuple[int, ...], dtype: DType) -> int:
+    def supports_dims(self, dims: dict[str, int]) -> bool:
+        return all(eval(c, {"__builtins__": {}, "min": min, "max": max}, dict(dims))  # noqa: S307 (spec file)
+                   for c in self.constraints)
+
+    def min_bytes(self, shape: tuple[int, ...], dtype: str) -> int:
         """Fewest bytes the op must move: inputs read once, outputs written once, in-place both."""
         total = 0
         for arg in self.tensor_args:
-            size = ELEMENT_BYTES[dtype if arg.dtype == "T" else arg.dtype]
+            size = ELEMENT_BYTES[arg.dtype_for(dtype)]
             total += math.prod(self.arg_shape(arg, shape)) * size * (2 if arg.role == "inplace" else 1)
         return total
 
-    def call_bytes(self, shape: tuple[int, ...], dtype: DType) -> int:
+    def call_bytes(self, shape: tuple[int, ...], dtype: str) -> int:
         """Bytes of the tensors one call is handed (each once): what the patch layer sizes a call by."""
-        return sum(math.prod(self.arg_shape(a, shape)) * ELEMENT_BYTES[dtype if a.dtype == "T" else a.dtype]
-                   for a in self.tensor_args)
+        return sum(math.prod(self.arg_shape(a, shape)) * ELEMENT_BYTES[a.dtype_for(dtype)] for a in self.tensor_args)
 
     def reference_fn(self) -> Callable:
         module, _, func = self.reference.partition(":")

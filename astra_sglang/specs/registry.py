@@ -1,14 +1,21 @@
-"""Load kernel specs (extract/<op>.toml) and model configs (extract/models.toml); resolve shape sets."""
+"""Load kernel specs (the package's extract/<op>.toml merged with the user folder's specs/<op>.toml, the user's
+winning) and model configs (extract/models.toml); resolve shape sets.
+
+A spec file that does not load never hides the others: it is kept as one error line naming the file and the
+field (`spec_errors`), and only asking for that op raises it.
+"""
 from __future__ import annotations
 
 import functools
+import sys
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from astra_sglang.errors import AstraError
-from astra_sglang.paths import specs_dir
+from astra_sglang.paths import specs_dir, user_ops_dir, user_specs_dir
 from astra_sglang.specs.records import KernelSpec
 
 SHAPE_SETS = ("quick", "paper", "models", "edge", "held_out", "all", "gate")
@@ -16,6 +23,7 @@ GATE = ("quick", "paper", "models", "edge", "held_out")
 """The acceptance gate a winner must pass before it is written as a patch: every named set, so the largest
 token count of each, 1 token, the widths that are not a multiple of a vector width (edge) and every real
 model's shapes; the patch then serves no call larger than the gate's largest (manifest gate_max_bytes)."""
+NOT_SPECS = frozenset({"models.toml"})
 
 
 class ModelConfig(BaseModel):
@@ -36,29 +44,95 @@ def models() -> tuple[ModelConfig, ...]:
     return tuple(ModelConfig(name=name, **fields) for name, fields in data["models"].items())
 
 
+def spec_error(path: Path, exc: Exception) -> str:
+    """One line: the file, the field path (pydantic's loc) and what is wrong with it."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        msg = first["msg"].removeprefix("Value error, ")
+        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        return f"{path}: {loc + ': ' if loc else ''}{msg}{more}".replace("\n", " ")
+    if isinstance(exc, tomllib.TOMLDecodeError):
+        return f"{path}: not TOML: {exc}".replace("\n", " ")
+    return f"{path}: {exc}".replace("\n", " ")
+
+
+def load_spec_file(path: Path) -> KernelSpec:
+    """One spec file; AstraError with `spec_error`'s line."""
+    try:
+        spec = KernelSpec(**tomllib.loads(path.read_text()))
+    except (ValidationError, tomllib.TOMLDecodeError, ValueError, TypeError, OSError) as exc:
+        raise AstraError(spec_error(path, exc)) from None
+    if spec.name != path.stem:
+        raise AstraError(f"{path}: name: {spec.name!r} differs from the file name {path.stem!r}")
+    return spec
+
+
+@dataclass
+class Registry:
+    specs: dict[str, KernelSpec] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    """op (file stem) -> the one-line error of its spec file."""
+    overrides: dict[str, Path] = field(default_factory=dict)
+    """ops whose package spec a user spec replaces -> the user file."""
+    paths: dict[str, Path] = field(default_factory=dict)
+
+
+def spec_folders() -> list[Path]:
+    """Package specs first, then the user folder's (later wins)."""
+    return [Path(specs_dir()), user_specs_dir()]
+
+
 @functools.cache
-def _load_all() -> dict[str, KernelSpec]:
-    specs = {}
-    for path in sorted(Path(specs_dir()).glob("*.toml")):
-        if path.name == "models.toml":
+def _load(folders: tuple[Path, ...]) -> Registry:
+    reg = Registry()
+    for index, folder in enumerate(folders):
+        if not folder.is_dir():
             continue
-        try:
-            spec = KernelSpec(**tomllib.loads(path.read_text()))
-        except Exception as exc:  # a broken spec file names itself
-            raise AstraError(f"invalid kernel spec {path.name}: {exc}".splitlines()[0]) from exc
-        specs[spec.name] = spec
-    return specs
+        for path in sorted(folder.glob("*.toml")):
+            if path.name in NOT_SPECS:
+                continue
+            op = path.stem
+            if index and (op in reg.specs or op in reg.errors):
+                reg.overrides[op] = path
+            reg.specs.pop(op, None)
+            reg.errors.pop(op, None)
+            try:
+                reg.specs[op] = load_spec_file(path)
+            except AstraError as exc:
+                reg.errors[op] = str(exc)
+            reg.paths[op] = path
+    return reg
+
+
+def registry() -> Registry:
+    ops = str(user_ops_dir())  # references `onboard` wrote for user specs, imported by module name
+    if ops not in sys.path:
+        sys.path.append(ops)
+    return _load(tuple(spec_folders()))
+
+
+def reload() -> None:
+    """Forget loaded specs (after writing one)."""
+    _load.cache_clear()
 
 
 def all_specs() -> list[KernelSpec]:
-    return list(_load_all().values())
+    return list(registry().specs.values())
+
+
+def spec_errors() -> list[str]:
+    return list(registry().errors.values())
 
 
 def get_spec(name: str) -> KernelSpec:
-    specs = _load_all()
-    if name not in specs:
-        raise AstraError(f"unknown kernel {name!r}; known: {', '.join(sorted(specs))}")
-    return specs[name]
+    reg = registry()
+    if name in reg.errors:
+        raise AstraError(reg.errors[name])
+    if name not in reg.specs:
+        raise AstraError(f"unknown kernel {name!r}; known: {', '.join(sorted(reg.specs))}")
+    return reg.specs[name]
+
 
 
 def model_shapes(spec: KernelSpec) -> list[tuple[int, ...]]:

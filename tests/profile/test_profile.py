@@ -65,7 +65,8 @@ def test_steps_phases_and_launches_are_read():
     ("nvjet_sm90_tst_224x64_64x5_2x1_v_bz_TNN", "nvjet_sm90_tst_224x64_64x5_2x1_v_bz_TNN", "library", "GEMM"),
     ("_fwd_grouped_kernel_stage1", "_fwd_grouped_kernel_stage1", "spec", "decode_attention"),
     ("_fwd_kernel_stage2", "_fwd_kernel_stage2", "sglang", "decode attention (Triton)"),
-    ("void (anonymous namespace)::fused_rope_kernel<true, 128l>(p)", "fused_rope_kernel", "sglang", "rotary embedding"),
+    # SGLang's fused rope: an op with a spec (extract/rotary_embedding.toml) since specs describe int64 positions
+    ("void (anonymous namespace)::fused_rope_kernel<true, 128l>(p)", "fused_rope_kernel", "spec", "rotary_embedding"),
     ("void at::native::vectorized_elementwise_kernel<4, F>(int, F)", "vectorized_elementwise_kernel", "other",
      "PyTorch glue"),
 ])
@@ -88,7 +89,7 @@ def test_decode_ranking_with_shapes_bytes_and_headroom():
     assert 0 < norm.pct_roofline < 100 and 0 < norm.gain_pct < 100 * norm.share
     assert all(r.gain_pct is None for r in phase.rows if r.kind != "spec")  # unknown bytes are said, not guessed
     assert {o.op: o.shapes for o in phase.ops} == {"fused_add_rmsnorm": [(64, 4096)], "silu_and_mul": [(64, 14336)],
-                                                   "rmsnorm": [(64, 4096)]}
+                                                   "rmsnorm": [(64, 4096)], "rotary_embedding": [(64, 32, 8, 128)]}
 
 
 def test_prefill_steps_take_their_token_counts():
