@@ -67,6 +67,8 @@ def main(argv: list[str]) -> int:
         lines += kernel_table(tune)
         if not tune.config_file:
             lines += ["", "No config beat SGLang's own pick by the margin: nothing was patched in."]
+    elif patched_json.is_file():
+        lines.append("tuning skipped: the patched run used the configs of an earlier `astra-sglang tune` (PATCHES)")
     else:
         lines.append("no tuning result (tune.json): see the tune stage's log above")
     if base_json.is_file() and patched_json.is_file():
@@ -79,7 +81,7 @@ def main(argv: list[str]) -> int:
             lines.append(f"unpatched {phase.name}: fused_moe_kernel "
                          + (f"{row.per_step_us:.1f} us a step, {100 * row.share:.1f}% of GPU time" if row else "absent"))
     print("\n".join(lines))
-    return 0 if tune_json.is_file() else 1
+    return 0 if tune_json.is_file() or patched_json.is_file() else 1
 
 
 if __name__ == "__main__":

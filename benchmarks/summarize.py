@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,6 +129,37 @@ def summarize_op(op: str, folder: Path, sources: list[Source]) -> OpSummary:
     return out
 
 
+@dataclass
+class Page:
+    """A result that is not a per-shape kernel row (Triton tuning, in-place profiles, serving A/Bs, new families):
+    its own markdown page, listed with its provenance in a results folder's pages.jsonl and embedded here."""
+    page: str
+    title: str
+    date: str
+    gpu: str
+    commit: str
+    command: str
+    text: str = ""
+
+
+def load_pages(results: Path) -> list[Page]:
+    """Every dated folder's pages, newest folder first; headings one level down, relative links made
+    relative to benchmarks/."""
+    pages = []
+    for folder in sorted((p for p in results.iterdir() if (p / "pages.jsonl").is_file()), reverse=True):
+        for row in read_rows(folder / "pages.jsonl"):
+            page = Page(**row)
+            path = folder / page.page
+            base = path.parent.relative_to(results.parent)
+            lines = path.read_text().splitlines()
+            if lines and lines[0].startswith("# "):
+                lines = lines[1:]  # the page's own title: the pages.jsonl title stands for it
+            text = "\n".join("#" + line if line.startswith("#") else line for line in lines).strip()
+            page.text = re.sub(r"\]\((?!https?:|/)([^)]+)\)", lambda m: f"]({base}/{m[1]})", text)
+            pages.append(page)
+    return pages
+
+
 def newest_folder() -> Path:
     folders = sorted(p for p in (ROOT / "benchmarks" / "results").iterdir() if (p / "sources.jsonl").is_file())
     if not folders:
@@ -159,6 +191,7 @@ def render(template: str, folder: Path, ops: list[OpSummary], sources: list[Sour
     commits = list(dict.fromkeys(s.commit for s in sources))
     return env.get_template(template).render(ops=ops, sources=sources, folder=folder_name, dtype=DTYPE,
                                              dates=dates, gpus=gpus, commits=commits, tokens=DECODE_TOKENS,
+                                             pages=[] if readme else load_pages(ROOT / "benchmarks" / "results"),
                                              with_models=not readme and any(o.models for o in ops))
 
 
