@@ -22,7 +22,8 @@ from astra_sglang.patching.store import PatchStore
 from astra_sglang.patching.targets import static_check
 
 PATCHES_OPTION = click.option("--patches", "patches", type=click.Path(file_okay=False, path_type=Path),
-                              default=None, help="Patch folder (default: $ASTRA_SGLANG_PATCHES, else the shipped patches/).")
+                              default=None, help="Patch folder, exactly (default: $ASTRA_SGLANG_PATCHES, else the shipped patches/ with "
+                              "HOME/patches over them).")
 
 
 def _errors(fn):
@@ -59,7 +60,8 @@ def patch_group():
 @_errors
 def list_cmd(patches):
     """List patches: op, enabled, provenance, dtypes, measured speedup, where SGLang's original is kept
-    (calls of at least that many bytes run the original, measured as fast there), SGLang targets.
+    (calls of at least that many bytes run the original, measured as fast there), SGLang targets, and where
+    the patch comes from (shipped, user = HOME/patches, or its folder; "over" names the one it replaces).
 
     \b
     Example:
@@ -71,13 +73,14 @@ def list_cmd(patches):
         speed, defer = e.speedup_geomean(), e.manifest.defer
         method = e.manifest.provenance.method + {"triton-config": " (configs)", "triton-launch": " (launch configs)"}.get(
             e.manifest.kind, "")
+        source = f"{e.origin} (over {e.shadows})" if e.shadows else e.origin
         rows.append([e.op, "yes" if e.enabled else "no", method, ",".join(e.manifest.dtypes),
                      f"{speed:.2f}x" if speed else "-", f">= {defer.min_bytes / 1e6:g} MB" if defer else "-",
-                     e.manifest.sglang_versions, " ".join(map(str, e.targets))])
+                     e.manifest.sglang_versions, " ".join(map(str, e.targets)), source])
     if not rows:
-        click.echo(f"no patches in {store.root}")
+        click.echo(f"no patches in {store.describe()}")
         return
-    click.echo(_table(rows, ["op", "enabled", "method", "dtypes", "speedup", "original kept", "sglang", "targets"]))
+    click.echo(_table(rows, ["op", "enabled", "method", "dtypes", "speedup", "original kept", "sglang", "targets", "from"]))
 
 
 def _set(patches, op, enabled):
@@ -218,7 +221,7 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
     store = PatchStore(patches)
     entries = store.enabled()
     if not entries:
-        raise AstraError(f"no enabled patches in {store.root}: nothing to launch with")
+        raise AstraError(f"no enabled patches in {store.describe()}: nothing to launch with")
     modules = set()
     installed = installed_sglang_version()
     for entry in entries:
@@ -244,7 +247,8 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
     elif mechanism == "plugin" and not hook.plugin_available():
         raise AstraError("the plugin mechanism needs sglang>=0.5.17 and astra-sglang's sglang.srt.plugins entry point")
     stats_dir = stats_dir or Path("astra-stats") / time.strftime("%Y%m%d-%H%M%S")
-    config = RuntimeConfig(store.root.resolve(), verify_rate, stats_dir.resolve(), mechanism)
+    roots = tuple(r.resolve() for r in store.roots)
+    config = RuntimeConfig(roots if len(roots) > 1 else roots[0], verify_rate, stats_dir.resolve(), mechanism)
     env = dict(os.environ, **config.to_env())
     env[ENV_MECHANISM] = mechanism
     env[ENV_TARGET_MODULES] = ",".join(sorted(modules))
