@@ -11,6 +11,21 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _user_folder(tmp_path_factory):
+    """A user folder of the test run's own: commands that default to HOME (patches, specs) never read or
+    write the real ~/.astra-sglang. A test wanting its own sets ASTRA_SGLANG_HOME itself."""
+    import os
+
+    old = os.environ.get("ASTRA_SGLANG_HOME")
+    os.environ["ASTRA_SGLANG_HOME"] = str(tmp_path_factory.mktemp("astra-home"))
+    yield
+    if old is None:
+        os.environ.pop("ASTRA_SGLANG_HOME", None)
+    else:
+        os.environ["ASTRA_SGLANG_HOME"] = old
+
+
 @pytest.fixture
 def bench_script():
     """bench_script("summarize") or bench_script("sass_diff"): the module, freshly executed."""

@@ -143,8 +143,8 @@ def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, po
               "a path; default: where installed) with knobs derived from its launch path (docs/harness.md). Also the "
               "default where the op has no knobbed kernel of ours.")
 @click.option("--compile-only", is_flag=True, help="Build candidates only (machines without a GPU).")
-@click.option("--patches-dir", type=click.Path(file_okay=False), help="Also write each winner there "
-              "(e.g. patches/); it is always written to RUN_DIR/patch/.")
+@click.option("--patches-dir", type=click.Path(file_okay=False), help="Also write each winner there (default: "
+              "HOME/patches, which `launch` loads over the shipped set); it is always written to RUN_DIR/patch/.")
 def optimize(kernels, every, profile, start, rounds, population, plans, repairs, gpus, ray, llm, base_url, api_key,
              api, out, resume_dir, single_agent, budget_usd, max_tokens, shapes, baseline, force_tuner, extracted,
              compile_only, patches_dir):
@@ -169,7 +169,12 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
       astra-sglang optimize rmsnorm --tuner --from-extracted=flashinfer   # no hand-written kernel needed
     """
     from astra_sglang.agents.job import print_table, run_job
+    from astra_sglang.paths import user_patches_dir
     from astra_sglang.search.ops import resolve_ops
+
+    # never into the installed package: the user folder, whose patches `launch` loads over the shipped ones
+    over_shipped = not patches_dir
+    patches_dir = patches_dir or str(user_patches_dir())
 
     llm_config = LLMConfig(model=llm or "o4-mini", base_url=base_url, api_key=api_key, budget_usd=budget_usd,
                            max_tokens=max_tokens, api=api)
@@ -193,7 +198,8 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
     pool = make_pool(ray, gpus)
     try:
         if resume_dir and not ops:
-            _summary(_resume(Path(resume_dir), pool, llm_config, rounds, click.echo), patches_dir)
+            _summary(_resume(Path(resume_dir), pool, llm_config, rounds, click.echo), patches_dir,
+                     over_shipped=over_shipped)
             return
         stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"
         root = Path(out or resume_dir or Path("runs") / (f"{ops[0]}-{stamp}" if len(ops) == 1 else f"job-{stamp}"))
@@ -205,7 +211,7 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
                 outcome = _llm_run(op, run_dir, pool, llm_config, config, echo)
             else:
                 outcome = _tuner_run(op, run_dir, pool, config, echo)
-            _summary(outcome, patches_dir, echo)
+            _summary(outcome, patches_dir, echo, over_shipped)
             return outcome
 
         if len(ops) == 1 and not resume_dir:
@@ -294,7 +300,7 @@ def _profiler(spec: KernelSpec, compile_only: bool):
     return NcuProfiler(spec.name) if not compile_only and NcuProfiler.available() else None
 
 
-def _summary(outcome: RunOutcome, patches_dir: str | None, echo=click.echo) -> None:
+def _summary(outcome: RunOutcome, patches_dir: str | None, echo=click.echo, over_shipped: bool = False) -> None:
     from astra_sglang.agents.winner import existing_is_better, write_patch
     from astra_sglang.specs.registry import get_spec
 
@@ -310,5 +316,8 @@ def _summary(outcome: RunOutcome, patches_dir: str | None, echo=click.echo) -> N
     echo(f"winner: {winner.candidate or f'round {winner.round}'} ({winner.method}), geomean {winner.speedup:.3f}x "
          f"({winner.source})")
     if patches_dir:
-        kept = existing_is_better(winner, patches_dir)
+        # written to the user folder by default, a patch would replace the shipped one in `launch`: the
+        # shipped patch must not be better either
+        shipped = [shipped_patches_dir()] if over_shipped else []
+        kept = next(filter(None, (existing_is_better(winner, d) for d in [*shipped, patches_dir])), None)
         echo(kept or f"patch written to {write_patch(winner, patches_dir, get_spec(winner.kernel))}")

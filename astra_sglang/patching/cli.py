@@ -22,7 +22,8 @@ from astra_sglang.patching.store import PatchStore
 from astra_sglang.patching.targets import static_check
 
 PATCHES_OPTION = click.option("--patches", "patches", type=click.Path(file_okay=False, path_type=Path),
-                              default=None, help="Patch folder (default: $ASTRA_SGLANG_PATCHES, else the shipped patches/).")
+                              default=None, help="Patch folder, exactly (default: $ASTRA_SGLANG_PATCHES, else the shipped patches/ with "
+                              "HOME/patches over them).")
 
 
 def _errors(fn):
@@ -59,7 +60,8 @@ def patch_group():
 @_errors
 def list_cmd(patches):
     """List patches: op, enabled, provenance, dtypes, measured speedup, where SGLang's original is kept
-    (calls of at least that many bytes run the original, measured as fast there), SGLang targets.
+    (calls of at least that many bytes run the original, measured as fast there), SGLang targets, and where
+    the patch comes from (shipped, user = HOME/patches, or its folder; "over" names the one it replaces).
 
     \b
     Example:
@@ -71,13 +73,14 @@ def list_cmd(patches):
         speed, defer = e.speedup_geomean(), e.manifest.defer
         method = e.manifest.provenance.method + {"triton-config": " (configs)", "triton-launch": " (launch configs)"}.get(
             e.manifest.kind, "")
+        source = f"{e.origin} (over {e.shadows})" if e.shadows else e.origin
         rows.append([e.op, "yes" if e.enabled else "no", method, ",".join(e.manifest.dtypes),
                      f"{speed:.2f}x" if speed else "-", f">= {defer.min_bytes / 1e6:g} MB" if defer else "-",
-                     e.manifest.sglang_versions, " ".join(map(str, e.targets))])
+                     e.manifest.sglang_versions, " ".join(map(str, e.targets)), source])
     if not rows:
-        click.echo(f"no patches in {store.root}")
+        click.echo(f"no patches in {store.describe()}")
         return
-    click.echo(_table(rows, ["op", "enabled", "method", "dtypes", "speedup", "original kept", "sglang", "targets"]))
+    click.echo(_table(rows, ["op", "enabled", "method", "dtypes", "speedup", "original kept", "sglang", "targets", "from"]))
 
 
 def _set(patches, op, enabled):
@@ -210,16 +213,25 @@ def installed_sglang_version() -> str | None:
 
 
 def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Path | None = None,
-                   mechanism: str = "auto", no_build: bool = False, server_args=(), warn=lambda msg: None):
+                   mechanism: str = "auto", no_build: bool = False, server_args=(), warn=lambda msg: None,
+                   record: str | None = None, record_out: Path | None = None):
     """(env, argv, summary line) of `python -m sglang.launch_server SERVER_ARGS` with the enabled patches in
-    every SGLang process: what `launch` execs, and what `ab` starts as its patched arm. Raises AstraError."""
+    every SGLang process: what `launch` execs, and what `ab` starts as its patched arm. `record`: the
+    MODULE:FUNC names whose calls every process records (default file: STATS_DIR/calls.json). Raises AstraError."""
+    from astra_sglang.patching.recorder import Recording, parse_targets
     from astra_sglang.patching.runtime import ENV_MECHANISM, ENV_TARGET_MODULES, RuntimeConfig
 
     store = PatchStore(patches)
     entries = store.enabled()
-    if not entries:
-        raise AstraError(f"no enabled patches in {store.root}: nothing to launch with")
+    if not entries and not record:
+        raise AstraError(f"no enabled patches in {store.describe()}: nothing to launch with")
     modules = set()
+    recorded = parse_targets(record) if record else []
+    for target in recorded:  # a name that is not there would record nothing, silently
+        check = static_check(target)
+        if check.status != "ok":
+            raise AstraError(f"--record-calls {target}: {check.detail}")
+        modules.add(target.module)
     installed = installed_sglang_version()
     for entry in entries:
         if installed and not SpecifierSet(entry.manifest.sglang_versions).contains(installed, prereleases=True):
@@ -244,10 +256,14 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
     elif mechanism == "plugin" and not hook.plugin_available():
         raise AstraError("the plugin mechanism needs sglang>=0.5.17 and astra-sglang's sglang.srt.plugins entry point")
     stats_dir = stats_dir or Path("astra-stats") / time.strftime("%Y%m%d-%H%M%S")
-    config = RuntimeConfig(store.root.resolve(), verify_rate, stats_dir.resolve(), mechanism)
+    roots = tuple(r.resolve() for r in store.roots)
+    config = RuntimeConfig(roots if len(roots) > 1 else roots[0], verify_rate, stats_dir.resolve(), mechanism)
     env = dict(os.environ, **config.to_env())
     env[ENV_MECHANISM] = mechanism
     env[ENV_TARGET_MODULES] = ",".join(sorted(modules))
+    recording = Recording(recorded, (record_out or config.stats_dir / "calls.json").resolve()) if recorded else None
+    if recording:
+        env.update(recording.to_env())
     configs = [e for e in entries if e.manifest.kind == "triton-config"]
     if configs:  # SGLang reads its Triton configs from a folder holding its own files and the patches' over them
         from astra_sglang.patching.triton_config import ENV, base_dir, build_config_dir
@@ -263,6 +279,9 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
     command = [sys.executable, "-m", "sglang.launch_server", *server_args]
     summary = (f"astra-sglang: {len(entries)} patch(es) [{', '.join(e.op for e in entries)}] via {mechanism}; "
                f"stats in {config.stats_dir}")
+    if recording:
+        summary += "\nastra-sglang: recording calls of " + ", ".join(
+            f"{t} into {r.path}" for t, r in recording.recorders.items())
     return env, command, summary
 
 
@@ -276,18 +295,26 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
               help="How patches reach SGLang's spawned processes.")
 @click.option("--no-build", is_flag=True, help="Skip pre-building the kernels (workers build on first use).")
 @click.option("--dry-run", is_flag=True, help="Print the environment and command instead of running them.")
+@click.option("--record-calls", "record", metavar="MODULE:FUNC[,...]",
+              help="Record each distinct call (argument shapes, dtypes, scalars) of these functions in every SGLang "
+              "process, as `onboard --shapes` reads them.")
+@click.option("--record-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The recorded calls' JSON file (default STATS_DIR/calls.json); several functions: one file "
+              "each, named FILE-STEM.FUNC.json.")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
-def launch_cmd(patches, verify_rate, stats_dir, mechanism, no_build, dry_run, server_args):
+def launch_cmd(patches, verify_rate, stats_dir, mechanism, no_build, dry_run, record, record_out, server_args):
     """Start `python -m sglang.launch_server` with the enabled patches in every SGLang process.
 
     \b
     Examples:
       astra-sglang launch -- --model-path ./llama-8b --load-format dummy
       astra-sglang launch --verify-rate 0.01 --mechanism import-hook -- --model-path M
+      astra-sglang launch --record-calls sglang.srt.layers.activation:gelu_and_mul -- --model-path M
     """
     env, command, summary = patched_server(patches, verify_rate, stats_dir, mechanism, no_build, server_args,
-                                           warn=lambda msg: click.echo(f"warning: {msg}", err=True))
+                                           warn=lambda msg: click.echo(f"warning: {msg}", err=True),
+                                           record=record, record_out=record_out)
     click.echo(summary)
     if dry_run:
         for key in sorted(k for k in env if k.startswith(("ASTRA_SGLANG_", "SGLANG_PLUGINS", "PYTHONPATH",

@@ -63,11 +63,14 @@ class AstraFinder(importlib.abc.MetaPathFinder):
             self._busy.discard(fullname)
 
     def patch(self, module: str) -> None:
-        from astra_sglang.patching import runtime
+        from astra_sglang.patching import recorder, runtime
 
         config = runtime.RuntimeConfig.from_env()
         if config is not None:
             runtime.ensure(config).patch_module(module)
+        recording = recorder.ensure_from_env()  # after the patches: a recorded function sees the calls first
+        if recording is not None:
+            recording.patch_module(module)
 
 
 def install_import_hook(modules: set[str]) -> AstraFinder:
@@ -92,7 +95,11 @@ def install_import_hook_from_env() -> AstraFinder | None:
     listed = os.environ.get(runtime.ENV_TARGET_MODULES, "")
     modules = {m for m in listed.split(",") if m}
     if not modules:  # not precomputed by `launch`: read the patch set (imports pydantic)
-        modules = runtime.Runtime(runtime.RuntimeConfig.from_env()).target_modules()
+        from astra_sglang.patching import recorder
+
+        recording = recorder.ensure_from_env()
+        modules = runtime.Runtime(runtime.RuntimeConfig.from_env()).target_modules() | (
+            recording.modules if recording else set())
     return install_import_hook(modules)
 
 
@@ -159,13 +166,16 @@ def sglang_plugin() -> None:
     target must never become a silently unpatched server.
     """
     from astra_sglang.errors import AstraError
-    from astra_sglang.patching import runtime
+    from astra_sglang.patching import recorder, runtime
 
     try:
         config = runtime.RuntimeConfig.from_env()
         if config is None or config.mechanism != "plugin":
             return
         register_hooks(runtime.ensure(config))
+        recording = recorder.ensure_from_env()
+        if recording is not None:
+            recording.register_hooks()
     except AstraError as exc:
         raise SystemExit(f"astra-sglang: {exc}") from exc
 

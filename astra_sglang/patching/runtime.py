@@ -30,7 +30,8 @@ LauncherFactory = Callable[[PatchEntry, PatchStore], Callable]
 
 @dataclass(frozen=True)
 class RuntimeConfig:
-    patches: Path
+    patches: Path | tuple[Path, ...]
+    """One patch folder, or several (the later winning: the shipped set, then the user's)."""
     verify_rate: float = 0.0
     stats_dir: Path | None = None
     mechanism: str = "direct"
@@ -44,11 +45,13 @@ class RuntimeConfig:
             rate = float(env.get(ENV_VERIFY_RATE) or 0.0)
         except ValueError:
             raise AstraError(f"{ENV_VERIFY_RATE} must be a number in [0, 1]") from None
-        return cls(Path(env[ENV_PATCHES]), rate, Path(env[ENV_STATS_DIR]) if env.get(ENV_STATS_DIR) else None,
+        roots = tuple(Path(p) for p in env[ENV_PATCHES].split(os.pathsep) if p)
+        return cls(roots[0] if len(roots) == 1 else roots, rate, Path(env[ENV_STATS_DIR]) if env.get(ENV_STATS_DIR) else None,
                    env.get(ENV_MECHANISM) or "direct")
 
     def to_env(self) -> dict[str, str]:
-        env = {ENV_PATCHES: str(self.patches), ENV_VERIFY_RATE: repr(self.verify_rate), ENV_MECHANISM: self.mechanism}
+        roots = self.patches if isinstance(self.patches, tuple) else (self.patches,)
+        env = {ENV_PATCHES: os.pathsep.join(map(str, roots)), ENV_VERIFY_RATE: repr(self.verify_rate), ENV_MECHANISM: self.mechanism}
         if self.stats_dir:
             env[ENV_STATS_DIR] = str(self.stats_dir)
         return env
@@ -77,7 +80,7 @@ class Runtime:
         if not 0.0 <= config.verify_rate <= 1.0:
             raise AstraError(f"verify rate must be in [0, 1], got {config.verify_rate}")
         self.config = config
-        self.store = store or PatchStore(config.patches)
+        self.store = store or PatchStore(list(config.patches) if isinstance(config.patches, tuple) else config.patches)
         self.entries = self.store.enabled()
         self.stats = StatsWriter(config.stats_dir, config.mechanism)
         self.ops: dict[tuple[str, int], object] = {}
@@ -172,7 +175,7 @@ def install(patch_dir: str | Path | None = None, verify_rate: float = 0.0, stats
             *, mechanism: str = "direct") -> Runtime:
     """Patch this process now: every enabled patch's targets must resolve (AstraError otherwise)."""
     store = PatchStore(patch_dir)
-    runtime = ensure(RuntimeConfig(store.root, verify_rate, Path(stats_dir) if stats_dir else None, mechanism))
+    runtime = ensure(RuntimeConfig(tuple(store.roots) if len(store.roots) > 1 else store.root, verify_rate, Path(stats_dir) if stats_dir else None, mechanism))
     runtime.install_all()
     return runtime
 

@@ -1,19 +1,21 @@
 """The patch set on disk: `<root>/<op>/{manifest.json, kernel.cu}`; list, enable/disable, build.
 
-The root is the package's shipped `patches/` unless a folder is given (`--patches DIR` or the
-ASTRA_SGLANG_PATCHES environment variable, which is also how spawned SGLang workers find it).
+By default the set is the package's shipped `patches/` with the user folder's `patches/` over it (a user
+patch of the same op wins). A folder given (`--patches DIR` or ASTRA_SGLANG_PATCHES) is exactly that one
+folder. ASTRA_SGLANG_PATCHES may also join several roots with os.pathsep, the later winning: that is how
+`launch` hands the resolved set to the SGLang processes it spawns.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.manifest import MANIFEST, PatchManifest
 from astra_sglang.patching.targets import Target
-from astra_sglang.paths import patches_dir
+from astra_sglang.paths import patches_dir, user_patches_dir
 from astra_sglang.specs.records import KernelSpec
 from astra_sglang.specs.registry import get_spec
 
@@ -29,6 +31,10 @@ class PatchEntry:
     folder: Path
     manifest: PatchManifest
     spec: KernelSpec
+    origin: str = ""
+    """Where the patch comes from: "shipped", "user" (HOME/patches) or its root folder."""
+    shadows: str = ""
+    """The origin of a patch of the same op that this one replaces, if any."""
 
     @property
     def enabled(self) -> bool:
@@ -55,34 +61,78 @@ class PatchEntry:
 
 
 def default_root() -> Path:
-    return Path(os.environ.get(ENV_PATCHES) or patches_dir())
+    """The one folder a single-patch lookup starts from: the first of $ASTRA_SGLANG_PATCHES, else the shipped set."""
+    env = [p for p in os.environ.get(ENV_PATCHES, "").split(os.pathsep) if p]
+    return Path(env[0]) if env else patches_dir()
+
+
+def default_roots() -> list[Path]:
+    """$ASTRA_SGLANG_PATCHES (its folders, the later winning), else the shipped patches/ and, where it exists,
+    the user folder's patches/ over them."""
+    env = [Path(p) for p in os.environ.get(ENV_PATCHES, "").split(os.pathsep) if p]
+    if env:
+        return env
+    user = user_patches_dir()
+    return [patches_dir(), user] if user.is_dir() else [patches_dir()]
+
+
+def origin_of(root: Path) -> str:
+    resolved = root.resolve()
+    if resolved == patches_dir().resolve():
+        return "shipped"
+    if resolved == user_patches_dir().resolve():
+        return "user"
+    return str(root)
 
 
 class PatchStore:
-    def __init__(self, root: str | Path | None = None, builder: Builder | None = None):
-        self.root = Path(root) if root else default_root()
+    def __init__(self, root: str | Path | Sequence[str | Path] | None = None, builder: Builder | None = None):
+        if root is None or (isinstance(root, (list, tuple)) and not root):
+            self.roots = default_roots()
+        elif isinstance(root, (list, tuple)):
+            self.roots = [Path(r) for r in root]
+        else:
+            self.roots = [Path(root)]
         self._builder = builder
 
+    @property
+    def root(self) -> Path:
+        """The winning root (the user folder's by default)."""
+        return self.roots[-1]
+
+    def describe(self) -> str:
+        return " + ".join(str(r) for r in self.roots)
+
     def entries(self) -> list[PatchEntry]:
-        if not self.root.is_dir():
-            raise AstraError(f"patch folder not found: {self.root}")
-        return [self._load(p.parent) for p in sorted(self.root.glob(f"*/{MANIFEST}"))]
+        missing = [r for r in self.roots if not r.is_dir()]
+        if missing:
+            raise AstraError(f"patch folder not found: {missing[0]}")
+        found: dict[str, PatchEntry] = {}
+        for root in self.roots:
+            for manifest in sorted(root.glob(f"*/{MANIFEST}")):
+                entry = self._load(manifest.parent, origin_of(root))
+                below = found.get(entry.op)
+                found[entry.op] = replace(entry, shadows=below.origin) if below else entry
+        return [found[op] for op in sorted(found)]
 
     def enabled(self) -> list[PatchEntry]:
         return [e for e in self.entries() if e.enabled]
 
     def get(self, op: str) -> PatchEntry:
-        folder = self.root / op
-        if not (folder / MANIFEST).is_file():
+        """The winning patch of `op` (the last root that has it)."""
+        holders = [r for r in self.roots if (r / op / MANIFEST).is_file()]
+        if not holders:
             known = ", ".join(e.op for e in self.entries()) or "none"
-            raise AstraError(f"no patch {op!r} in {self.root} (patches: {known})")
-        return self._load(folder)
+            raise AstraError(f"no patch {op!r} in {self.describe()} (patches: {known})")
+        entry = self._load(holders[-1] / op, origin_of(holders[-1]))
+        return replace(entry, shadows=origin_of(holders[-2])) if len(holders) > 1 else entry
 
     def set_enabled(self, op: str, enabled: bool) -> PatchEntry:
+        """Edits the winning patch's manifest: the one a server would load."""
         entry = self.get(op)
         manifest = entry.manifest.model_copy(update={"enabled": enabled})
         manifest.save(entry.folder)
-        return PatchEntry(entry.op, entry.folder, manifest, entry.spec)
+        return replace(entry, manifest=manifest)
 
     def build(self, entry: PatchEntry, arch: str | None = None) -> Path:
         """The kernel library for `entry` (cached by the builder); AstraError with the log tail on failure."""
@@ -97,7 +147,7 @@ class PatchStore:
             raise AstraError(f"patch {entry.op}: kernel build failed: {tail[0]}")
         return Path(info.library)
 
-    def _load(self, folder: Path) -> PatchEntry:
+    def _load(self, folder: Path, origin: str = "") -> PatchEntry:
         try:
             manifest = PatchManifest.load(folder)
         except Exception as exc:  # a broken manifest names itself
@@ -111,4 +161,4 @@ class PatchStore:
         stray = [d for d in (manifest.defer.dtypes if manifest.defer else []) if d not in manifest.dtypes]
         if stray:
             raise AstraError(f"patch {manifest.op}: defer dtypes {stray} not in the patch's {manifest.dtypes}")
-        return PatchEntry(manifest.op, folder, manifest, spec)
+        return PatchEntry(manifest.op, folder, manifest, spec, origin)

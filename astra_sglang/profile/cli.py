@@ -44,7 +44,7 @@ def _engagement(stats_dir: Path) -> dict[str, dict[str, int]]:
               help="decode: 64 concurrent requests, 256 tokens in / 512 out; prefill: 16 concurrent, 2048 in / 8 out.")
 @click.option("--steps", default=30, show_default=True, help="Scheduler steps recorded per workload.")
 @click.option("--patched", is_flag=True, help="Start the server with the enabled patches (as `launch` does).")
-@click.option("--patches", type=click.Path(file_okay=False, path_type=Path), help="Patch folder (default: the shipped one).")
+@click.option("--patches", type=click.Path(file_okay=False, path_type=Path), help="Patch folder (default: the shipped one with HOME/patches over it).")
 @click.option("--compare", "base", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An earlier profile.json of the same load: kernel time per step per op, before and after.")
 @click.option("--from-traces", "from_traces", multiple=True, metavar="PHASE=PATH",

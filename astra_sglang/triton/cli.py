@@ -47,7 +47,8 @@ def _shape(model, tp, shape_text, dtype):
 @click.option("--width", default=4, show_default=True, help="Configs tried per batch size per round (= evaluations).")
 @click.option("--budget", type=float, help="Seconds for the whole run: no round starts that would overrun it.")
 @click.option("--patches-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write the tuned config file and its manifest here (<dir>/fused_moe/) for `launch --patches`.")
+              help="Write the tuned configs and their manifest here (<dir>/<kernel>/; default: HOME/patches, "
+              "which `launch` loads over the shipped set).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/tune-TIME).")
 @click.option("--no-cache", is_flag=True, help="Evaluate every config again (the cache is still written).")
 @click.option("--timeout", default=900.0, show_default=True, help="Hard limit per isolated evaluation, seconds.")
@@ -57,12 +58,12 @@ def tune(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, r
 
     For decode_attention / extend_attention: SGLang's Triton attention launchers hard-code their block sizes
     and launch options (decode) or pick them by GPU and head dim (extend); this searches them per bucket
-    against SGLang's own pick and, with --patches-dir, writes a launch patch that `launch` installs.
+    against SGLang's own pick and writes a launch patch that `launch` installs (into HOME/patches, or --patches-dir).
 
     For fused_moe: SGLang launches its Triton fused_moe_kernel with block sizes, warps and stages from a file per
     GPU and expert shape, or a default config where it ships none. This searches those configs per batch size
     through the isolated evaluator (each config checked like any kernel and timed against SGLang's own pick in
-    the same process), confirms the winners in a final evaluation and, with --patches-dir, writes them in
+    the same process), confirms the winners in a final evaluation and writes them (HOME/patches, or --patches-dir) in
     SGLang's file format (SGLang's own picks elsewhere) as a patch that `launch` and `profile --patched` load.
     Results are cached by GPU, Triton version, kernel source and shape. Writes OUT/tune.json and OUT/tune.md.
 
@@ -85,6 +86,10 @@ def tune(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, r
     if buckets and profile_json:
         raise AstraError("give --buckets or --profile, not both")
     run_dir = Path(out or Path("runs") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}")
+    if patches_dir is None:  # never into the installed package
+        from astra_sglang.paths import user_patches_dir
+
+        patches_dir = user_patches_dir()
     options = TuneOptions(rounds=rounds, width=width, budget_s=budget, timeout_s=timeout, use_cache=not no_cache,
                           patches_dir=patches_dir, command=shlex.join(["astra-sglang", *sys.argv[1:]]))
     from astra_sglang.triton.attn_space import KERNELS

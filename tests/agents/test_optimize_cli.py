@@ -2,6 +2,7 @@
 import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -186,3 +187,34 @@ def test_tuner_honours_baseline(tmp_path, monkeypatch, given):
     assert result.exit_code == 0, result.output
     want = given if given.startswith("py:") else str((tmp_path / given).resolve())
     assert seen and seen[0].path == want
+
+
+@pytest.mark.parametrize("shipped_speedup", [None, 5.0])
+def test_without_patches_dir_the_winner_goes_to_the_user_folder_unless_the_shipped_patch_is_better(
+        tmp_path, monkeypatch, shipped_speedup):
+    """The user folder's patches replace the shipped ones in `launch`: a winner slower than the shipped
+    patch (on the cases both measured) is not written there."""
+    home, shipped = tmp_path / "home", tmp_path / "shipped"
+    monkeypatch.setenv("ASTRA_SGLANG_HOME", str(home))
+    (shipped / "silu_and_mul").mkdir(parents=True)  # the tuner starts from its kernel
+    real = Path(str(cli.shipped_patches_dir())) / "silu_and_mul" / "kernel.cu"
+    (shipped / "silu_and_mul" / "kernel.cu").write_text(real.read_text())
+    measured = [{"shape": [4, 64], "dtype": "float16", "candidate_us": 1.0, "baseline_us": 5.0,
+                 "speedup": shipped_speedup}] if shipped_speedup else []  # nothing to compare: the winner is written
+    (shipped / "silu_and_mul" / "manifest.json").write_text(json.dumps(
+        {"op": "silu_and_mul", "dtypes": ["float16"], "provenance": {"method": "hand"}, "measured": measured}))
+    monkeypatch.setattr(cli, "shipped_patches_dir", lambda: shipped)
+
+    def run_tuner(spec, start, rounds, run_dir, evaluator, echo=None, baseline=None, batch=None):
+        final = batch([cli_request(spec, start)])[0]
+        return Winner(kernel=spec.name, source=str(start), round=1, speedup=1.1, final=final, method="tuner",
+                      rounds=rounds, run_id=run_dir.name)
+
+    monkeypatch.setitem(sys.modules, "astra_sglang.tuner", types.SimpleNamespace(run_tuner=run_tuner))
+    result = invoke(["silu_and_mul", "--out", str(tmp_path / "t"), "--rounds", "1"], StandIn(), monkeypatch)
+    assert result.exit_code == 0, result.output
+    written = home / "patches" / "silu_and_mul" / "manifest.json"
+    if shipped_speedup:
+        assert f"kept the existing {shipped / 'silu_and_mul'}" in result.output and not written.exists()
+    else:
+        assert f"patch written to {home / 'patches' / 'silu_and_mul'}" in result.output and written.is_file()
