@@ -8,18 +8,16 @@ import functools
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import click
-from packaging.specifiers import SpecifierSet
 
 from astra_sglang.errors import AstraError
 from astra_sglang.ops.adapters import sglang_baseline
-from astra_sglang.patching import fastcall, hook
+from astra_sglang.patching import hook
 from astra_sglang.patching.stats import ENV_STATS_DIR, load_stats
+from astra_sglang.patching.server_env import patched_server
 from astra_sglang.patching.store import PatchStore
-from astra_sglang.patching.targets import static_check
 
 PATCHES_OPTION = click.option("--patches", "patches", type=click.Path(file_okay=False, path_type=Path),
                               default=None, help="Patch folder, exactly (default: $ASTRA_SGLANG_PATCHES, else the shipped patches/ with "
@@ -200,89 +198,6 @@ def report_cmd(stats_dir):
     click.echo(f"stats: {folder} ({len(procs)} processes)")
     click.echo(_table(rows, ["pid", "mechanism", "op", "calls", "kernel", "fallback", "deferred", "mismatch/checks",
                              "us ours/orig", "status"]))
-
-
-def installed_sglang_version() -> str | None:
-    """SGLang's version from its distribution metadata (no import: that is slow and needs CUDA)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("sglang")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Path | None = None,
-                   mechanism: str = "auto", no_build: bool = False, server_args=(), warn=lambda msg: None,
-                   record: str | None = None, record_out: Path | None = None):
-    """(env, argv, summary line) of `python -m sglang.launch_server SERVER_ARGS` with the enabled patches in
-    every SGLang process: what `launch` execs, and what `ab` starts as its patched arm. `record`: the
-    MODULE:FUNC names whose calls every process records (default file: STATS_DIR/calls.json). Raises AstraError."""
-    from astra_sglang.patching.recorder import Recording, parse_targets
-    from astra_sglang.patching.runtime import ENV_MECHANISM, ENV_TARGET_MODULES, RuntimeConfig
-
-    store = PatchStore(patches)
-    entries = store.enabled()
-    if not entries and not record:
-        raise AstraError(f"no enabled patches in {store.describe()}: nothing to launch with")
-    modules = set()
-    recorded = parse_targets(record) if record else []
-    for target in recorded:  # a name that is not there would record nothing, silently
-        check = static_check(target)
-        if check.status != "ok":
-            raise AstraError(f"--record-calls {target}: {check.detail}")
-        modules.add(target.module)
-    installed = installed_sglang_version()
-    for entry in entries:
-        if installed and not SpecifierSet(entry.manifest.sglang_versions).contains(installed, prereleases=True):
-            raise AstraError(f"patch {entry.op} targets sglang{entry.manifest.sglang_versions}, installed is "
-                             f"{installed}: disable it (`astra-sglang patch disable {entry.op}`) or re-verify it")
-        for target in entry.targets:
-            check = static_check(target)
-            if check.status == "not-installed":
-                warn(f"{entry.op}: {check.detail}; {target} skipped")
-            elif check.status != "ok":
-                raise AstraError(f"patch {entry.op}: target {target} not found: {check.detail}")
-            else:
-                modules.add(target.module)
-    kernels = [e for e in entries if e.manifest.kind == "cuda"]
-    if not no_build:
-        for entry in kernels:
-            store.build(entry)
-        if verify_rate == 0 and kernels:  # built once here, not by every worker at start-up (~20-40 s)
-            fastcall.load()
-    if mechanism == "auto":
-        mechanism = "plugin" if hook.plugin_available() else "import-hook"
-    elif mechanism == "plugin" and not hook.plugin_available():
-        raise AstraError("the plugin mechanism needs sglang>=0.5.17 and astra-sglang's sglang.srt.plugins entry point")
-    stats_dir = stats_dir or Path("astra-stats") / time.strftime("%Y%m%d-%H%M%S")
-    roots = tuple(r.resolve() for r in store.roots)
-    config = RuntimeConfig(roots if len(roots) > 1 else roots[0], verify_rate, stats_dir.resolve(), mechanism)
-    env = dict(os.environ, **config.to_env())
-    env[ENV_MECHANISM] = mechanism
-    env[ENV_TARGET_MODULES] = ",".join(sorted(modules))
-    recording = Recording(recorded, (record_out or config.stats_dir / "calls.json").resolve()) if recorded else None
-    if recording:
-        env.update(recording.to_env())
-    configs = [e for e in entries if e.manifest.kind == "triton-config"]
-    if configs:  # SGLang reads its Triton configs from a folder holding its own files and the patches' over them
-        from astra_sglang.patching.triton_config import ENV, base_dir, build_config_dir
-
-        env[ENV] = str(build_config_dir(configs, config.stats_dir / "moe-configs", base_dir(env)))
-    if mechanism == "plugin":
-        allowed = [p for p in env.get("SGLANG_PLUGINS", "").split(",") if p.strip()]
-        if allowed and hook.PLUGIN_NAME not in allowed:  # an allow-list without us would skip the patches
-            env["SGLANG_PLUGINS"] = ",".join([*allowed, hook.PLUGIN_NAME])
-    else:
-        folder = hook.write_sitecustomize()
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH", "")]))
-    command = [sys.executable, "-m", "sglang.launch_server", *server_args]
-    summary = (f"astra-sglang: {len(entries)} patch(es) [{', '.join(e.op for e in entries)}] via {mechanism}; "
-               f"stats in {config.stats_dir}")
-    if recording:
-        summary += "\nastra-sglang: recording calls of " + ", ".join(
-            f"{t} into {r.path}" for t, r in recording.recorders.items())
-    return env, command, summary
 
 
 @click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
