@@ -70,11 +70,31 @@ class MoeTuner:
             self.cached += len(found)
             self.measured[tokens] = dict(found)
 
-    # -- bookkeeping --------------------------------------------------------------------------------------
+    # -- what a subclass with other buckets and configs (attn_tune.AttnTuner) replaces -------------------
     def key(self, tokens: int) -> CacheKey:
         s = self.setup
         return CacheKey(gpu=s.gpu, triton=s.triton, source_hash=s.source_hash, shape=s.shape.shape(tokens),
-                        dtype=s.shape.dtype, baseline=s.picks[tokens].config.code())
+                        dtype=s.shape.dtype, baseline=self.pick(tokens).code())
+
+    def pick(self, tokens: int) -> MoeConfig:
+        """SGLang's own config at this bucket."""
+        return self.setup.picks[tokens].config
+
+    def pick_source(self, tokens: int) -> str:
+        return self.setup.picks[tokens].describe()
+
+    def from_code(self, code: str) -> MoeConfig:
+        return MoeConfig.from_code(code)
+
+    def bucket_of(self, shape) -> int:
+        """The bucket an evaluated shape belongs to."""
+        return shape[0]
+
+    def result_fields(self, tokens: int) -> dict:
+        """A bucket's identity in its BucketResult."""
+        return {"tokens": tokens}
+
+    # -- bookkeeping --------------------------------------------------------------------------------------
 
     def _record(self, tokens: int, measurement: Measurement) -> None:
         self.measured[tokens][measurement.config] = measurement
@@ -128,7 +148,7 @@ class MoeTuner:
         return len(tables)
 
     def _absorb(self, table: dict[int, MoeConfig], run: str, result: EvalResult) -> None:
-        rows = {r.shape[0]: r for r in result.shapes}
+        rows = {self.bucket_of(r.shape): r for r in result.shapes}
         lost = False  # the first batch size without a row of a crashed evaluation is the one it died in
         for tokens in sorted(table):
             code = table[tokens].code()
@@ -178,26 +198,26 @@ class MoeTuner:
         for tokens in self.setup.buckets:
             best = self.best(tokens)
             won = best is not None and best.speedup >= WIN_MARGIN
-            out[tokens] = MoeConfig.from_code(best.config) if won else self.setup.picks[tokens].config
+            out[tokens] = self.from_code(best.config) if won else self.pick(tokens)
         return out
 
     def finish(self, final: EvalResult | None, table: dict[int, MoeConfig]) -> list[BucketResult]:
         """Bucket results; a batch size whose config failed or lost in the final evaluation gets SGLang's pick."""
-        rows = {r.shape[0]: r for r in final.shapes} if final else {}
+        rows = {self.bucket_of(r.shape): r for r in final.shapes} if final else {}
         out = []
         for tokens in self.setup.buckets:
-            pick = self.setup.picks[tokens]
+            pick = self.pick(tokens)
             best = self.best(tokens)
             measured = self.measured[tokens].values()
             row = rows.get(tokens)
-            tuned = table[tokens] != pick.config
+            tuned = table[tokens] != pick
             verdict = "tuned" if tuned else ("sglang-best" if best else
                                              ("no-valid-config" if measured else "not-measured"))
             final_speedup = row.speedup if row is not None and row.correct else None
             if tuned and (final_speedup is None or final_speedup < 1.0):
-                verdict, table[tokens] = "sglang-best", pick.config
+                verdict, table[tokens] = "sglang-best", pick
             out.append(BucketResult(
-                tokens=tokens, pick=pick.config.code(), pick_source=pick.describe(),
+                **self.result_fields(tokens), pick=pick.code(), pick_source=self.pick_source(tokens),
                 best=best.config if best else None, best_speedup=best.speedup if best else None,
                 measured=len(measured), failed=sum(1 for m in measured if not m.ok), chosen=table[tokens].code(),
                 verdict=verdict, final_speedup=final_speedup,
