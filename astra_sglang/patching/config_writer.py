@@ -9,9 +9,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from astra_sglang.errors import AstraError
 from astra_sglang.harness.records import EvalRequest, KernelSource
-from astra_sglang.patching.manifest import MANIFEST, ConfigFile, MeasuredShape, PatchManifest, Provenance
+from astra_sglang.patching.manifest import ConfigFile, MeasuredShape, PatchManifest, Provenance
 from astra_sglang.triton import moe_configs
 from astra_sglang.triton.moe_op import table_name
 from astra_sglang.triton.results import TuneResult
@@ -36,7 +35,7 @@ def write_config_patch(patches_dir: Path, result: TuneResult, table: dict[int, M
     measured = [MeasuredShape(shape=(b.tokens, entry.experts, entry.inter, entry.hidden, entry.topk), dtype=entry.dtype,
                               candidate_us=b.final_us, baseline_us=b.pick_us, speedup=b.final_speedup)
                 for b in result.buckets if b.verdict == "tuned" and b.final_us and b.pick_us and b.final_speedup]
-    manifest = _existing(folder)
+    manifest = PatchManifest.load_of_kind(folder, KIND, "tuned configs")
     if manifest is None:
         manifest = PatchManifest(op=OP, kind=KIND, kernel="", dtypes=[entry.dtype], provenance=Provenance(
             method="tuner", run_id=run_id, date=dt.date.today().isoformat(), gpu=result.gpu,
@@ -51,15 +50,6 @@ def write_config_patch(patches_dir: Path, result: TuneResult, table: dict[int, M
         "dtypes": sorted({*manifest.dtypes, entry.dtype})})
     manifest.save(folder)
     return folder
-
-
-def _existing(folder: Path) -> PatchManifest | None:
-    if not (folder / MANIFEST).is_file():
-        return None
-    manifest = PatchManifest.load(folder)
-    if manifest.kind != KIND:
-        raise AstraError(f"{folder} holds a {manifest.kind} patch: give another --patches-dir for tuned configs")
-    return manifest
 
 
 def verify_requests(folder: Path, manifest: PatchManifest, shapes: list[int] | None = None) -> list[EvalRequest]:

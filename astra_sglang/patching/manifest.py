@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from astra_sglang.errors import AstraError
+
 MANIFEST = "manifest.json"
 
 
@@ -125,6 +127,17 @@ class PatchManifest(BaseModel):
     @classmethod
     def load(cls, folder: str | Path) -> "PatchManifest":
         return cls.model_validate_json((Path(folder) / MANIFEST).read_text())
+
+    @classmethod
+    def load_of_kind(cls, folder: Path, kind: str, what: str) -> "PatchManifest | None":
+        """The manifest a tuner adds its results to: None where the folder has none yet, an error where it holds
+        a patch of another kind (`what` names the results, for the message)."""
+        if not (folder / MANIFEST).is_file():
+            return None
+        manifest = cls.load(folder)
+        if manifest.kind != kind:
+            raise AstraError(f"{folder} holds a {manifest.kind} patch: give another --patches-dir for {what}")
+        return manifest
 
     def save(self, folder: str | Path) -> Path:
         path = Path(folder) / MANIFEST

@@ -12,9 +12,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from astra_sglang.errors import AstraError
 from astra_sglang.harness.records import EvalRequest, KernelSource
-from astra_sglang.patching.manifest import MANIFEST, LaunchTable, MeasuredShape, PatchManifest, Provenance
+from astra_sglang.patching.manifest import LaunchTable, MeasuredShape, PatchManifest, Provenance
 from astra_sglang.triton.attn_op import PREFIX, table_name
 from astra_sglang.triton.attn_space import AttnConfig
 from astra_sglang.triton.attn_targets import target
@@ -47,7 +46,7 @@ def write_launch_patch(patches_dir: Path, result: TuneResult, run_id: str = "") 
     measured = [MeasuredShape(shape=(*b.bucket, table.heads, table.kv_heads, table.head_dim), dtype=table.dtype,
                               candidate_us=b.final_us, baseline_us=b.pick_us, speedup=b.final_speedup)
                 for b in result.buckets if b.verdict == "tuned" and b.final_us and b.pick_us and b.final_speedup]
-    manifest = _existing(folder)
+    manifest = PatchManifest.load_of_kind(folder, KIND, "launch configs")
     t = target(kernel)
     if manifest is None:
         manifest = PatchManifest(op=kernel, kind=KIND, kernel="", dtypes=[table.dtype],
@@ -64,15 +63,6 @@ def write_launch_patch(patches_dir: Path, result: TuneResult, run_id: str = "") 
                                            "dtypes": sorted({*manifest.dtypes, table.dtype})})
     manifest.save(folder)
     return folder
-
-
-def _existing(folder: Path) -> PatchManifest | None:
-    if not (folder / MANIFEST).is_file():
-        return None
-    manifest = PatchManifest.load(folder)
-    if manifest.kind != KIND:
-        raise AstraError(f"{folder} holds a {manifest.kind} patch: give another --patches-dir for launch configs")
-    return manifest
 
 
 def verify_requests(manifest: PatchManifest) -> list[EvalRequest]:
