@@ -3,7 +3,6 @@ results (tune.json, tune.md) and, where a config beat SGLang's, the launch patch
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from astra_sglang.triton.attn_targets import sglang_pick, target
 from astra_sglang.triton.attn_tune import AttnSetup, AttnTuner, Bucket
 from astra_sglang.triton.cache import TuneCache
 from astra_sglang.triton.results import TuneResult
-from astra_sglang.triton.run import Facts, TuneOptions
+from astra_sglang.triton.run import Facts, TuneOptions, search_then_check, write_outputs
 from astra_sglang.triton.tune import Batch
 
 
@@ -49,13 +48,7 @@ def tune_attention(kernel: str, shape: AttnShape, buckets: list[Bucket], run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     tuner = AttnTuner(setup, batch, TuneCache(kernel) if options.use_cache else None, run_id=run_dir.name,
                       echo=echo, width=options.width, timeout_s=options.timeout_s)
-    if tuner.cached:
-        echo(f"cache: {tuner.cached} measurements of this GPU, Triton, kernel source and shape reused")
-    evaluations = tuner.search(options.rounds, options.budget_s, started)
-    table = tuner.chosen()
-    echo("final evaluation: the chosen config at every bucket against SGLang's pick, every check")
-    final = batch([tuner.request(table, "final", final=True)])[0]
-    (run_dir / "final.json").write_text(final.model_dump_json(indent=1))
+    evaluations, table, final = search_then_check(tuner, options, started, batch, run_dir, echo, "bucket")
     result = TuneResult(kernel=kernel, date=dt.date.today().isoformat(), gpu=facts.gpu, triton=facts.triton,
                         sglang=facts.sglang, source_hash=facts.source_hash,
                         shape={"heads": shape.heads, "kv_heads": shape.kv_heads, "head_dim": shape.head_dim,
@@ -71,11 +64,5 @@ def tune_attention(kernel: str, shape: AttnShape, buckets: list[Bucket], run_dir
     best = [f"{'x'.join(map(str, b.bucket))}" for b in result.buckets if b.verdict == "sglang-best"]
     if best:
         result.notes.append(f"SGLang's own pick is already the best measured at {', '.join(best)}")
-    (run_dir / "tune.json").write_text(result.model_dump_json(indent=1))
-    (run_dir / "measurements.json").write_text(json.dumps(
-        {"x".join(map(str, b)): {c: m.model_dump() for c, m in ms.items()} for b, ms in tuner.measured.items()},
-        indent=1))
-    from astra_sglang.triton.report import write_report
-
-    write_report(result, run_dir / "tune.md")
+    write_outputs(result, tuner, run_dir, lambda b: "x".join(map(str, b)))
     return result

@@ -75,6 +75,28 @@ def file_table(shape: MoeShape, chosen: dict[int, MoeConfig], picks_at) -> dict[
     return dict(sorted(table.items()))
 
 
+def search_then_check(tuner: MoeTuner, options: TuneOptions, started: float, batch: Batch, run_dir: Path, echo,
+                      unit: str):
+    """The search under the options' rounds and budget, then one final evaluation (a new process, every check)
+    of the chosen table against SGLang's pick, kept as run_dir/final.json: (evaluations, table, final)."""
+    if tuner.cached:
+        echo(f"cache: {tuner.cached} measurements of this GPU, Triton, kernel source and shape reused")
+    evaluations = tuner.search(options.rounds, options.budget_s, started)
+    table = tuner.chosen()
+    echo(f"final evaluation: the chosen config at every {unit} against SGLang's pick, every check")
+    final = batch([tuner.request(table, "final", final=True)])[0]
+    (run_dir / "final.json").write_text(final.model_dump_json(indent=1))
+    return evaluations, table, final
+
+
+def write_outputs(result: TuneResult, tuner: MoeTuner, run_dir: Path, bucket_name=str) -> None:
+    """run_dir/tune.json, measurements.json (every config measured, per bucket) and the report tune.md."""
+    (run_dir / "tune.json").write_text(result.model_dump_json(indent=1))
+    (run_dir / "measurements.json").write_text(json.dumps(
+        {bucket_name(b): {c: m.model_dump() for c, m in ms.items()} for b, ms in tuner.measured.items()}, indent=1))
+    write_report(result, run_dir / "tune.md")
+
+
 def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: TuneOptions, batch: Batch,
                    facts: Facts | None = None, picks_at=None, echo=print) -> TuneResult:
     started = time.perf_counter()
@@ -91,13 +113,7 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
     run_dir.mkdir(parents=True, exist_ok=True)
     tuner = MoeTuner(setup, batch, TuneCache("fused_moe") if options.use_cache else None, run_id=run_dir.name,
                      echo=echo, width=options.width, timeout_s=options.timeout_s)
-    if tuner.cached:
-        echo(f"cache: {tuner.cached} measurements of this GPU, Triton, kernel source and shape reused")
-    evaluations = tuner.search(options.rounds, options.budget_s, started)
-    table = tuner.chosen()
-    echo("final evaluation: the chosen config at every batch size against SGLang's pick, every check")
-    final = batch([tuner.request(table, "final", final=True)])[0]
-    (run_dir / "final.json").write_text(final.model_dump_json(indent=1))
+    evaluations, table, final = search_then_check(tuner, options, started, batch, run_dir, echo, "batch size")
     result = TuneResult(date=dt.date.today().isoformat(), gpu=facts.gpu, triton=facts.triton, sglang=facts.sglang,
                         source_hash=facts.source_hash, shape={"experts": shape.experts, "inter": shape.inter,
                                                               "hidden": shape.hidden, "topk": shape.topk,
@@ -115,8 +131,5 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
                                  moe_configs.file_name(shape.experts, shape.inter, facts.gpu))
     elif not tuned:
         result.notes.append("SGLang's own pick is the best measured at every batch size: no file written")
-    (run_dir / "tune.json").write_text(result.model_dump_json(indent=1))
-    (run_dir / "measurements.json").write_text(json.dumps(
-        {str(t): {c: m.model_dump() for c, m in ms.items()} for t, ms in tuner.measured.items()}, indent=1))
-    write_report(result, run_dir / "tune.md")
+    write_outputs(result, tuner, run_dir)
     return result
