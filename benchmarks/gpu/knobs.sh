@@ -20,23 +20,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 exec > >(tee -a "$OUT/run.log") 2>&1
 TEE=$!
-# The harness runs each evaluation in a session of its own, which `timeout` does not reach: on exit, end every
-# process this script started (children listed before their parents), as run_all.sh does.
-descendants() {
-  local child
-  for child in $(pgrep -P "$1"); do
-    descendants "$child"
-    echo "$child"
-  done
-}
-stop_all() {
-  local pid
-  for pid in $(descendants $$); do
-    [ "$pid" = "$TEE" ] || kill -KILL "$pid" 2>/dev/null
-  done
-}
-trap stop_all EXIT
-trap 'exit 143' INT TERM
+source benchmarks/gpu/stop_all.sh  # evaluations run in sessions of their own: end them all on exit
 
 OPS=${OPS:-gelu_and_mul:sglang rmsnorm:flashinfer}
 ROUNDS=${ROUNDS:-1}

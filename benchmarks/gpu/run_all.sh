@@ -30,25 +30,9 @@ OUT=$(cd "$OUT" && pwd)
 exec > >(tee -a "$OUT/run.log") 2>&1
 TEE=$!
 
-# Every process this script started, also those in sessions of their own (the harness runs each evaluation
-# in a new session, so that a candidate cannot signal its parent): children are listed before their parents.
-# Steps run in sessions of their own too (`step`), so that a signal to this script's group reaches only the
-# script, whose trap then ends each step's whole tree; a step's harness child is never orphaned.
-descendants() {
-  local child
-  for child in $(pgrep -P "$1"); do
-    descendants "$child"
-    echo "$child"
-  done
-}
-stop_all() {
-  local pid
-  for pid in $(descendants $$); do
-    [ "$pid" = "$TEE" ] || kill -KILL "$pid" 2>/dev/null
-  done
-}
-trap stop_all EXIT
-trap 'exit 143' INT TERM
+# Steps run in sessions of their own (`step`), so that a signal to this script's group reaches only the script,
+# whose trap (stop_all.sh) then ends each step's whole tree; a step's harness child is never orphaned.
+source benchmarks/gpu/stop_all.sh
 # step LOG CMD...: CMD in a session of its own, output to LOG, waited for (a trapped signal interrupts the wait)
 step() {
   local log=$1; shift
