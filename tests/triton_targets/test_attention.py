@@ -316,11 +316,12 @@ def test_launch_patch_installs_counts_and_restores_on_a_fake_module(monkeypatch)
     assert fake._fwd_grouped_kernel_stage1 is inner
 
 
-def test_runtime_binds_a_launch_patch_at_the_kernel_global(tmp_path, monkeypatch):
+def _launch_patch_folder(tmp_path, monkeypatch, module: str) -> types.ModuleType:
+    """A fake SGLang module with a decode kernel global, and a triton-launch patch of it in tmp_path."""
     from astra_sglang.patching import runtime
     from astra_sglang.patching.manifest import Provenance
 
-    fake = types.ModuleType("fake_attn_mod")
+    fake = types.ModuleType(module)
     fake._fwd_grouped_kernel_stage1 = Recorder()
     monkeypatch.setitem(sys.modules, fake.__name__, fake)
     folder = tmp_path / "decode_attention"
@@ -329,6 +330,13 @@ def test_runtime_binds_a_launch_patch_at_the_kernel_global(tmp_path, monkeypatch
                   targets=[f"{fake.__name__}:_fwd_grouped_kernel_stage1"], launches=[_table()],
                   provenance=Provenance(method="tuner")).save(folder)
     monkeypatch.setattr(runtime, "package_installed", lambda name: True)
+    return fake
+
+
+def test_runtime_binds_a_launch_patch_at_the_kernel_global(tmp_path, monkeypatch):
+    from astra_sglang.patching import runtime
+
+    fake = _launch_patch_folder(tmp_path, monkeypatch, "fake_attn_mod")
     rt = runtime.Runtime(runtime.RuntimeConfig(tmp_path))
     rt.install_all()
     bound = fake._fwd_grouped_kernel_stage1
@@ -361,22 +369,13 @@ def test_cli_errors_are_one_line(argv, message, monkeypatch):
 def test_plugin_mechanism_binds_a_launch_patch_in_place(tmp_path, monkeypatch):
     """SGLang's AROUND hooks wrap functions; a kernel object is subscripted (kernel[grid]), so it is bound."""
     from astra_sglang.patching import hook, runtime
-    from astra_sglang.patching.manifest import Provenance
 
     registered = []
     registry = types.ModuleType("sglang.srt.plugins.hook_registry")
     registry.HookType = types.SimpleNamespace(AROUND="around")
     registry.HookRegistry = types.SimpleNamespace(register=lambda *a: registered.append(a))
     monkeypatch.setitem(sys.modules, registry.__name__, registry)
-    fake = types.ModuleType("fake_attn_plugin_mod")
-    fake._fwd_grouped_kernel_stage1 = Recorder()
-    monkeypatch.setitem(sys.modules, fake.__name__, fake)
-    folder = tmp_path / "decode_attention"
-    folder.mkdir()
-    PatchManifest(op="decode_attention", kind="triton-launch", kernel="", dtypes=["bfloat16"],
-                  targets=[f"{fake.__name__}:_fwd_grouped_kernel_stage1"], launches=[_table()],
-                  provenance=Provenance(method="tuner")).save(folder)
-    monkeypatch.setattr(runtime, "package_installed", lambda name: True)
+    fake = _launch_patch_folder(tmp_path, monkeypatch, "fake_attn_plugin_mod")
     rt = runtime.Runtime(runtime.RuntimeConfig(tmp_path, mechanism="plugin"))
     assert hook.register_hooks(rt) == 1
     assert registered == [] and isinstance(fake._fwd_grouped_kernel_stage1, ConfiguredKernel)
