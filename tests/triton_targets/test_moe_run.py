@@ -119,3 +119,25 @@ def test_collect_keeps_to_eight_flat_files(bench_script, tmp_path):
     copied = run.collect(work, out)
     assert len(copied) + 1 <= 8 and "tuned-config.json" in copied  # + summary.md
     assert all(p.is_file() and p.parent == out for p in out.iterdir())
+
+
+def test_summary_of_a_run_with_an_earlier_tunes_patches(bench_script, tmp_path):
+    """PATCHES: no tune.json, the in-place table still comes, and the run counts as done; a run with neither
+    a tuning result nor a patched profile does not."""
+    (tmp_path / "base.json").write_text(_profile(400.0, 64).model_dump_json())
+    (tmp_path / "patched.json").write_text(_profile(330.0, 64, patched=True).model_dump_json())
+    out = subprocess.run([sys.executable, "benchmarks/moe_summary.py", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "tuning skipped" in out.stdout and "| decode | 64 | 400.0 | 330.0 | -17.5% | 40.0% |" in out.stdout
+    (tmp_path / "patched.json").unlink()
+    out = subprocess.run([sys.executable, "benchmarks/moe_summary.py", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 1 and "no tuning result" in out.stdout
+
+
+def test_stage_commands_with_patches_skip_the_tune(bench_script, tmp_path, monkeypatch, capsys):
+    run = bench_script("moe_run")
+    monkeypatch.setenv("PATCHES", str(tmp_path))
+    monkeypatch.setenv("PRESET", "mixtral-8x7b")
+    assert run.main([str(tmp_path / "out"), "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "tune:" not in printed and "patched:" in printed and "--preset mixtral-8x7b" in printed
