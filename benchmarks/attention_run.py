@@ -35,8 +35,10 @@ BUCKETS = {"decode": "1x1024,8x4096,32x2048,64x4096", "extend": "1024x0,4096x0,2
 BUDGETS = {"decode": float(os.environ.get("DECODE_BUDGET", 250)), "extend": float(os.environ.get("EXTEND_BUDGET", 200))}
 """Search seconds per kernel (the final evaluation is inside them). One evaluation of every bucket took 52-53 s on
 an H100 (2026-11-25): at 120 / 100 s no search round fitted beside the final evaluation."""
-RESERVE_PROFILES = 230
-"""Seconds the two profiles need (two server starts with CUDA graphs, a decode and a prefill load each)."""
+RESERVE_PROFILES = 420
+"""Seconds the two profiles need (two server starts with CUDA graphs, a decode and a prefill load each). The first
+server start on a machine compiles SGLang's kernels: at 130 s the base profile was cut off before its server was up
+(H100, 2026-11-25), so with tuning in the same command the profiles fit only with PATCHES= in a second one."""
 ATTENTION_KERNELS = ("_fwd_grouped_kernel_stage1", "_fwd_kernel_stage2", "_fwd_kernel")
 
 
@@ -49,10 +51,10 @@ def stages(work: Path, steps: int, port: int) -> list[Stage]:
             *cli, "tune", f"{kind}_attention", "--model", "llama-3-8b", "--buckets", BUCKETS[kind], "--rounds", "2",
             "--width", "3", "--budget", f"{BUDGETS[kind]:.0f}", "--timeout", "120", "--patches-dir",
             str(work / "patches"), "--out", str(work / f"tune-{kind}")], BUDGETS[kind] + 60))
-    out.append(Stage("base", [*profile, "--out", str(work / "base"), "--", *SERVER], 130,
+    out.append(Stage("base", [*profile, "--out", str(work / "base"), "--", *SERVER], 250,
                      needs=[str(work / "patches")]))
     out.append(Stage("patched", [*profile, "--patched", "--patches", str(work / "patches"), "--compare",
-                                 str(work / "base/profile.json"), "--out", str(work / "patched"), "--", *SERVER], 110,
+                                 str(work / "base/profile.json"), "--out", str(work / "patched"), "--", *SERVER], 170,
                      needs=[str(work / "base/profile.json")]))
     return out
 
