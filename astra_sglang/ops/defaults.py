@@ -1,8 +1,9 @@
-"""What `astra-sglang bench OP` compares when it is not told: the shipped patch against SGLang's own op.
+"""What `astra-sglang bench OP` compares when it is not told: the patch for OP against SGLang's own op.
 
-Candidate: the patch set's kernel for OP (patches/OP/, the manifest's kernel file and defines), else the tool's
-reference kernel. Baseline: the op SGLang runs on CUDA (`KERNEL_BASELINES`) where SGLang and the package
-behind that op import here, else the tool's reference kernel (astra_sglang/kernels/OP.cu), with the reason.
+Candidate: the patch set's kernel for OP (the user folder's HOME/patches/OP/ over the shipped patches/OP/, the
+manifest's kernel file and defines), else the tool's reference kernel. Baseline: the op SGLang runs on CUDA
+(`KERNEL_BASELINES`) where SGLang and the package behind that op import here, else the tool's reference kernel
+(astra_sglang/kernels/OP.cu), with the reason.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from astra_sglang.ops.adapters import KERNEL_BASELINES, sglang_baseline
 from astra_sglang.ops.variants import first_kernel
-from astra_sglang.patching.manifest import MANIFEST, PatchManifest
+from astra_sglang.patching.store import PatchStore
 from astra_sglang.specs.records import KernelSpec
 
 OP_PACKAGES = {"merge_state": "flashinfer"}
@@ -44,16 +45,19 @@ def missing_for(op: str) -> str | None:
     return None
 
 
-def candidate_side(op: str, candidate: str | None, knobs: dict[str, str], patches: Path) -> Side:
+def candidate_side(op: str, candidate: str | None, knobs: dict[str, str], patches: PatchStore | None = None) -> Side:
+    """--candidate, else the patch set's winning patch for `op` (the user folder's over the shipped one, as
+    `launch` serves them), else the tool's reference kernel."""
     if candidate:
         return Side(candidate, candidate, "given", dict(knobs))
-    folder = patches / op
-    if (folder / MANIFEST).is_file():
-        manifest = PatchManifest.load(folder)
-        what = "the shipped patch" + ("" if manifest.enabled else ", disabled in the patch set")
-        return Side(str((folder / manifest.kernel).resolve()), f"patches/{op}", what, {**manifest.defines, **knobs})
+    store = patches or PatchStore()
+    entry = store.find(op)
+    if entry is not None:
+        what = entry.describe() + ("" if entry.enabled else ", disabled in the patch set")
+        return Side(str(entry.kernel_path.resolve()), entry.label, what, {**entry.manifest.defines, **knobs})
     side = reference(op)
-    return Side(side.path, side.label, side.what + f"; no patch for {op} in {patches}", {**side.defines, **knobs})
+    return Side(side.path, side.label, side.what + f"; no patch for {op} in {store.describe()}",
+                {**side.defines, **knobs})
 
 
 def baseline_side(spec: KernelSpec, baseline: str | None) -> Side:
