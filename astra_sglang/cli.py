@@ -151,7 +151,7 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
     if not base.path:
         raise AstraError(f"no SGLang call site is known for {kernel}; pass --baseline")
     if not base.path.startswith("py:") and not Path(base.path).is_file():
-        raise AstraError(f"baseline not found: {base.path}")
+        raise AstraError(f"baseline not found: {base.path} ({base.what}); pass --baseline")
     sides = f"{cand.describe()} vs {base.describe()}"
     req = EvalRequest(kernel=kernel, candidate=KernelSource(path=cand.path, defines=cand.defines, label=cand.label),
                       baseline=KernelSource(path=base.path, defines=base.defines, label=base.label),
