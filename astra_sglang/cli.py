@@ -47,7 +47,7 @@ def main() -> None:
     astra-sglang kernels                      # the ops it knows
     astra-sglang onboard MODULE:FUNC          # write a spec for another SGLang op
     astra-sglang extract fused_add_rmsnorm    # SGLang's kernel as a standalone harness
-    astra-sglang bench silu_and_mul           # the shipped kernel vs SGLang's own, checked + timed
+    astra-sglang bench silu_and_mul           # its patch (yours, else shipped) vs SGLang's own
     astra-sglang optimize silu_and_mul        # agents (with --llm) or the built-in tuner
     astra-sglang tune fused_moe --model M     # SGLang's Triton fused MoE configs, per batch size
     astra-sglang launch -- --model-path M     # SGLang with the patches in every process
@@ -89,7 +89,8 @@ def kernels(kernel: str | None) -> None:
 @main.command()
 @click.argument("kernel")
 @click.option("--candidate", type=click.Path(exists=True, dir_okay=False), help="Kernel .cu to evaluate "
-              "(default: the shipped patch, patches/KERNEL/ with its manifest's defines).")
+              "(default: the patch `launch` would serve, with its manifest's defines: the user folder's "
+              "HOME/patches/KERNEL/, else the shipped patches/KERNEL/).")
 @click.option("--baseline", help="Kernel .cu to compare against, e.g. an extracted DIR/kernel.cu; "
               "py:MODULE:FUNCTION for a Python op such as py:sgl_kernel:rmsnorm; 'sglang' for the first call site "
               "the installed SGLang binds; 'reference' for the tool's reference kernel, astra_sglang/kernels/KERNEL.cu "
@@ -111,8 +112,9 @@ def kernels(kernel: str | None) -> None:
 def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_time, out, timeout, l2) -> None:
     """Build, check and time KERNEL on every shape; print a table and write JSONL.
 
-    By default the shipped patch (patches/KERNEL/) against SGLang's own op, or against the tool's reference
-    kernel where SGLang does not import; the first line says which. Each evaluation runs in a child process
+    By default the patch for KERNEL (the user folder's HOME/patches/KERNEL/ over the shipped patches/KERNEL/,
+    as `launch` layers them) against SGLang's own op, or against the tool's reference kernel where SGLang does
+    not import; the first line says which. Each evaluation runs in a child process
     with a hard timeout. Reports median kernel time (CUDA-graph replay, L2 cold unless --l2 hot, interleaved
     with the baseline) with its p10-p90 spread, achieved GB/s, % of an SM-copy roofline measured in the same
     run, the speedup over the baseline, and, separately, per-call time from Python ("eager": one call at a
@@ -131,7 +133,6 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
     from astra_sglang.harness.records import EvalRequest, KernelSource
     from astra_sglang.harness.report import print_result, write_jsonl
     from astra_sglang.ops.defaults import baseline_side, candidate_side
-    from astra_sglang.patching.store import default_root
     from astra_sglang.specs.registry import get_spec, resolve_shapes
 
     if no_check and no_time:
@@ -145,12 +146,12 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
     if unsupported:
         raise AstraError(f"{kernel} does not support {unsupported}; it supports {spec.dtypes}")
     knobs = dict(d.split("=", 1) if "=" in d else (d, "1") for d in defines)
-    cand = candidate_side(kernel, candidate, knobs, default_root())
+    cand = candidate_side(kernel, candidate, knobs)
     base = baseline_side(spec, baseline)
     if not base.path:
         raise AstraError(f"no SGLang call site is known for {kernel}; pass --baseline")
     if not base.path.startswith("py:") and not Path(base.path).is_file():
-        raise AstraError(f"baseline not found: {base.path}")
+        raise AstraError(f"baseline not found: {base.path} ({base.what}); pass --baseline")
     sides = f"{cand.describe()} vs {base.describe()}"
     req = EvalRequest(kernel=kernel, candidate=KernelSource(path=cand.path, defines=cand.defines, label=cand.label),
                       baseline=KernelSource(path=base.path, defines=base.defines, label=base.label),

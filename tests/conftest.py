@@ -18,12 +18,21 @@ def _user_folder(tmp_path_factory):
     import os
 
     old = os.environ.get("ASTRA_SGLANG_HOME")
-    os.environ["ASTRA_SGLANG_HOME"] = str(tmp_path_factory.mktemp("astra-home"))
-    yield
+    home = tmp_path_factory.mktemp("astra-home")
+    os.environ["ASTRA_SGLANG_HOME"] = str(home)
+    yield home
     if old is None:
         os.environ.pop("ASTRA_SGLANG_HOME", None)
     else:
         os.environ["ASTRA_SGLANG_HOME"] = old
+
+
+@pytest.fixture(autouse=True)
+def _no_user_patches_left(_user_folder):
+    """A patch a test's command wrote into the run's user folder (`optimize`, `tune` default there) is gone
+    before the next test: user patches win over the shipped ones (`bench`'s candidate, the tuner's start)."""
+    yield
+    shutil.rmtree(_user_folder / "patches", ignore_errors=True)
 
 
 @pytest.fixture

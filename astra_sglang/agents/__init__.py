@@ -10,6 +10,8 @@ population loop over a scored database of kernels, with a safety gate in front o
 - database.py, bottleneck.py, context.py: the scored database, the NCU bottleneck, what a round reads
 - steps.py, lineage.py, loop.py, final.py: memoized steps, one candidate's repairs, the rounds, the winner
 - journal.py, winner.py, report.py: the run directory, judging and writing the winner, the report
+- starts.py, op_run.py: the kernel a run starts from (the patch served for the op, the user folder's over the
+  shipped one, for the tuner); one op's run (LLM loop, tuner or resume) and its winner's patch
 - job.py, cli.py: several ops as one job, the `optimize` click command
 """
 from astra_sglang.agents.llm import BudgetExceeded, LLMError, OpenAIModel

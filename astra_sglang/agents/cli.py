@@ -1,40 +1,16 @@
-"""`astra-sglang optimize`: the click command (the top-level CLI adds it with `main.add_command(optimize)`)."""
+"""`astra-sglang optimize`: the click command (the top-level CLI adds it with `main.add_command(optimize)`); each
+op's run is agents/op_run.py's, its start kernel agents/starts.py's."""
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from astra_sglang.agents.records import LLMConfig, RunConfig, RunOutcome, Winner
+from astra_sglang.agents.op_run import RunOptions, llm_run, resume_run, summary, tuner_run
+from astra_sglang.agents.records import LLMConfig, RunOutcome
 from astra_sglang.errors import AstraError
-from astra_sglang.ops.variants import first_kernel, materialize
-from astra_sglang.patching.manifest import MANIFEST, PatchManifest
-from astra_sglang.paths import patches_dir as shipped_patches_dir
-from astra_sglang.specs.records import KernelSpec
-
-
-def start_source(spec: KernelSpec, given: str | None) -> Path:
-    """--from FILE, --from DIR (its kernel.cu, or its only .cu file), or our own first kernel."""
-    if given is None:
-        path, defines = first_kernel(spec.name)
-        if not path.is_file():
-            raise AstraError(f"no built-in kernel for {spec.name}: pass --from DIR|FILE (see `extract`)")
-        return materialize(path, defines, spec.name)  # a sibling op's kernel: its defines written in
-    path = Path(given)
-    if path.is_dir():
-        if (path / "kernel.cu").is_file():
-            return path / "kernel.cu"
-        found = sorted(path.glob("*.cu"))
-        if len(found) != 1:
-            raise AstraError(f"{given}: expected kernel.cu or exactly one .cu file, found {len(found)}")
-        return found[0]
-    if not path.is_file():
-        raise AstraError(f"{given}: no such file or directory")
-    return path
 
 
 def harness_evaluator():
@@ -59,53 +35,14 @@ def llm_configured(llm: str | None, base_url: str | None, api_key: str | None) -
     return bool(llm or base_url or api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
 
 
-def tuner_start(spec: KernelSpec, start: str | None, extracted: str | None = None, run_dir: Path | None = None,
-                echo=click.echo) -> Path:
-    """--from-extracted: the op's original, extracted and knobbed. Without --from the shipped patch (ours have
-    knobs; a patch that builds a sibling's file gets that file with its defines written in), else our first
-    kernel where it has knobs, else the extracted original. --from an extraction: its derived knobs."""
-    from astra_sglang.agents.tuner_start import extracted_start, is_extraction, knobbed_start
-
-    work = Path(run_dir or Path("runs") / f"{spec.name}-start")
-    if extracted is not None:
-        return extracted_start(spec, work, extracted, echo)
-    if start is not None:
-        path = start_source(spec, start)
-        return knobbed_start(path, echo) if is_extraction(path) else path
-    folder = shipped_patches_dir() / spec.name
-    if (folder / MANIFEST).is_file():
-        manifest = PatchManifest.load(folder)
-        shipped = (folder / manifest.kernel).resolve()
-        if shipped.is_file() and "astra:knob" in shipped.read_text():
-            return materialize(shipped, manifest.defines, spec.name)
-    own, defines = first_kernel(spec.name)
-    if own.is_file() and "astra:knob" in own.read_text():
-        return materialize(own, defines, spec.name)
-    echo(f"no hand-written kernel with knobs for {spec.name}: tuning its extracted original")
-    return extracted_start(spec, work, None, echo)
-
-
-def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, pool, baseline: str | None = None,
-                   echo=click.echo) -> Winner | None:
-    from astra_sglang.harness.records import KernelSource
-    from astra_sglang.tuner import run_tuner
-
-    if baseline is None and importlib.util.find_spec("sgl_kernel") is not None:
-        from astra_sglang.ops.adapters import sglang_baseline
-
-        baseline = sglang_baseline(spec)  # a serving machine: the winner must beat what SGLang runs today
-        echo(f"baseline: {baseline} (SGLang's own op)")
-    return run_tuner(spec, start, rounds, run_dir, None, echo=echo, batch=pool.map,
-                     baseline=KernelSource(path=baseline) if baseline else None)
-
-
 @click.command("optimize")
 @click.argument("kernels", nargs=-1, metavar="[KERNEL]...")
 @click.option("--all", "every", is_flag=True, help="Every op that has a spec, as one job.")
 @click.option("--from-profile", "profile", metavar="PROFILE.json", type=click.Path(dir_okay=False),
               help="The ops a profile of a live server ranked (`astra-sglang profile`), in its order, as one job.")
 @click.option("--from", "start", metavar="DIR|FILE", help="Kernel to start from (one op): an extracted dir or a .cu "
-              "file (default: our own first kernel; the tuner: the shipped patch).")
+              "file (default: our own first kernel; the tuner: the op's patch, the user folder's over the shipped "
+              "one).")
 @click.option("--rounds", "-r", type=int, default=None, help="Rounds R (default 5; with --resume: extend to R).")
 @click.option("--population", "-n", type=click.IntRange(min=1), default=4, show_default=True, help="Candidates per round, in flight "
               "at once (1 with --plans 1 --repairs 0 is the paper's one-candidate loop).")
@@ -154,7 +91,8 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
     Every candidate is safety-checked, then built, checked and timed in an isolated process; failed ones
     are repaired; the winner must be correct on held-out shapes the agents never saw. Without --llm and
     without OPENAI_* in the environment, the built-in tuner runs instead: it searches the `// astra:knob`
-    parameters of the start kernel (default: the shipped patches/<op>/kernel.cu) per shape.
+    parameters of the start kernel (default: the op's patch, HOME/patches/<op>/ over the shipped
+    patches/<op>/) per shape.
 
     \b
     Examples:
@@ -198,20 +136,20 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
     pool = make_pool(ray, gpus)
     try:
         if resume_dir and not ops:
-            _summary(_resume(Path(resume_dir), pool, llm_config, rounds, click.echo), patches_dir,
-                     over_shipped=over_shipped)
+            summary(resume_run(Path(resume_dir), pool, llm_config, rounds, click.echo), patches_dir, click.echo,
+                    over_shipped)
             return
         stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"
         root = Path(out or resume_dir or Path("runs") / (f"{ops[0]}-{stamp}" if len(ops) == 1 else f"job-{stamp}"))
 
         def one(op: str, run_dir: Path, echo) -> RunOutcome:
             if resume_dir:
-                outcome = _resume(run_dir, pool, llm_config, rounds, echo)
+                outcome = resume_run(run_dir, pool, llm_config, rounds, echo)
             elif use_llm:
-                outcome = _llm_run(op, run_dir, pool, llm_config, config, echo)
+                outcome = llm_run(op, run_dir, pool, llm_config, config, echo)
             else:
-                outcome = _tuner_run(op, run_dir, pool, config, echo)
-            _summary(outcome, patches_dir, echo, over_shipped)
+                outcome = tuner_run(op, run_dir, pool, config, echo)
+            summary(outcome, patches_dir, echo, over_shipped)
             return outcome
 
         if len(ops) == 1 and not resume_dir:
@@ -227,97 +165,3 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
             raise AstraError(f"{failed} of {len(results)} ops failed (see the table)")
     finally:
         pool.close()
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What the command line says about every op's run (a job runs several with the same options)."""
-
-    rounds: int | None
-    population: int
-    plans: int
-    repairs: int
-    shapes: str
-    single_agent: bool
-    compile_only: bool
-    baseline: str | None
-    start: str | None
-    extracted: str | None = None
-
-
-def _llm_run(op: str, run_dir: Path, pool, llm_config: LLMConfig, opts: RunOptions, echo) -> RunOutcome:
-    from astra_sglang.agents.llm import OpenAIModel
-    from astra_sglang.agents.loop import run
-    from astra_sglang.specs.registry import get_spec
-
-    spec = get_spec(op)
-    start = start_source(spec, opts.start)
-    config = RunConfig(kernel=spec.name, start_source=str(start), baseline=opts.baseline or "",
-                       rounds=opts.rounds or 5, shapes=opts.shapes, population=opts.population, plans=opts.plans,
-                       repairs=opts.repairs, single_agent=opts.single_agent, compile_only=opts.compile_only,
-                       llm=llm_config)
-    echo(f"optimizing {spec.name} from {start} with {llm_config.model}: {config.population} candidates a round; "
-         f"run dir {run_dir}")
-    return run(config, run_dir, pool, OpenAIModel(llm_config), profiler=_profiler(spec, opts.compile_only),
-               echo=echo)
-
-
-def _tuner_run(op: str, run_dir: Path, pool, opts: RunOptions, echo) -> RunOutcome:
-    from astra_sglang.agents.winner import write_patch
-    from astra_sglang.specs.registry import get_spec
-
-    spec = get_spec(op)
-    echo("no LLM configured (--llm / OPENAI_API_KEY / OPENAI_BASE_URL): running the built-in tuner")
-    baseline = opts.baseline
-    if baseline and not baseline.startswith("py:"):
-        baseline = str(Path(baseline).resolve())
-    rounds = opts.rounds or 5
-    start = tuner_start(spec, opts.start, opts.extracted, run_dir, echo)
-    winner = run_tuner_path(spec, start, rounds, run_dir, pool, baseline, echo)
-    if winner is not None:
-        write_patch(winner, run_dir / "patch", spec)
-    return RunOutcome(run_dir=str(run_dir), winner=winner, rounds_done=rounds)
-
-
-def _resume(run_dir: Path, pool, llm_config: LLMConfig, rounds: int | None, echo) -> RunOutcome:
-    from astra_sglang.agents.journal import RunLog
-    from astra_sglang.agents.llm import OpenAIModel
-    from astra_sglang.agents.loop import resume
-    from astra_sglang.specs.registry import get_spec
-
-    saved = RunLog.load_config(run_dir)
-    given = {k: v for k, v in llm_config.model_dump(exclude_defaults=True).items()}
-    merged = saved.llm.model_copy(update={**given, "api_key": llm_config.api_key})
-    overrides = {"llm": merged, **({"rounds": rounds} if rounds else {})}
-    return resume(run_dir, pool, OpenAIModel(merged), profiler=_profiler(get_spec(saved.kernel), saved.compile_only),
-                  echo=echo, **overrides)
-
-
-def _profiler(spec: KernelSpec, compile_only: bool):
-    """Nsight Compute facts for the ProfilingAgent where ncu is installed (GPU runs only)."""
-    from astra_sglang.harness.ncu import NcuProfiler
-
-    return NcuProfiler(spec.name) if not compile_only and NcuProfiler.available() else None
-
-
-def _summary(outcome: RunOutcome, patches_dir: str | None, echo=click.echo, over_shipped: bool = False) -> None:
-    from astra_sglang.agents.winner import existing_is_better, write_patch
-    from astra_sglang.specs.registry import get_spec
-
-    if outcome.stop_reason:
-        echo(f"stopped early: {outcome.stop_reason}")
-    if outcome.report:
-        echo(f"{outcome.rounds_done} rounds, {outcome.usage.tokens} tokens, ~${outcome.usage.cost_usd:.4f}; "
-             f"report: {outcome.report}")
-    winner = outcome.winner
-    if winner is None:
-        echo("no winner: no candidate was correct on every final test and faster than the baseline")
-        return
-    echo(f"winner: {winner.candidate or f'round {winner.round}'} ({winner.method}), geomean {winner.speedup:.3f}x "
-         f"({winner.source})")
-    if patches_dir:
-        # written to the user folder by default, a patch would replace the shipped one in `launch`: the
-        # shipped patch must not be better either
-        shipped = [shipped_patches_dir()] if over_shipped else []
-        kept = next(filter(None, (existing_is_better(winner, d) for d in [*shipped, patches_dir])), None)
-        echo(kept or f"patch written to {write_patch(winner, patches_dir, get_spec(winner.kernel))}")

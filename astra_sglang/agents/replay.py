@@ -21,6 +21,8 @@ from collections import Counter
 
 from astra_sglang.agents.records import Message
 from astra_sglang.errors import AstraError
+from astra_sglang.ops.variants import materialize
+from astra_sglang.patching.store import PatchStore
 from astra_sglang.paths import patches_dir
 from astra_sglang.specs.records import KernelSpec
 from astra_sglang.tuner.knobs import configs, parse_knobs, strip_dispatch
@@ -44,10 +46,12 @@ def without_default_entry(source: str) -> str:
 
 def variants(spec: KernelSpec, limit: int = 48) -> list[str]:
     """The shipped kernel pinned to each of (up to `limit`) knob configurations."""
-    path = patches_dir() / spec.name / "kernel.cu"
-    if not path.is_file():
+    # the shipped set only: a measurement of the loop that does not depend on this machine's user folder
+    entry = PatchStore(patches_dir()).find(spec.name)
+    if entry is None or not entry.kernel_path.is_file():
         raise AstraError(f"{spec.name}: no shipped kernel to make variants of")
-    source = strip_dispatch(path.read_text())
+    kernel = materialize(entry.kernel_path.resolve(), dict(entry.manifest.defines), spec.name)
+    source = strip_dispatch(kernel.read_text())
     knobs = parse_knobs(source)
     if not knobs or "ASTRA_NO_DEFAULT_ENTRY" not in source:
         raise AstraError(f"{spec.name}: the shipped kernel exposes no knobs")

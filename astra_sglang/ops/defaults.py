@@ -1,8 +1,9 @@
-"""What `astra-sglang bench OP` compares when it is not told: the shipped patch against SGLang's own op.
+"""What `astra-sglang bench OP` compares when it is not told: the patch for OP against SGLang's own op.
 
-Candidate: the patch set's kernel for OP (patches/OP/, the manifest's kernel file and defines), else the tool's
-reference kernel. Baseline: the op SGLang runs on CUDA (`KERNEL_BASELINES`) where SGLang and the package
-behind that op import here, else the tool's reference kernel (astra_sglang/kernels/OP.cu), with the reason.
+Candidate: the patch set's kernel for OP (the user folder's HOME/patches/OP/ over the shipped patches/OP/, the
+manifest's kernel file and defines), else the tool's reference kernel. Baseline: the op SGLang runs on CUDA
+(`KERNEL_BASELINES`; for a user spec's op, the spec's first SGLang call site) where SGLang and the package behind
+that op import here, else the tool's reference kernel (astra_sglang/kernels/OP.cu), with the reason.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from pathlib import Path
 
 from astra_sglang.ops.adapters import KERNEL_BASELINES, sglang_baseline
 from astra_sglang.ops.variants import first_kernel
-from astra_sglang.patching.manifest import MANIFEST, PatchManifest
+from astra_sglang.patching.store import PatchStore
+from astra_sglang.paths import user_specs_dir
 from astra_sglang.specs.records import KernelSpec
+from astra_sglang.specs.registry import registry
 
 OP_PACKAGES = {"merge_state": "flashinfer"}
 """The package SGLang's op comes from, where it is not sgl_kernel (flashinfer's base-2 merge)."""
@@ -44,16 +47,25 @@ def missing_for(op: str) -> str | None:
     return None
 
 
-def candidate_side(op: str, candidate: str | None, knobs: dict[str, str], patches: Path) -> Side:
+def users_op(op: str) -> bool:
+    """An op whose spec the user folder holds (`onboard` wrote it): the package knows no baseline for it."""
+    path = registry().paths.get(op)
+    return op not in KERNEL_BASELINES and path is not None and path.parent.resolve() == user_specs_dir().resolve()
+
+
+def candidate_side(op: str, candidate: str | None, knobs: dict[str, str], patches: PatchStore | None = None) -> Side:
+    """--candidate, else the patch set's winning patch for `op` (the user folder's over the shipped one, as
+    `launch` serves them), else the tool's reference kernel."""
     if candidate:
         return Side(candidate, candidate, "given", dict(knobs))
-    folder = patches / op
-    if (folder / MANIFEST).is_file():
-        manifest = PatchManifest.load(folder)
-        what = "the shipped patch" + ("" if manifest.enabled else ", disabled in the patch set")
-        return Side(str((folder / manifest.kernel).resolve()), f"patches/{op}", what, {**manifest.defines, **knobs})
+    store = patches or PatchStore()
+    entry = store.find(op)
+    if entry is not None:
+        what = entry.describe() + ("" if entry.enabled else ", disabled in the patch set")
+        return Side(str(entry.kernel_path.resolve()), entry.label, what, {**entry.manifest.defines, **knobs})
     side = reference(op)
-    return Side(side.path, side.label, side.what + f"; no patch for {op} in {patches}", {**side.defines, **knobs})
+    return Side(side.path, side.label, side.what + f"; no patch for {op} in {store.describe()}",
+                {**side.defines, **knobs})
 
 
 def baseline_side(spec: KernelSpec, baseline: str | None) -> Side:
@@ -68,6 +80,9 @@ def baseline_side(spec: KernelSpec, baseline: str | None) -> Side:
     if missing is None and spec.name in KERNEL_BASELINES:
         path = KERNEL_BASELINES[spec.name]
         return Side(path, path, "SGLang's own op")
+    if missing is None and users_op(spec.name) and sglang_baseline(spec):
+        path = sglang_baseline(spec)  # `onboard` wrote the spec from this call site: it is what the patch replaces
+        return Side(path, path, "SGLang's own op, the user spec's call site")
     side = reference(spec.name)
     why = f"{missing} is not importable here" if missing else f"no SGLang op is known for {spec.name}"
     return Side(side.path, side.label, f"{side.what}: {why}; run in SGLang's environment to compare with SGLang's op",

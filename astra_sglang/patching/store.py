@@ -50,6 +50,21 @@ class PatchEntry:
         names = self.manifest.targets or [f"{t.module}:{t.attr}" for t in self.spec.sglang_targets]
         return [Target.parse(n) for n in names]
 
+    @property
+    def label(self) -> str:
+        """A short name of the patch: patches/OP (shipped), user:patches/OP (the user folder's) or its folder.
+        Scripts that record the shipped patch's figures match "patches/": the user's never pass for it."""
+        if self.origin == "shipped":
+            return f"patches/{self.op}"
+        return f"user:patches/{self.op}" if self.origin == "user" else str(self.folder)
+
+    def describe(self) -> str:
+        """Which patch this is, in words: shipped, the user folder's (over the shipped one), or a folder's."""
+        what = {"shipped": "the shipped patch", "user": f"the user folder's patch {self.folder}"}.get(
+            self.origin, f"the patch in {self.folder}")
+        return what + (f", over the {self.shadows} one" if self.shadows in ("shipped", "user") else
+                       f", over the one in {self.shadows}" if self.shadows else "")
+
     def speedup_geomean(self) -> float | None:
         values = [m.speedup for m in self.manifest.measured if m.speedup > 0]
         if not values:
@@ -58,12 +73,6 @@ class PatchEntry:
         for v in values:
             product *= v
         return product ** (1 / len(values))
-
-
-def default_root() -> Path:
-    """The one folder a single-patch lookup starts from: the first of $ASTRA_SGLANG_PATCHES, else the shipped set."""
-    env = [p for p in os.environ.get(ENV_PATCHES, "").split(os.pathsep) if p]
-    return Path(env[0]) if env else patches_dir()
 
 
 def default_roots() -> list[Path]:
@@ -118,14 +127,26 @@ class PatchStore:
     def enabled(self) -> list[PatchEntry]:
         return [e for e in self.entries() if e.enabled]
 
+    def layers(self, op: str) -> list[PatchEntry]:
+        """Every root's patch of `op`, the winning one first (the user folder's over the shipped one), each
+        naming the one below it. The one lookup of "the patch for OP": `get`, `bench`'s default candidate and
+        the tuner's start kernel all read it, so they agree with what `launch` serves."""
+        holders = [r for r in reversed(self.roots) if (r / op / MANIFEST).is_file()]
+        entries = [self._load(r / op, origin_of(r)) for r in holders]
+        return [replace(e, shadows=below.origin) for e, below in zip(entries, entries[1:])] + entries[-1:]
+
+    def find(self, op: str) -> PatchEntry | None:
+        """The winning patch of `op`, None where no root has one."""
+        found = self.layers(op)
+        return found[0] if found else None
+
     def get(self, op: str) -> PatchEntry:
-        """The winning patch of `op` (the last root that has it)."""
-        holders = [r for r in self.roots if (r / op / MANIFEST).is_file()]
-        if not holders:
+        """The winning patch of `op` (the last root that has it); AstraError naming the set where none has."""
+        entry = self.find(op)
+        if entry is None:
             known = ", ".join(e.op for e in self.entries()) or "none"
             raise AstraError(f"no patch {op!r} in {self.describe()} (patches: {known})")
-        entry = self._load(holders[-1] / op, origin_of(holders[-1]))
-        return replace(entry, shadows=origin_of(holders[-2])) if len(holders) > 1 else entry
+        return entry
 
     def set_enabled(self, op: str, enabled: bool) -> PatchEntry:
         """Edits the winning patch's manifest: the one a server would load."""

@@ -1,9 +1,9 @@
 """Which op a GPU kernel belongs to, and what the tool can do about it.
 
 A kernel is matched, in order, to: an op with a spec (the `__global__` names of its sources in extract/, of
-the shipped patches and of our own first kernels), a family of SGLang ops that have no spec yet, a library
-family the tool does not touch (GEMMs, attention), or framework glue. The rules are patterns over the
-kernel's function name; the first that matches wins.
+the patch set's patches, the user folder's included, and of our own first kernels), a family of SGLang ops
+that have no spec yet, a library family the tool does not touch (GEMMs, attention), or framework glue. The
+rules are patterns over the kernel's function name; the first that matches wins.
 """
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from astra_sglang.ops.variants import VARIANTS
-from astra_sglang.paths import kernels_dir, patches_dir
+from astra_sglang.patching.store import PatchStore
+from astra_sglang.paths import kernels_dir
 from astra_sglang.profile.records import Kind
 from astra_sglang.specs.registry import all_specs
 
@@ -85,14 +86,14 @@ VARIANT_MARKERS = (
 
 @functools.cache
 def spec_kernels() -> dict[str, tuple[str, ...]]:
-    """__global__ name -> the spec ops it serves, from every spec's sources, the shipped patches and our first
-    kernels (plain ops first)."""
+    """__global__ name -> the spec ops it serves, from every spec's sources, the patch set's layers (a user
+    folder's patch is what its server runs) and our first kernels (plain ops first)."""
     names: dict[str, list[str]] = {}
     specs = {s.name: s for s in all_specs()}
     for spec in specs.values():
         for loc in spec.sources.values():
             names.setdefault(loc.kernel, []).append(spec.name)
-    for folder in (patches_dir(), kernels_dir()):
+    for folder in (*PatchStore().roots, kernels_dir()):
         for path in sorted(Path(folder).glob("**/*.cu")):
             op = path.parent.name if path.name == "kernel.cu" else path.stem
             if op in specs:

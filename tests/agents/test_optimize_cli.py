@@ -8,10 +8,12 @@ import pytest
 from click.testing import CliRunner
 from agent_support import PLAN, SUMMARY, TESTS, Killed, StandIn, kernel
 
-from astra_sglang.agents import cli
+from astra_sglang.agents import cli, starts
 from astra_sglang.agents.records import Winner
 from astra_sglang.errors import AstraError
+from astra_sglang.patching import store
 from astra_sglang.patching.manifest import PatchManifest
+from astra_sglang.paths import patches_dir
 from astra_sglang.search.ops import ops_from_profile
 from astra_sglang.specs.registry import get_spec
 
@@ -70,12 +72,12 @@ def cli_request(spec, start):
 
 def test_start_source_resolution(tmp_path):
     spec = get_spec("silu_and_mul")
-    assert cli.start_source(spec, None).name == "silu_and_mul.cu"
+    assert starts.start_source(spec, None).name == "silu_and_mul.cu"
     (tmp_path / "kernel.cu").write_text("x")
-    assert cli.start_source(spec, str(tmp_path)) == tmp_path / "kernel.cu"
+    assert starts.start_source(spec, str(tmp_path)) == tmp_path / "kernel.cu"
     (tmp_path / "kernel.cu").unlink()
     with pytest.raises(AstraError, match="exactly one"):
-        cli.start_source(spec, str(tmp_path))
+        starts.start_source(spec, str(tmp_path))
 
 
 def test_several_ops_as_one_job(fake, tmp_path, monkeypatch):
@@ -197,13 +199,13 @@ def test_without_patches_dir_the_winner_goes_to_the_user_folder_unless_the_shipp
     home, shipped = tmp_path / "home", tmp_path / "shipped"
     monkeypatch.setenv("ASTRA_SGLANG_HOME", str(home))
     (shipped / "silu_and_mul").mkdir(parents=True)  # the tuner starts from its kernel
-    real = Path(str(cli.shipped_patches_dir())) / "silu_and_mul" / "kernel.cu"
+    real = patches_dir() / "silu_and_mul" / "kernel.cu"
     (shipped / "silu_and_mul" / "kernel.cu").write_text(real.read_text())
     measured = [{"shape": [4, 64], "dtype": "float16", "candidate_us": 1.0, "baseline_us": 5.0,
                  "speedup": shipped_speedup}] if shipped_speedup else []  # nothing to compare: the winner is written
     (shipped / "silu_and_mul" / "manifest.json").write_text(json.dumps(
         {"op": "silu_and_mul", "dtypes": ["float16"], "provenance": {"method": "hand"}, "measured": measured}))
-    monkeypatch.setattr(cli, "shipped_patches_dir", lambda: shipped)
+    monkeypatch.setattr(store, "patches_dir", lambda: shipped)  # where the patch set's shipped layer is
 
     def run_tuner(spec, start, rounds, run_dir, evaluator, echo=None, baseline=None, batch=None):
         final = batch([cli_request(spec, start)])[0]

@@ -122,7 +122,7 @@ def test_optimize_from_extracted_without_gpu_ends_in_one_line(site_dir, tmp_path
 
 
 def test_from_an_extraction_without_knobs_says_so_in_one_line(tmp_path):
-    from astra_sglang.agents.cli import tuner_start
+    from astra_sglang.agents.starts import tuner_start
     from astra_sglang.errors import AstraError
 
     (tmp_path / "kernel.cu").write_text((KNOBS / "no_knob.cu").read_text())

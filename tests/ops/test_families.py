@@ -17,6 +17,7 @@ from astra_sglang.harness.inputs import allocate, fill
 from astra_sglang.ops import adapters, defaults, reference
 from astra_sglang.ops.variants import VARIANTS, first_kernel, materialize
 from astra_sglang.patching.manifest import PatchManifest
+from astra_sglang.patching.store import PatchStore
 from astra_sglang.paths import kernels_dir, patches_dir
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
@@ -162,13 +163,13 @@ def test_materialize_writes_the_defines_at_the_top(tmp_path, monkeypatch):
 
 
 def test_optimize_starts_a_variant_from_the_base_file_with_its_define(tmp_path, monkeypatch):
-    from astra_sglang.agents import cli
+    from astra_sglang.agents import starts
 
     monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path / "cache"))
     spec = get_spec("gemma_rmsnorm")
-    first = cli.start_source(spec, None).read_text()
+    first = starts.start_source(spec, None).read_text()
     assert "#define ASTRA_GEMMA 1\n" in first and first.endswith((kernels_dir() / "rmsnorm.cu").read_text())
-    tuned = cli.tuner_start(spec, None).read_text()  # the shipped (knobbed) rmsnorm file, Gemma's define in
+    tuned = starts.tuner_start(spec, None).read_text()  # the shipped (knobbed) rmsnorm file, Gemma's define in
     assert "#define ASTRA_GEMMA 1\n" in tuned and "astra:knob" in tuned
     assert tuned.endswith((patches_dir() / "rmsnorm" / "kernel.cu").read_text())
 
@@ -182,7 +183,7 @@ def test_bench_defaults_name_sglangs_op_or_the_variants_first_kernel(op, monkeyp
     monkeypatch.setattr(defaults, "missing_for", lambda name: "sglang")
     side = defaults.baseline_side(spec, None)
     assert side.path == str(kernels_dir() / f"{VARIANTS[op].base}.cu") and side.defines == VARIANTS[op].defines
-    cand = defaults.candidate_side(op, None, {"ASTRA_DEFAULT_PDL": "0"}, patches_dir())
+    cand = defaults.candidate_side(op, None, {"ASTRA_DEFAULT_PDL": "0"}, PatchStore(patches_dir()))
     enabled = PatchManifest.load(patches_dir() / op).enabled
     assert cand.label == f"patches/{op}" and ("disabled in the patch set" in cand.what) != enabled
     assert cand.defines == {**VARIANTS[op].defines, "ASTRA_DEFAULT_PDL": "0"}

@@ -67,6 +67,22 @@ def test_enable_and_disable_touch_the_winning_manifest_only(home):
     assert json.loads((mine / "manifest.json").read_text())["enabled"] is True
 
 
+@pytest.mark.parametrize("op", ["silu_and_mul", "gemma_rmsnorm"])
+def test_layers_of_an_op_put_the_user_patch_first_and_name_each_one(home, tmp_path, op):
+    assert [(e.origin, e.shadows, e.label) for e in PatchStore().layers(op)] == [("shipped", "", f"patches/{op}")]
+    mine = write_patch(home / "patches", op=op, targets=())
+    user, shipped = PatchStore().layers(op)
+    assert (user.folder, user.origin, user.shadows, user.label) == (mine, "user", "shipped", f"user:patches/{op}")
+    assert user.describe() == f"the user folder's patch {mine}, over the shipped one"
+    assert (shipped.folder, shipped.describe()) == (patches_dir() / op, "the shipped patch")
+    assert PatchStore().find(op) == PatchStore().get(op) == user
+    other = write_patch(tmp_path / "other", op=op)
+    assert PatchStore([tmp_path / "other"]).find(op).describe() == f"the patch in {other}"
+    assert PatchStore([home / "patches", tmp_path / "other"]).find(op).describe() == (
+        f"the patch in {other}, over the user one")
+    assert PatchStore([tmp_path / "missing"]).find(op) is None
+
+
 def test_an_explicit_folder_is_that_folder_only(home, tmp_path, monkeypatch):
     write_patch(home / "patches", op="rmsnorm", targets=())
     other = tmp_path / "other"

@@ -231,3 +231,25 @@ def test_phase_steps_counts_the_loads_own_phase():
 def test_a_triton_spec_kernel_says_tune():
     assert "astra-sglang tune decode_attention" in owner("_fwd_grouped_kernel_stage1").action
     assert "astra-sglang optimize rmsnorm" in owner("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>(x)").action
+
+
+@pytest.mark.parametrize("kernel", ["my_rows_kernel", "my_rows_kernel_v2"])
+def test_a_user_patchs_kernel_is_attributed_to_its_op(kernel, tmp_path, monkeypatch):
+    """A server launched with the user folder's patches runs their kernels: `profile` names their op."""
+    from astra_sglang.paths import specs_dir
+    from astra_sglang.profile import attribute
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("ASTRA_SGLANG_HOME", str(home))
+    monkeypatch.delenv("ASTRA_SGLANG_PATCHES", raising=False)
+    (home / "specs").mkdir(parents=True)
+    spec = (specs_dir() / "silu_and_mul.toml").read_text().replace('name = "silu_and_mul"', 'name = "my_rows"')
+    (home / "specs" / "my_rows.toml").write_text(spec)
+    (home / "patches" / "my_rows").mkdir(parents=True)
+    (home / "patches" / "my_rows" / "kernel.cu").write_text(f"__global__ void {kernel}(float* out) {{}}\n")
+    attribute.spec_kernels.cache_clear()
+    try:
+        who = owner(f"void {kernel}(float*)")
+        assert (who.kind, who.op) == ("spec", "my_rows")
+    finally:
+        attribute.spec_kernels.cache_clear()
