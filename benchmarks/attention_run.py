@@ -31,10 +31,13 @@ from moe_run import Stage, run_stage  # noqa: E402 - the stage runner shared wit
 SERVER = ["--model-path", "/tmp/model", "--load-format", "dummy", "--attention-backend", "triton",
           "--sampling-backend", "pytorch", "--grammar-backend", "none", "--cuda-graph-max-bs-decode", "64",
           "--mem-fraction-static", "0.75"]
-BUCKETS = {"decode": "1x1024,8x4096,32x2048,64x4096", "extend": "1024x0,4096x0,2048x2048"}
-BUDGETS = {"decode": float(os.environ.get("DECODE_BUDGET", 250)), "extend": float(os.environ.get("EXTEND_BUDGET", 200))}
+BUCKETS = {"decode": "1x512,1x4096,8x512,8x4096,32x512,32x2048,64x512,64x4096", "extend": "1024x0,4096x0,2048x2048"}
+BUDGETS = {"decode": float(os.environ.get("DECODE_BUDGET", 300)), "extend": float(os.environ.get("EXTEND_BUDGET", 170))}
 """Search seconds per kernel (the final evaluation is inside them). One evaluation of every bucket took 52-53 s on
-an H100 (2026-11-25): at 120 / 100 s no search round fitted beside the final evaluation."""
+an H100 with 4 decode and 3 extend buckets (2026-11-25): at 120 / 100 s no search round fitted beside the final
+evaluation. Decode measures 8 buckets (each batch size at a short and a long kv length)."""
+KERNELS = os.environ.get("KERNELS", "decode extend").split()
+"""Which kernels to tune (KERNELS=decode: the decode search alone, e.g. beside an earlier extend patch)."""
 RESERVE_PROFILES = 420
 """Seconds the two profiles need (two server starts with CUDA graphs, a decode and a prefill load each). The first
 server start on a machine compiles SGLang's kernels: at 130 s the base profile was cut off before its server was up
@@ -46,7 +49,7 @@ def stages(work: Path, steps: int, port: int) -> list[Stage]:
     cli = [sys.executable, "-m", "astra_sglang.cli"]
     profile = [*cli, "profile", "--steps", str(steps), "--port", str(port), "--health-timeout", "200"]
     out = []
-    for kind in ("decode", "extend"):
+    for kind in KERNELS:
         out.append(Stage(f"tune-{kind}", [
             *cli, "tune", f"{kind}_attention", "--model", "llama-3-8b", "--buckets", BUCKETS[kind], "--rounds", "2",
             "--width", "3", "--budget", f"{BUDGETS[kind]:.0f}", "--timeout", "120", "--patches-dir",

@@ -10,9 +10,10 @@ from astra_sglang.errors import AstraError
 from astra_sglang.triton.attn_space import AttnShape
 from astra_sglang.triton.attn_targets import TARGETS
 
-DEFAULT_BUCKETS = {"decode_attention": "1x1024,8x2048,32x4096,64x4096",
+# Every decode batch size at a short and a long kv length: one config serves both (attn_tune.AttnTuner.chosen).
+DEFAULT_BUCKETS = {"decode_attention": "1x512,1x4096,8x512,8x4096,32x512,32x4096,64x512,64x4096",
                    "extend_attention": "512x0,2048x0,4096x0,1024x4096"}
-DEFAULT_LENGTHS = {"decode_attention": "1024,4096", "extend_attention": "0"}
+DEFAULT_LENGTHS = {"decode_attention": "512,4096", "extend_attention": "0"}
 PROFILE_KERNELS = {"decode_attention": "_fwd_grouped_kernel_stage1", "extend_attention": "_fwd_kernel"}
 
 

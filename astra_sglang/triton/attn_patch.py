@@ -3,9 +3,9 @@ re-check one.
 
 `<patches>/<kernel>/manifest.json` holds one table per attention shape, GPU and Triton version: every bucket
 key measured with its config, SGLang's own pick ("") where nothing beat it. Decode buckets (batch, kv length)
-collapse to batch sizes (a CUDA graph fixes the batch size at capture, not the kv length): a batch size takes
-the config of its longest kv length measured. Extend buckets collapse to extend lengths the same way (the
-longest prefix measured; the prefix length is on the GPU at launch time).
+collapse to batch sizes (a CUDA graph fixes the batch size at capture, not the kv length), extend buckets to
+extend lengths (the prefix length is on the GPU at launch time): the tuner chose one config per such key, on all
+of its buckets (attn_tune.AttnTuner.chosen).
 """
 from __future__ import annotations
 
@@ -24,14 +24,12 @@ OP = "py:astra_sglang.triton.attn_op:"
 
 
 def collapse(result: TuneResult) -> dict[int, str]:
-    """Bucket results -> {first dim: config code or ""}, the longest second dim of each first dim deciding."""
-    out: dict[int, tuple[int, str]] = {}
+    """Bucket results -> {first size: config code or ""}: a first size keeps a tuned config only where all its
+    buckets chose that one config (the tuner gives a key one config; anything else keeps SGLang's pick)."""
+    codes: dict[int, set[str]] = {}
     for b in result.buckets:
-        first, second = b.bucket
-        code = b.chosen if b.verdict == "tuned" else ""
-        if first not in out or second > out[first][0]:
-            out[first] = (second, code)
-    return {k: v[1] for k, v in sorted(out.items())}
+        codes.setdefault(b.bucket[0], set()).add(b.chosen if b.verdict == "tuned" else "")
+    return {k: next(iter(v)) if len(v) == 1 else "" for k, v in sorted(codes.items())}
 
 
 def write_launch_patch(patches_dir: Path, result: TuneResult, run_id: str = "") -> Path:

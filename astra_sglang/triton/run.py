@@ -82,6 +82,7 @@ def search_then_check(tuner: MoeTuner, options: TuneOptions, started: float, bat
     if tuner.cached:
         echo(f"cache: {tuner.cached} measurements of this GPU, Triton, kernel source and shape reused")
     evaluations = tuner.search(options.rounds, options.budget_s, started)
+    evaluations += tuner.settle()
     table = tuner.chosen()
     echo(f"final evaluation: the chosen config at every {unit} against SGLang's pick, every check")
     final = batch([tuner.request(table, "final", final=True)])[0]

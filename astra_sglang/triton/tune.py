@@ -191,6 +191,10 @@ class MoeTuner:
             count += self.evaluate_round(f"r{r}", proposals)
         return count
 
+    def settle(self) -> int:
+        """Evaluations run between the search and the final one (none here: every batch size is its own key)."""
+        return 0
+
     # -- the outcome --------------------------------------------------------------------------------------
     def chosen(self) -> dict[int, MoeConfig]:
         """Per batch size: the best config where it beat SGLang's pick by WIN_MARGIN, else SGLang's pick."""

@@ -3,7 +3,7 @@
 # configs for Llama-3-8B's attention (32 q heads, 8 kv heads, head dim 128, bf16) at a few buckets against the
 # config SGLang's launchers pick themselves, write the winners as launch patches and, where the time allows,
 # profile the kit's dummy Llama-3-8B (triton attention backend) unpatched and patched, in place.
-# benchmarks/attention_run.py does the stages; DEADLINE (seconds, default 520; DECODE_BUDGET 250 and EXTEND_BUDGET 200 the searches) bounds them together, STEPS (20)
+# benchmarks/attention_run.py does the stages; DEADLINE (seconds, default 520; DECODE_BUDGET 300 and EXTEND_BUDGET 170 the searches, KERNELS="decode extend" which) bounds them together, STEPS (20)
 # the profiled steps per load. Every server a stage starts is stopped when it ends or runs out of time.
 # The searches fill one command; the in-place profiles run where time is left, or in a second command with
 # PATCHES=DIR (an earlier run's OUT/patches.tar.gz unpacked: tuning skipped).

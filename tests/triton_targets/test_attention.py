@@ -272,6 +272,78 @@ def test_tuning_run_reports_speedups_and_writes_a_launch_patch(tmp_path):
     assert "| 64x4096 |" in report and "SGLang's pick (already the best)" in report
 
 
+class KvLandscape(Landscape):
+    """BLOCK_N 16 is 1.2x at long kv lengths and 0.6x at short ones (a config tuned on long kv alone regressed
+    decode in place); BLOCK_N 64 is 1.1x at every kv length; everything else 0.9x. `final` scales the final
+    evaluation's speedups at (64, 512)."""
+
+    def __init__(self, final: float = 1.0):
+        super().__init__()
+        self.final = final
+
+    def speed(self, req, shape, config) -> float:
+        if config.block_n == 16:
+            speed = 1.2 if shape[1] >= 2048 else 0.6
+        else:
+            speed = 1.1 if config.block_n == 64 else 0.9
+        return speed * (self.final if req.candidate.label == "final" and shape[:2] == (64, 512) else 1.0)
+
+    def __call__(self, requests):
+        out = []
+        for req in requests:
+            self.requests.append(req)
+            table = parse_table("decode_attention", req.candidate.path.rsplit(":", 1)[1].split("_table_", 1)[1])
+            result = EvalResult(kernel=req.kernel, candidate=req.candidate.name(), ok=True, stage="done", wall_s=20.0)
+            for shape in req.shapes:
+                speed = self.speed(req, shape, table[shape[0], shape[1]])
+                result.shapes.append(ShapeResult(
+                    shape=shape, dtype="bfloat16", correct=True, speedup=speed,
+                    candidate=Timing(median_us=10 / speed, p10_us=10 / speed, p90_us=10 / speed),
+                    baseline=Timing(median_us=10.0, p10_us=10.0, p90_us=10.0)))
+            out.append(result)
+        return out
+
+
+def _kv_tuner(land, buckets):
+    setup = AttnSetup("decode_attention", LLAMA3, buckets, {b: DECODE_PICK for b in buckets}, FACTS.gpu,
+                      FACTS.triton, FACTS.source_hash)
+    return AttnTuner(setup, land, echo=lambda _: None, width=400)
+
+
+def test_one_config_serves_every_kv_length_of_a_batch_size():
+    tuner = _kv_tuner(KvLandscape(), [(64, 512), (64, 4096), (8, 4096)])
+    tuner.search(rounds=1)
+    # the search alone measured every config at every bucket here (width 400 > the space), so nothing to settle
+    chosen = tuner.chosen()
+    # BLOCK_N 16 wins at 64x4096 (1.2x) but loses at 64x512 (0.6x): batch 64 takes BLOCK_N 64, good at both
+    assert chosen[64, 512] == chosen[64, 4096] and chosen[64, 512].block_n == 64
+    # batch 8 has only its long kv length: the long-kv winner is taken there
+    assert chosen[8, 4096].block_n == 16
+
+
+def test_settle_measures_each_winner_at_the_other_kv_lengths():
+    tuner = _kv_tuner(KvLandscape(), [(64, 512), (64, 4096)])
+    win = AttnConfig("decode_attention", block_n=16, warps=4, stages=2, block_h=16)
+    tuner.evaluate_round("r1", {(64, 4096): [win], (64, 512): []})
+    assert tuner.chosen()[64, 4096] == DECODE_PICK  # not measured at 64x512: no candidate yet
+    assert tuner.settle() == 1
+    assert tuner.measured[64, 512][win.code()].speedup == pytest.approx(0.6)
+    assert tuner.chosen()[64, 4096] == DECODE_PICK and tuner.settle() == 0
+
+
+def test_a_key_whose_config_loses_one_final_bucket_keeps_sglangs_pick_at_all(tmp_path):
+    from astra_sglang.triton.attn_patch import collapse
+    from astra_sglang.triton.attn_run import tune_attention
+
+    buckets = [(64, 512), (64, 4096), (8, 4096)]
+    options = TuneOptions(rounds=1, width=400, use_cache=False, patches_dir=tmp_path / "patches")
+    result = tune_attention("decode_attention", LLAMA3, buckets, tmp_path / "run", options, KvLandscape(final=0.8),
+                            facts=FACTS, echo=lambda _: None)
+    verdicts = {tuple(b.bucket): b.verdict for b in result.buckets}
+    assert verdicts == {(64, 512): "sglang-best", (64, 4096): "sglang-best", (8, 4096): "tuned"}
+    assert collapse(result) == {8: next(b.chosen for b in result.buckets if b.bucket == (8, 4096)), 64: ""}
+
+
 def test_tuner_proposals_skip_sglangs_pick_and_filtered_configs():
     setup = AttnSetup("decode_attention", LLAMA3, [(8, 1024)], {(8, 1024): DECODE_PICK}, FACTS.gpu, FACTS.triton,
                       FACTS.source_hash)
