@@ -38,10 +38,10 @@ an H100 with 4 decode and 3 extend buckets (2026-11-25): at 120 / 100 s no searc
 evaluation. Decode measures 8 buckets (each batch size at a short and a long kv length)."""
 KERNELS = os.environ.get("KERNELS", "decode extend").split()
 """Which kernels to tune (KERNELS=decode: the decode search alone, e.g. beside an earlier extend patch)."""
-RESERVE_PROFILES = 420
+RESERVE_PROFILES = 530
 """Seconds the two profiles need (two server starts with CUDA graphs, a decode and a prefill load each). The first
-server start on a machine compiles SGLang's kernels: at 130 s the base profile was cut off before its server was up
-(H100, 2026-11-25), so with tuning in the same command the profiles fit only with PATCHES= in a second one."""
+server start on a machine compiles SGLang's kernels: the base profile was cut off at 130 s before its server was
+up, and at 250 s on a fresh machine (server healthy after 165 s, then two loads) (H100, 2026-11-25), so with tuning in the same command the profiles fit only with PATCHES= in a second one."""
 ATTENTION_KERNELS = ("_fwd_grouped_kernel_stage1", "_fwd_kernel_stage2", "_fwd_kernel")
 
 
@@ -54,10 +54,10 @@ def stages(work: Path, steps: int, port: int) -> list[Stage]:
             *cli, "tune", f"{kind}_attention", "--model", "llama-3-8b", "--buckets", BUCKETS[kind], "--rounds", "2",
             "--width", "3", "--budget", f"{BUDGETS[kind]:.0f}", "--timeout", "120", "--patches-dir",
             str(work / "patches"), "--out", str(work / f"tune-{kind}")], BUDGETS[kind] + 60))
-    out.append(Stage("base", [*profile, "--out", str(work / "base"), "--", *SERVER], 250,
+    out.append(Stage("base", [*profile, "--out", str(work / "base"), "--", *SERVER], 330,
                      needs=[str(work / "patches")]))
     out.append(Stage("patched", [*profile, "--patched", "--patches", str(work / "patches"), "--compare",
-                                 str(work / "base/profile.json"), "--out", str(work / "patched"), "--", *SERVER], 170,
+                                 str(work / "base/profile.json"), "--out", str(work / "patched"), "--", *SERVER], 200,
                      needs=[str(work / "base/profile.json")]))
     return out
 
