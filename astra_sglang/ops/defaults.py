@@ -15,8 +15,9 @@ from astra_sglang.ops.variants import first_kernel
 from astra_sglang.patching.manifest import MANIFEST, PatchManifest
 from astra_sglang.specs.records import KernelSpec
 
-OP_PACKAGES = {"merge_state": "flashinfer"}
-"""The package SGLang's op comes from, where it is not sgl_kernel (flashinfer's base-2 merge)."""
+OP_PACKAGES = {"merge_state": "flashinfer", "rotary_embedding": "tvm_ffi"}
+"""The package SGLang's op comes from, where it is not sgl_kernel (flashinfer's base-2 merge; the rotary embedding's
+JIT kernel, which SGLang builds and loads through tvm_ffi)."""
 
 
 @dataclass(frozen=True)
