@@ -8,7 +8,7 @@
 #             tokens at its model's widths: per_call.py CALLS_AS), timed (`astra-sglang bench OP`: the shipped patch,
 #             for a variant op the sibling op's kernel file with the manifest's define, against SGLang's op, kernel
 #             only, CUDA graphs, L2 cold, bf16, SETS) and checks (the harness's trials on CHECK_SETS in
-#             bf16/fp16/fp32, no timing)
+#             each spec's dtypes, no timing)
 #   record    benchmarks/families_record.py: the timed rows into copies of the ops' manifests (`measured`,
 #             provenance), gate_max_bytes from the largest call every check passed, OUT/families.md
 # Writes OUT/{per_call,kernels-*,checks,sources}.jsonl, OUT/per_call.md, OUT/families.md, OUT/run.log and
