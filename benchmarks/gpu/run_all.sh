@@ -5,8 +5,8 @@
 #   timed     astra-sglang bench OP: the shipped patch against SGLang's own op (bench's defaults), the paper
 #             and quick shape sets, bf16, checked and timed, one op after the other
 #   checks    astra-sglang bench OP --no-time: the harness's trials on the specs' edge and held-out shapes in
-#             each spec's dtypes (bf16/fp16/fp32 for the first four), against the tool's reference kernel (SGLang's ops refuse or fault at some of them);
-#             no timing, so the four ops run at once
+#             each spec's dtypes (bf16/fp16/fp32 for the first four), against the tool's reference kernel (SGLang's
+#             ops refuse or fault at some of them); no timing, so the ops run at once
 # then benchmarks/summarize.py. Writes OUT/{per_call,checks,kernels,sources}.jsonl, OUT/per_call.md,
 # OUT/RESULTS.md and OUT/run.log, and prints the README's table last.
 #
