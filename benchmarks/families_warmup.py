@@ -68,11 +68,12 @@ WARMUPS: dict[str, Callable[[str], None]] = {
 
 
 def main(ops: list[str], sets: str) -> int:
-    for op in ops:
-        if op in WARMUPS:
-            WARMUPS[op](sets)
-    torch.cuda.synchronize()
-    print(f"warm-up done: {' '.join(op for op in ops if op in WARMUPS) or 'nothing to warm'}")
+    warmed = [op for op in ops if op in WARMUPS]
+    for op in warmed:
+        WARMUPS[op](sets)
+    if warmed:
+        torch.cuda.synchronize()
+    print(f"warm-up done: {' '.join(warmed) or 'nothing to warm'}")
     return 0
 
 
