@@ -3,7 +3,8 @@
 At decode sizes (1-64 tokens) a kernel runs 1-3 us, no longer than the host's work per call, so the patched
 op's Python wrapper and ctypes launch can decide what a call costs. This times back-to-back eager calls of
 SGLang's original and of the patch's replacement (Runtime.op_for(...).fn; nothing is rebound), both called
-with SGLang's own positional arguments, and separately the GPU time per call with the host out of the way.
+with SGLang's own arguments (positional, or as SGLang's call site passes them: BUILDERS), and separately the GPU
+time per call with the host out of the way.
 
 At sizes a manifest's `defer` leaves to SGLang's kernel, the patched call goes to the original (from C++ on
 the fast path): there the table shows what keeping SGLang's kernel behind the patch costs per call.
@@ -23,9 +24,12 @@ from datetime import UTC, datetime
 from importlib import import_module, metadata
 from pathlib import Path
 
+from typing import Callable
+
 import torch
 
-from astra_sglang.harness.inputs import allocate, fill
+from astra_sglang.harness.inputs import TORCH_DTYPES, allocate, fill
+from astra_sglang.ops.rope import cos_sin_cache
 from astra_sglang.patching.runtime import Runtime, RuntimeConfig
 from astra_sglang.patching.targets import resolve
 
@@ -34,11 +38,13 @@ WARMUP, CALLS, REPS = 200, 2000, 7
 GPU_CALLS, GPU_REPS, SPIN_CYCLES = 256, 3, 50_000_000  # ~25 ms at ~2 GHz: longer than enqueueing 256 calls
 # op -> (leading spec arguments SGLang passes, model width after `tokens`). SGLang hands silu_and_mul its
 # `out` but lets rmsnorm(x, w, eps) and merge_state_v2(v_a, s_a, v_b, s_b) allocate their outputs.
-# The gelu and Gemma norm families at Gemma-2-9B's widths (intermediate 14336, hidden 3584).
+# The gelu and Gemma norm families at Gemma-2-9B's widths (intermediate 14336, hidden 3584); the rotary embedding at
+# Llama-3-8B's (32 q heads, 8 kv heads, head_dim 128), called as BUILDERS says.
 CALLS_AS = {"silu_and_mul": (2, (14336,)), "fused_add_rmsnorm": (4, (4096,)), "rmsnorm": (3, (4096,)),
             "merge_attn_states_lse": (4, (32, 128)), "merge_state": (4, (32, 128)),
             "gelu_and_mul": (2, (14336,)), "gelu_tanh_and_mul": (2, (14336,)),
-            "gemma_rmsnorm": (3, (3584,)), "gemma_fused_add_rmsnorm": (4, (3584,))}
+            "gemma_rmsnorm": (3, (3584,)), "gemma_fused_add_rmsnorm": (4, (3584,)),
+            "rotary_embedding": (0, (32, 8, 128))}
 # The FA3 backend module may not import where FA3 is missing; it binds this very object from sgl_kernel.
 STAND_INS = {"merge_attn_states_lse": ("sgl_kernel", "merge_state_v2")}
 
@@ -63,24 +69,60 @@ class Row:
     sglang: str
 
 
-def wall_us(fn, args: list, calls: int = CALLS) -> float:
+Call = tuple[list, dict]
+"""One call's positional and keyword arguments."""
+
+
+def spec_call(spec, shape: tuple, argc: int) -> Callable[[], Call]:
+    """The harness's draws, the first `argc` spec arguments passed positionally (fresh tensors each time)."""
+    def make() -> Call:
+        gen = torch.Generator(device=DEVICE).manual_seed(0)
+        return fill(spec, allocate(spec, shape, DTYPE, DEVICE), gen).call_args(spec)[:argc], {}
+    return make
+
+
+def rope_call(spec, shape: tuple, argc: int) -> Callable[[], Call]:
+    """RotaryEmbedding.forward_cuda's call: q and k as [tokens, heads, head_dim] views of one qkv projection
+    [tokens, (heads + 2 kv_heads) * head_dim] (strided, as SGLang hands them in), keywords, fused_args=None."""
+    tokens, heads, kv_heads, head_dim = shape
+    max_pos = spec.free_dims["max_pos"]
+
+    def make() -> Call:
+        gen = torch.Generator(device=DEVICE).manual_seed(0)
+        qkv = torch.randn(tokens, (heads + 2 * kv_heads) * head_dim, generator=gen, device=DEVICE,
+                          dtype=TORCH_DTYPES[DTYPE])
+        q, k, _ = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+        positions = torch.randint(0, max_pos, (tokens,), generator=gen, device=DEVICE)
+        cache = cos_sin_cache((max_pos, head_dim), torch.float32, gen, {}).float()
+        return [], dict(positions=positions, q=q.view(tokens, -1, head_dim), k=k.view(tokens, -1, head_dim),
+                        cos_sin_cache=cache, is_neox=True, fused_args=None)
+    return make
+
+
+BUILDERS = {"rotary_embedding": rope_call}
+"""Ops SGLang calls with keywords or views: their call, built as SGLang builds it (others: spec_call)."""
+
+
+def wall_us(fn, call: Call, calls: int = CALLS) -> float:
+    args, kwargs = call
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(calls):
-        fn(*args)
+        fn(*args, **kwargs)
     torch.cuda.synchronize()  # inside the span: a GPU-bound op shows as such
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def gpu_us(fn, args: list) -> float:
+def gpu_us(fn, call: Call) -> float:
     """Calls queued behind a spin kernel run back to back on the GPU, so the events time kernels only."""
+    args, kwargs = call
     before, after_spin, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
     before.record()
     torch.cuda._sleep(SPIN_CYCLES)
     after_spin.record()
     start = time.perf_counter()
     for _ in range(GPU_CALLS):
-        fn(*args)
+        fn(*args, **kwargs)
     enqueue_ms = (time.perf_counter() - start) * 1e3
     end.record()
     end.synchronize()
@@ -89,16 +131,13 @@ def gpu_us(fn, args: list) -> float:
     return after_spin.elapsed_time(end) * 1e3 / GPU_CALLS
 
 
-def clone(args: list) -> list:
-    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-
-
-def outputs(fn, args: list) -> list[torch.Tensor]:
-    """What one call produces: returned tensors, then every tensor argument (in-place ops write those)."""
-    args = clone(args)
-    result = fn(*args)
+def outputs(fn, make: Callable[[], Call]) -> list[torch.Tensor]:
+    """What one call on fresh inputs produces: returned tensors, then every tensor argument (in-place ops write
+    those; a view keeps its layout, which a clone would not)."""
+    args, kwargs = make()
+    result = fn(*args, **kwargs)
     returned = result if isinstance(result, (tuple, list)) else () if result is None else (result,)
-    return list(returned) + [a for a in args if isinstance(a, torch.Tensor)]
+    return list(returned) + [a for a in [*args, *kwargs.values()] if isinstance(a, torch.Tensor)]
 
 
 def original_of(entry) -> tuple[str, object]:
@@ -116,12 +155,11 @@ def original_of(entry) -> tuple[str, object]:
 def bench(entry, op, original, shape: tuple, argc: int) -> tuple[dict | None, list[str]]:
     """One (op, shape): check once, then time both sides. The measurements (None if the check failed), errors."""
     tol = entry.spec.tolerance[DTYPE]
-    gen = torch.Generator(device=DEVICE).manual_seed(0)
-    call = fill(entry.spec, allocate(entry.spec, shape, DTYPE, DEVICE), gen).call_args(entry.spec)[:argc]
+    make = BUILDERS.get(entry.op, spec_call)(entry.spec, shape, argc)
     kernel0, fallback0, errors = op.stats.total_kernel_calls(), op.stats.fallbacks, []
     deferred0, fast0 = op.stats.total_deferred(), native_calls(op)
     try:
-        torch.testing.assert_close(outputs(op.fn, call), outputs(original, call), atol=tol.atol, rtol=tol.rtol)
+        torch.testing.assert_close(outputs(op.fn, make), outputs(original, make), atol=tol.atol, rtol=tol.rtol)
     except AssertionError as exc:
         return None, [f"patched != original: {' '.join(str(exc).split())[:300]}"]
     deferring = op.stats.total_deferred() > deferred0
@@ -129,7 +167,7 @@ def bench(entry, op, original, shape: tuple, argc: int) -> tuple[dict | None, li
         errors.append("the patched op did not launch our kernel")
     if deferring and op.stats.total_kernel_calls() != kernel0:
         errors.append("a deferred shape launched our kernel")
-    sides = {"original": (original, clone(call)), "patched": (op.fn, clone(call))}  # own buffers: in-place ops
+    sides = {"original": (original, make()), "patched": (op.fn, make())}  # own buffers: in-place ops
     for fn, args in sides.values():
         wall_us(fn, args, WARMUP)
     times: dict[str, list[float]] = {side: [] for side in sides}

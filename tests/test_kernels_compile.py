@@ -10,9 +10,11 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
+# Shipped patches compiled here that no variant op builds (tests/test_families_gpu.py runs them on a GPU).
+OWN_PATCHES = [ROOT / "patches" / "rotary_embedding" / "kernel.cu"]
 SOURCES = sorted(
     [*(ROOT / "astra_sglang" / "kernels").glob("*.cu"), *FIXTURES.glob("cheats/*.cu"), *FIXTURES.glob("honest/*.cu")]
-)
+) + OWN_PATCHES
 
 pytestmark = [
     pytest.mark.nvcc,
@@ -20,7 +22,7 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=[p.name for p in SOURCES])
+@pytest.mark.parametrize("source", SOURCES, ids=[f"{p.parent.name}/{p.name}" for p in SOURCES])
 def test_kernel_compiles(source: Path, tmp_path: Path) -> None:
     lib = tmp_path / "x.so"
     cmd = ["nvcc", "-std=c++17", "-O3", "-arch=sm_90", "-Xcompiler", "-fPIC", "-shared",
@@ -65,6 +67,30 @@ def test_merge_knob_corners_build_without_spills(tmp_path: Path, monkeypatch) ->
     source = tmp_path / "merge_corners.cu"
     entry = f"\nASTRA_ENTRY {{\n  switch (num_tensors - 6) {{\n{calls}\n    default: return ASTRA_UNSUPPORTED;\n  }}\n}}\n"
     kernel = (ROOT / "patches/merge_attn_states_lse/kernel.cu").read_text()
+    source.write_text("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + kernel + entry)
+    build = build_library(source, arch="sm_90")
+    assert build.ok, build.log[-2000:]
+    assert build.spill_bytes in (None, 0), build.log[-2000:]
+
+
+# The rope patch's corner knob configurations (THREADS, HPT, PDL): the most heads a thread at the largest and the
+# smallest blocks, and the default entry's two.
+ROPE_CORNERS = [(64, 1, 1), (256, 2, 1), (512, 4, 1), (64, 4, 1), (128, 2, 0)]
+
+
+def test_rope_knob_corners_build_without_spills(tmp_path: Path, monkeypatch) -> None:
+    from astra_sglang.harness.build import build_library
+    from astra_sglang.tuner.knobs import parse_knobs
+
+    kernel = (ROOT / "patches/rotary_embedding/kernel.cu").read_text()
+    knobs = {k.name: k.values for k in parse_knobs(kernel)}
+    assert list(knobs) == ["THREADS", "HPT", "PDL"]
+    assert all(t in knobs["THREADS"] and h in knobs["HPT"] for t, h, _ in ROPE_CORNERS)
+    monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path / "cache"))
+    calls = "\n".join(f"    case {i}: return astra_launch_cfg<{', '.join(map(str, k))}>(tensors, num_tensors, scalars, "
+                      "num_scalars, stream);" for i, k in enumerate(ROPE_CORNERS))
+    source = tmp_path / "rope_corners.cu"
+    entry = f"\nASTRA_ENTRY {{\n  switch ((int)scalars[1] % 8) {{\n{calls}\n    default: return ASTRA_UNSUPPORTED;\n  }}\n}}\n"
     source.write_text("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + kernel + entry)
     build = build_library(source, arch="sm_90")
     assert build.ok, build.log[-2000:]

@@ -10,7 +10,8 @@ import importlib
 
 # Ops whose original does not take the spec's arguments: the harness calls an adapter instead.
 ADAPTERS = {"merge_state": "py:astra_sglang.ops.adapters:flashinfer_merge_state",
-            "fused_moe": "py:astra_sglang.triton.moe_op:sglang_pick"}
+            "fused_moe": "py:astra_sglang.triton.moe_op:sglang_pick",
+            "rotary_embedding": "py:astra_sglang.ops.adapters:sglang_rotary_embedding"}
 KERNEL_BASELINES = {
     "silu_and_mul": "py:astra_sglang.ops.adapters:sglang_silu_and_mul",
     "gelu_and_mul": "py:astra_sglang.ops.adapters:sglang_gelu_and_mul",
@@ -66,3 +67,18 @@ def sglang_gelu_and_mul(input, out) -> None:
 def sglang_gelu_tanh_and_mul(input, out) -> None:
     """What GeluAndMul(approximate="tanh").forward_cuda runs."""
     _sglang_activation("gelu_tanh_and_mul")(input, out)
+
+
+@functools.cache
+def _sglang_rope():
+    """SGLang's apply_rope_with_cos_sin_cache_inplace from the module that defines it (its JIT kernel is compiled
+    at the first call per is_neox / width / dtype); the module RotaryEmbedding binds it into imports it only on CUDA."""
+    return importlib.import_module("sglang.kernels.ops.attention.rope").apply_rope_with_cos_sin_cache_inplace
+
+
+def sglang_rotary_embedding(q, k, cos_sin_cache, positions, is_neox=True, rope_dim=0) -> None:
+    """What RotaryEmbedding.forward_cuda runs, called as it calls it: keywords, positions first, fused_args=None
+    (is_neox is keyword-only there, so the harness's positional call cannot reach it directly)."""
+    extra = {"rope_dim": int(rope_dim)} if rope_dim else {}  # forward_cuda never passes it: the cache's width
+    _sglang_rope()(positions=positions, q=q, k=k, cos_sin_cache=cos_sin_cache, is_neox=bool(is_neox), fused_args=None,
+                   **extra)

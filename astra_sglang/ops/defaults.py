@@ -18,8 +18,9 @@ from astra_sglang.paths import user_specs_dir
 from astra_sglang.specs.records import KernelSpec
 from astra_sglang.specs.registry import registry
 
-OP_PACKAGES = {"merge_state": "flashinfer"}
-"""The package SGLang's op comes from, where it is not sgl_kernel (flashinfer's base-2 merge)."""
+OP_PACKAGES = {"merge_state": "flashinfer", "rotary_embedding": "tvm_ffi"}
+"""The package SGLang's op comes from, where it is not sgl_kernel (flashinfer's base-2 merge; the rotary embedding's
+JIT kernel, which SGLang builds and loads through tvm_ffi)."""
 
 
 @dataclass(frozen=True)

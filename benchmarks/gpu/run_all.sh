@@ -5,8 +5,8 @@
 #   timed     astra-sglang bench OP: the shipped patch against SGLang's own op (bench's defaults), the paper
 #             and quick shape sets, bf16, checked and timed, one op after the other
 #   checks    astra-sglang bench OP --no-time: the harness's trials on the specs' edge and held-out shapes in
-#             bf16/fp16/fp32, against the tool's reference kernel (SGLang's ops refuse or fault at some of them);
-#             no timing, so the four ops run at once
+#             each spec's dtypes (bf16/fp16/fp32 for the first four), against the tool's reference kernel (SGLang's
+#             ops refuse or fault at some of them); no timing, so the ops run at once
 # then benchmarks/summarize.py. Writes OUT/{per_call,checks,kernels,sources}.jsonl, OUT/per_call.md,
 # OUT/RESULTS.md and OUT/run.log, and prints the README's table last.
 #
@@ -109,6 +109,9 @@ PY
 shapes_of() {  # shapes_of OP SETS: how many shapes the sets hold (the timed step splits its time by them)
   python3 -c "from astra_sglang.specs.registry import get_spec, resolve_shapes as r; print(len(r(get_spec('$1'), '$2')))"
 }
+dtypes_of() {  # dtypes_of OP: the spec's dtypes, comma-separated (the checks run each; bench refuses any other)
+  python3 -c "from astra_sglang.specs.registry import get_spec; print(','.join(get_spec('$1').dtypes))"
+}
 # bench_op SECONDS OP ARGS...: one isolated evaluation, its harness timeout cut to SECONDS
 bench_op() {
   local seconds=$1 op=$2; shift 2
@@ -147,12 +150,13 @@ fi
 if has checks; then
   echo "== checks (t=$(( $(date +%s) - START ))s)"
   CHECK_SETS=${CHECK_SETS:-edge+held_out}
-  CHECK_ARGS="--shapes $CHECK_SETS --dtypes bf16,fp16,fp32 --baseline reference --no-time"
+  CHECK_ARGS="--shapes $CHECK_SETS --dtypes SPEC --baseline reference --no-time"  # SPEC: each op's (dtypes_of)
   t=$(left); [ "$t" -gt 150 ] && t=150
   pids=()
   for op in $OPS; do  # correctness only: the ops share the GPU at once, each in a session and log of its own
     if [ "$t" -lt 20 ]; then echo "SKIPPED checks of $op: ${t}s left of the budget"; continue; fi
-    setsid timeout -k 10 $((t + 30)) astra-sglang bench "$op" --timeout "$t" $CHECK_ARGS --out "$OUT/checks-$op.jsonl" \
+    setsid timeout -k 10 $((t + 30)) astra-sglang bench "$op" --timeout "$t" ${CHECK_ARGS/SPEC/$(dtypes_of "$op")} \
+      --out "$OUT/checks-$op.jsonl" \
       > "$OUT/checks-$op.log" 2>&1 &
     pids+=($!)
   done
@@ -162,7 +166,7 @@ if has checks; then
     [ -f "$OUT/checks-$op.jsonl" ] && cat "$OUT/checks-$op.jsonl" >> "$OUT/checks.jsonl"
     rm -f "$OUT/checks-$op.log" "$OUT/checks-$op.jsonl"
   done
-  source_line checks.jsonl checks "$CHECK_SETS" "$OPS" "astra-sglang bench OP $CHECK_ARGS"
+  source_line checks.jsonl checks "$CHECK_SETS" "$OPS" "astra-sglang bench OP ${CHECK_ARGS/SPEC/<the spec\'s dtypes>}"
 fi
 
 echo "== done: $(( $(date +%s) - START ))s of the ${BUDGET}s budget, $(( $(date +%s) - T0 ))s in all"
