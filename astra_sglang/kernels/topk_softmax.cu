@@ -53,9 +53,7 @@ __global__ void topk_softmax_rows(float* weights, int32_t* ids, const T* gating,
   }
 }
 
-extern "C" __attribute__((visibility("default"))) int astra_launch(const AstraTensor* tensors, int num_tensors,
-                                                                   const double* scalars, int num_scalars,
-                                                                   cudaStream_t stream) {
+ASTRA_ENTRY {
   if (num_tensors != 3 || num_scalars != 1) return ASTRA_UNSUPPORTED;
   const AstraTensor& w = tensors[0];
   const AstraTensor& id = tensors[1];
