@@ -8,6 +8,7 @@ Usage (GPU machine, repo root): python3 benchmarks/families_warmup.py [--sets pa
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Callable
 
@@ -57,12 +58,26 @@ def _rotary_embedding(sets: str) -> None:
         print(f"rotary_embedding: SGLang's rope built for head_dim {head_dim}")
 
 
+def _topk_softmax(sets: str) -> None:
+    """SGLang's topk_softmax (through its kernel registry) on both of its paths: a power-of-two expert count (one
+    kernel) and Qwen1.5-MoE's 60 (softmax into a workspace, then the top-k kernel)."""
+    from astra_sglang.ops.adapters import KERNEL_BASELINES
+
+    module, name = KERNEL_BASELINES["topk_softmax"].removeprefix("py:").split(":")
+    op = getattr(importlib.import_module(module), name)
+    for experts, k in ((8, 2), (128, 8), (60, 4)):
+        gating = torch.randn(4, experts, device=DEVICE, dtype=DTYPE)
+        op(torch.empty(4, k, device=DEVICE, dtype=torch.float32), torch.empty(4, k, device=DEVICE, dtype=torch.int32),
+           gating, True)
+
+
 WARMUPS: dict[str, Callable[[str], None]] = {
     "gelu_and_mul": _activation("gelu_and_mul"),
     "gelu_tanh_and_mul": _activation("gelu_tanh_and_mul"),
     "gemma_rmsnorm": _gemma_rmsnorm,
     "gemma_fused_add_rmsnorm": _gemma_fused_add_rmsnorm,
     "rotary_embedding": _rotary_embedding,
+    "topk_softmax": _topk_softmax,
 }
 """op -> its warm-up, called with the run's shape sets ("paper+quick+held_out")."""
 

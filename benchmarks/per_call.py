@@ -39,12 +39,15 @@ GPU_CALLS, GPU_REPS, SPIN_CYCLES = 256, 3, 50_000_000  # ~25 ms at ~2 GHz: longe
 # op -> (leading spec arguments SGLang passes, model width after `tokens`). SGLang hands silu_and_mul its
 # `out` but lets rmsnorm(x, w, eps) and merge_state_v2(v_a, s_a, v_b, s_b) allocate their outputs.
 # The gelu and Gemma norm families at Gemma-2-9B's widths (intermediate 14336, hidden 3584); the rotary embedding at
-# Llama-3-8B's (32 q heads, 8 kv heads, head_dim 128), called as BUILDERS says.
+# Llama-3-8B's (32 q heads, 8 kv heads, head_dim 128), called as BUILDERS says. SGLang's fused_topk hands
+# topk_softmax its weights, ids (allocated empty), router logits and renormalize.
 CALLS_AS = {"silu_and_mul": (2, (14336,)), "fused_add_rmsnorm": (4, (4096,)), "rmsnorm": (3, (4096,)),
             "merge_attn_states_lse": (4, (32, 128)), "merge_state": (4, (32, 128)),
             "gelu_and_mul": (2, (14336,)), "gelu_tanh_and_mul": (2, (14336,)),
             "gemma_rmsnorm": (3, (3584,)), "gemma_fused_add_rmsnorm": (4, (3584,)),
-            "rotary_embedding": (0, (32, 8, 128))}
+            "rotary_embedding": (0, (32, 8, 128)), "topk_softmax": (4, (128, 8))}
+# Ops timed at more than one model width: (experts, top-k) of Qwen3-30B-A3B above, Mixtral-8x7B's here.
+MORE_WIDTHS = {"topk_softmax": [(8, 2)]}
 # The FA3 backend module may not import where FA3 is missing; it binds this very object from sgl_kernel.
 STAND_INS = {"merge_attn_states_lse": ("sgl_kernel", "merge_state_v2")}
 
@@ -216,8 +219,8 @@ def main(outdir: Path, token_counts: tuple[int, ...] = TOKENS, patches: Path = P
         argc, width = CALLS_AS[entry.op]
         name, original = original_of(entry)
         op = runtime.op_for(entry, original)  # the replacement, with the original's calling convention
-        for tokens in token_counts:
-            shape = (tokens, *width)
+        for tokens, w in ((t, w) for w in [width, *MORE_WIDTHS.get(entry.op, [])] for t in token_counts):
+            shape = (tokens, *w)
             label = f"{entry.op} {'x'.join(map(str, shape))}"
             measured, errors = bench(entry, op, original, shape, argc)
             for error in errors:

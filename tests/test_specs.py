@@ -10,12 +10,14 @@ from astra_sglang.specs.registry import all_specs, get_spec, model_shapes, model
 
 OPS = ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse", "merge_state", "gelu_and_mul",
        "gelu_tanh_and_mul", "gemma_rmsnorm", "gemma_fused_add_rmsnorm"]
-"""The ops whose shapes come from the dense models of extract/models.toml (fused_moe's from a MoE model)."""
+"""The ops whose shapes come from the dense models of extract/models.toml (fused_moe's from a MoE model, topk_softmax's
+from its MoE routers)."""
 
 
 def test_every_op_has_a_spec():
     assert sorted(s.name for s in all_specs()) == sorted([*OPS, "fused_moe", "decode_attention", "extend_attention",
-                                                          "rotary_embedding", "per_token_group_quant_fp8"])
+                                                          "rotary_embedding", "per_token_group_quant_fp8",
+                                                          "topk_softmax"])
 
 
 def test_unknown_kernel_is_a_clear_error():

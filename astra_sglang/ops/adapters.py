@@ -21,10 +21,12 @@ KERNEL_BASELINES = {
     "gemma_fused_add_rmsnorm": "py:sgl_kernel:gemma_fused_add_rmsnorm",
     "gemma_rmsnorm": "py:sgl_kernel:gemma_rmsnorm",
     "merge_attn_states_lse": "py:sgl_kernel:merge_state_v2",
+    "topk_softmax": "py:sglang.kernels.ops.moe:topk_softmax",
     **ADAPTERS,
 }
 """What SGLang 0.5.17 runs on CUDA per op, importable without SGLang's attention backends (the benchmark
-scripts' baselines; merge_state_v2 is the object the FA3 backend binds)."""
+scripts' baselines; merge_state_v2 is the object the FA3 backend binds; sglang.kernels.ops.moe.topk_softmax is the
+object sglang.srt.layers.moe.topk binds, sgl_kernel's behind SGLang's kernel registry, in the spec's order)."""
 
 
 def sglang_baseline(spec) -> str | None:

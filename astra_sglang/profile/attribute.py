@@ -92,7 +92,8 @@ def spec_kernels() -> dict[str, tuple[str, ...]]:
     specs = {s.name: s for s in all_specs()}
     for spec in specs.values():
         for loc in spec.sources.values():
-            names.setdefault(loc.kernel, []).append(spec.name)
+            for kernel in (loc.kernel, *loc.also):
+                names.setdefault(kernel, []).append(spec.name)
     for folder in (*PatchStore().roots, kernels_dir()):
         for path in sorted(Path(folder).glob("**/*.cu")):
             op = path.parent.name if path.name == "kernel.cu" else path.stem

@@ -129,6 +129,9 @@ class SourceLocation(_Record):
     """Name of the __global__ function."""
     host_entry: str = ""
     """A torch-free host function to call from the launcher, if the source has one."""
+    also: list[str] = Field(default_factory=list)
+    """Other __global__ functions of the op in the same file, which its launcher runs at other shapes (sgl-kernel's
+    topk_softmax: moeSoftmax + moeTopK where the expert count is not a power of two): `profile` attributes them."""
 
 
 class SGLangTarget(_Record):

@@ -38,10 +38,38 @@ class ModelConfig(BaseModel):
     head_dim: int
 
 
+class RouterConfig(BaseModel):
+    """The MoE router of one real model: experts per MoE layer and the experts each token is routed to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    experts: int
+    topk: int
+
+
+ROUTER_FIELDS = frozenset(RouterConfig.model_fields) - {"name"}
+
+
+@functools.cache
+def _models_toml() -> dict:
+    return tomllib.loads((specs_dir() / "models.toml").read_text())
+
+
 @functools.cache
 def models() -> tuple[ModelConfig, ...]:
-    data = tomllib.loads((specs_dir() / "models.toml").read_text())
-    return tuple(ModelConfig(name=name, **fields) for name, fields in data["models"].items())
+    return tuple(ModelConfig(name=name, **fields) for name, fields in _models_toml()["models"].items())
+
+
+@functools.cache
+def routers() -> tuple[RouterConfig, ...]:
+    return tuple(RouterConfig(name=name, **fields) for name, fields in _models_toml().get("routers", {}).items())
+
+
+def configs_for(spec: KernelSpec) -> tuple[ModelConfig, ...] | tuple[RouterConfig, ...]:
+    """The configs a spec's model shapes come from: the MoE routers where its model_dims name only router fields
+    (experts, topk), else the dense models."""
+    fields = set(spec.shapes.model_dims.values())
+    return routers() if fields and fields <= ROUTER_FIELDS else models()
 
 
 def spec_error(path: Path, exc: Exception) -> str:
@@ -136,9 +164,10 @@ def get_spec(name: str) -> KernelSpec:
 
 
 def model_shapes(spec: KernelSpec) -> list[tuple[int, ...]]:
-    """Every model config crossed with every token count, deduplicated, in a stable order."""
+    """Every model config (`configs_for`: dense models or MoE routers) crossed with every token count,
+    deduplicated, in a stable order."""
     shapes: list[tuple[int, ...]] = []
-    for model in models():
+    for model in configs_for(spec):
         for tokens in spec.shapes.tokens:
             dims = {"tokens": tokens, **{d: getattr(model, f) for d, f in spec.shapes.model_dims.items()}}
             shape = tuple(dims[d] for d in spec.dims)

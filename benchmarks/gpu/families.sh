@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Op families shipped disabled (default: the gelu and Gemma norm families, gelu_and_mul, gelu_tanh_and_mul,
-# gemma_rmsnorm, gemma_fused_add_rmsnorm; FAMILIES="rotary_embedding" and others by name) on one GPU in one command,
+# gemma_rmsnorm, gemma_fused_add_rmsnorm; FAMILIES="rotary_embedding topk_softmax ..." by name) on one GPU in one command,
 # and the figures their patch manifests need:
 #   warm-up   benchmarks/families_warmup.py: SGLang's JIT kernels compiled (activations, rope) and sgl_kernel's Gemma
 #             norms loaded, next to our builds

@@ -69,6 +69,18 @@ def test_steps_phases_and_launches_are_read():
     ("void (anonymous namespace)::fused_rope_kernel<true, 128l>(p)", "fused_rope_kernel", "spec", "rotary_embedding"),
     ("void at::native::vectorized_elementwise_kernel<4, F>(int, F)", "vectorized_elementwise_kernel", "other",
      "PyTorch glue"),
+    # sgl-kernel's topk_softmax: one kernel for power-of-two expert counts, two (a softmax into a workspace, then
+    # the top-k) otherwise; the softmax's name must not fall to the sampling rule. Then our own kernel.
+    ("void topkGatingSoftmax<__nv_bfloat16, 8, 128, 4, 16>(__nv_bfloat16 const*, bool const*, float*, int, int*, int, "
+     "int, int, bool, float, float const*)", "topkGatingSoftmax", "spec", "topk_softmax"),
+    ("void moeSoftmax<__nv_bfloat16, 256>(__nv_bfloat16 const*, bool const*, float*, int, float, float const*)",
+     "moeSoftmax", "spec", "topk_softmax"),
+    ("void moeTopKFast<256>(float*, bool const*, float*, int*, int, int, int, int, bool)", "moeTopKFast", "spec",
+     "topk_softmax"),
+    ("void moeTopK<256>(float*, bool const*, float*, int*, int, int, int, int, bool)", "moeTopK", "spec",
+     "topk_softmax"),
+    ("void (anonymous namespace)::topk_softmax_kernel<__nv_bfloat16, 16, 8, 8, 1, true>(float*, int*, "
+     "__nv_bfloat16 const*, int, int, int, bool, long, long, long)", "topk_softmax_kernel", "spec", "topk_softmax"),
 ])
 def test_every_kernel_names_something_actionable(name, short, kind, op):
     assert short_name(name) == short
