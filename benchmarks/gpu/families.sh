@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The gelu and Gemma norm families (gelu_and_mul, gelu_tanh_and_mul, gemma_rmsnorm, gemma_fused_add_rmsnorm) on one
-# GPU in one command, and the figures their patch manifests need:
-#   warm-up   SGLang's JIT activation kernels compiled and sgl_kernel's Gemma norms loaded, next to our builds
+# The gelu and Gemma norm families (gelu_and_mul, gelu_tanh_and_mul, gemma_rmsnorm, gemma_fused_add_rmsnorm), or the
+# ops FAMILIES names (per_token_group_quant_fp8, ...), on one GPU in one command, and the figures their patch
+# manifests need:
+#   warm-up   benchmarks/families_warmup.py: SGLang's ops called once each (JIT kernels compiled, libraries loaded)
 #   run_all   benchmarks/gpu/run_all.sh with these ops: per_call (each op's eager call against SGLang's own, 1/16/64
-#             tokens at Gemma-2-9B's widths), timed (`astra-sglang bench OP`: the shipped patch, i.e. the sibling
+#             tokens at per_call.py's model widths), timed (`astra-sglang bench OP`: the shipped patch, i.e. the sibling
 #             op's kernel file with the manifest's define, against SGLang's op, kernel only, CUDA graphs, L2 cold,
-#             bf16, SETS) and checks (the harness's trials on CHECK_SETS in bf16/fp16/fp32, no timing)
+#             bf16, SETS) and checks (the harness's trials on CHECK_SETS in those of bf16/fp16/fp32 the op's spec has, no timing)
 #   record    benchmarks/families_record.py: the timed rows into copies of the four manifests (`measured`,
 #             provenance), gate_max_bytes from the largest call every check passed, OUT/families.md
 # Writes OUT/{per_call,kernels-*,checks,sources}.jsonl, OUT/per_call.md, OUT/families.md, OUT/run.log and
@@ -41,19 +42,8 @@ PY
 
 # bf16 only: the timed step and per_call run bf16; the checks compare with our first kernels, not SGLang's.
 echo "== warm-up: SGLang's ops once each (its JIT compiles, cached on disk for the steps), outside the budget"
-timeout 300 python3 - <<'PY'
-import torch
-from astra_sglang.ops import adapters
-x = torch.randn(4, 2 * 4096, device="cuda", dtype=torch.bfloat16)
-for name in ("sglang_gelu_and_mul", "sglang_gelu_tanh_and_mul"):
-    getattr(adapters, name)(x, torch.empty(4, 4096, device="cuda", dtype=torch.bfloat16))
-import sgl_kernel
-w = torch.zeros(4096, device="cuda", dtype=torch.bfloat16)
-sgl_kernel.gemma_rmsnorm(x[:, :4096].contiguous(), w, 1e-6)
-sgl_kernel.gemma_fused_add_rmsnorm(x[:, :4096].contiguous(), x[:, 4096:].contiguous(), w, 1e-6)
-torch.cuda.synchronize()
-print("warm-up done")
-PY
+# shellcheck disable=SC2086  # FAMILIES: one argument per op
+timeout 300 python3 benchmarks/families_warmup.py $FAMILIES
 
 OPS=$FAMILIES SETS=${SETS:-paper+quick+held_out} CHECK_SETS=${CHECK_SETS:-edge+quick+held_out} \
   BUDGET=${BUDGET:-400} RESERVE=${RESERVE:-80} PER_CALL_ARGS="--patches $OUT/patches" SUMMARIZE=0 \
