@@ -88,7 +88,7 @@ def summary(op: str, timed: list[dict], checked: list[dict], per_call: list[dict
 def main(argv: list[str]) -> int:
     out, gpu, date, source, ops = Path(argv[0]), argv[1], argv[2], argv[3], argv[4:]
     timed, checked, per_call = rows(out, "kernels*.jsonl"), rows(out, "checks.jsonl"), rows(out, "per_call.jsonl")
-    text = [f"# gelu and Gemma norm families: {gpu}, {date}", "", f"Source: {source}", ""]
+    text = [f"# Families {', '.join(ops)}: {gpu}, {date}", "", f"Source: {source}", ""]
     for op in ops:
         folder = out / "patches" / op if (out / "patches" / op / "manifest.json").is_file() else Path("patches") / op
         mine = [r for r in timed if r["kernel"] == op]
