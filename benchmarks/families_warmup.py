@@ -71,6 +71,21 @@ def _topk_softmax(sets: str) -> None:
            gating, True)
 
 
+def _group_quant(sets: str) -> None:
+    """SGLang's JIT per_token_group_quant compiles one module per (dtype, scale layout): every combination the steps
+    call (bf16 and fp16, row- and column-major / TMA-aligned scales), and its per-token kernel."""
+    from astra_sglang.ops import adapters
+    from astra_sglang.ops.quant import allocate_scales
+
+    for dtype in (torch.bfloat16, torch.float16):
+        for tokens, width in ((4, 7168), (4, 128)):
+            x = torch.randn(tokens, width, device=DEVICE, dtype=dtype)
+            for layout in ((False, False), (True, False), (True, True)):
+                x_q = torch.empty(x.shape, device=DEVICE, dtype=torch.float8_e4m3fn)
+                x_s = allocate_scales(x, 128, 1e-10, *layout)
+                adapters.sglang_per_token_group_quant_fp8(x, 128, 1e-10, *layout, x_q, x_s)
+
+
 WARMUPS: dict[str, Callable[[str], None]] = {
     "gelu_and_mul": _activation("gelu_and_mul"),
     "gelu_tanh_and_mul": _activation("gelu_tanh_and_mul"),
@@ -78,6 +93,7 @@ WARMUPS: dict[str, Callable[[str], None]] = {
     "gemma_fused_add_rmsnorm": _gemma_fused_add_rmsnorm,
     "rotary_embedding": _rotary_embedding,
     "topk_softmax": _topk_softmax,
+    "per_token_group_quant_fp8": _group_quant,
 }
 """op -> its warm-up, called with the run's shape sets ("paper+quick+held_out")."""
 

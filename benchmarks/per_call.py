@@ -15,6 +15,7 @@ Usage (repo root, GPU machine with sglang, sgl_kernel, flashinfer, torch):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -29,6 +30,7 @@ from typing import Callable
 import torch
 
 from astra_sglang.harness.inputs import TORCH_DTYPES, allocate, fill
+from astra_sglang.harness.limits import FP8_TOLERANCE
 from astra_sglang.ops.rope import cos_sin_cache
 from astra_sglang.patching.runtime import Runtime, RuntimeConfig
 from astra_sglang.patching.targets import resolve
@@ -45,9 +47,14 @@ CALLS_AS = {"silu_and_mul": (2, (14336,)), "fused_add_rmsnorm": (4, (4096,)), "r
             "merge_attn_states_lse": (4, (32, 128)), "merge_state": (4, (32, 128)),
             "gelu_and_mul": (2, (14336,)), "gelu_tanh_and_mul": (2, (14336,)),
             "gemma_rmsnorm": (3, (3584,)), "gemma_fused_add_rmsnorm": (4, (3584,)),
-            "rotary_embedding": (0, (32, 8, 128)), "topk_softmax": (4, (128, 8))}
-# Ops timed at more than one model width: (experts, top-k) of Qwen3-30B-A3B above, Mixtral-8x7B's here.
-MORE_WIDTHS = {"topk_softmax": [(8, 2)]}
+            "rotary_embedding": (0, (32, 8, 128)), "topk_softmax": (4, (128, 8)),
+            "per_token_group_quant_fp8": (2, (7168,))}
+# Further widths an op is timed at: (experts, top-k) of Qwen3-30B-A3B above, Mixtral-8x7B's here; the FP8 quant at
+# DeepSeek-V3's hidden 7168 above, Qwen3-8B's 4096 here.
+MORE_WIDTHS = {"topk_softmax": [(8, 2)], "per_token_group_quant_fp8": [(4096,)]}
+# Keywords SGLang's call passes: block-FP8 linear layers on Hopper (DeepGEMM, SGLang's default there) ask for
+# column-major, TMA-aligned scales.
+CALL_KWARGS = {"per_token_group_quant_fp8": {"column_major_scales": True, "scale_tma_aligned": True}}
 # The FA3 backend module may not import where FA3 is missing; it binds this very object from sgl_kernel.
 STAND_INS = {"merge_attn_states_lse": ("sgl_kernel", "merge_state_v2")}
 
@@ -155,14 +162,28 @@ def original_of(entry) -> tuple[str, object]:
         return f"{module}:{attr}", getattr(import_module(module), attr)
 
 
-def bench(entry, op, original, shape: tuple, argc: int) -> tuple[dict | None, list[str]]:
+def assert_outputs_close(spec, got: list[torch.Tensor], want: list[torch.Tensor]) -> None:
+    """Tensor by tensor, each by its own dtype's tolerance: the spec's for T and fixed float dtypes (fp32
+    scales), one fp8 step for fp8 outputs (compared as fp64: torch compares fp8 only bit for bit), exact else."""
+    assert len(got) == len(want), f"{len(got)} outputs, the original gave {len(want)}"
+    for a, b in zip(got, want):
+        name = str(b.dtype).removeprefix("torch.")
+        if name in FP8_TOLERANCE:
+            atol, rtol = FP8_TOLERANCE[name]
+            a, b = a.double(), b.double()
+        else:
+            tol = spec.tolerance.get(DTYPE if b.dtype == getattr(torch, DTYPE) else name)
+            atol, rtol = (tol.atol, tol.rtol) if tol else (0.0, 0.0)
+        torch.testing.assert_close(a, b, atol=atol, rtol=rtol)
+
+
+def bench(entry, op, patched, original, shape: tuple, argc: int) -> tuple[dict | None, list[str]]:
     """One (op, shape): check once, then time both sides. The measurements (None if the check failed), errors."""
-    tol = entry.spec.tolerance[DTYPE]
     make = BUILDERS.get(entry.op, spec_call)(entry.spec, shape, argc)
     kernel0, fallback0, errors = op.stats.total_kernel_calls(), op.stats.fallbacks, []
     deferred0, fast0 = op.stats.total_deferred(), native_calls(op)
     try:
-        torch.testing.assert_close(outputs(op.fn, make), outputs(original, make), atol=tol.atol, rtol=tol.rtol)
+        assert_outputs_close(entry.spec, outputs(patched, make), outputs(original, make))
     except AssertionError as exc:
         return None, [f"patched != original: {' '.join(str(exc).split())[:300]}"]
     deferring = op.stats.total_deferred() > deferred0
@@ -170,7 +191,7 @@ def bench(entry, op, original, shape: tuple, argc: int) -> tuple[dict | None, li
         errors.append("the patched op did not launch our kernel")
     if deferring and op.stats.total_kernel_calls() != kernel0:
         errors.append("a deferred shape launched our kernel")
-    sides = {"original": (original, make()), "patched": (op.fn, make())}  # own buffers: in-place ops
+    sides = {"original": (original, make()), "patched": (patched, make())}  # own buffers: in-place ops
     for fn, args in sides.values():
         wall_us(fn, args, WARMUP)
     times: dict[str, list[float]] = {side: [] for side in sides}
@@ -219,10 +240,15 @@ def main(outdir: Path, token_counts: tuple[int, ...] = TOKENS, patches: Path = P
         argc, width = CALLS_AS[entry.op]
         name, original = original_of(entry)
         op = runtime.op_for(entry, original)  # the replacement, with the original's calling convention
-        for tokens, w in ((t, w) for w in [width, *MORE_WIDTHS.get(entry.op, [])] for t in token_counts):
-            shape = (tokens, *w)
+        patched = op.fn
+        if entry.op in CALL_KWARGS:  # SGLang's keywords, on both sides
+            kwargs = CALL_KWARGS[entry.op]
+            patched, original = functools.partial(op.fn, **kwargs), functools.partial(original, **kwargs)
+            name += "(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")"
+        for tokens, width in [(t, w) for w in (width, *MORE_WIDTHS.get(entry.op, ())) for t in token_counts]:
+            shape = (tokens, *width)
             label = f"{entry.op} {'x'.join(map(str, shape))}"
-            measured, errors = bench(entry, op, original, shape, argc)
+            measured, errors = bench(entry, op, patched, original, shape, argc)
             for error in errors:
                 print(f"ERROR {label}: {error}")
             failed += bool(errors)

@@ -133,3 +133,16 @@ def test_missing_for_names_the_first_absent_package(monkeypatch):
     assert defaults.missing_for("rmsnorm") is None and defaults.missing_for("merge_state") is None
     present.clear()
     assert defaults.missing_for("silu_and_mul") == "sglang"
+
+
+def test_group_quant_defaults_to_its_disabled_patch_against_sglangs_jit_kernel(bench):
+    """per_token_group_quant_fp8: the shipped (still disabled) patch against the adapter that runs SGLang's JIT
+    per_token_group_quant into the harness's buffers."""
+    res, req = bench(["per_token_group_quant_fp8"])
+    assert res.exit_code == 0, res.output
+    assert Path(req.candidate.path) == (patches_dir() / "per_token_group_quant_fp8" / "kernel.cu").resolve()
+    assert req.baseline.path == KERNEL_BASELINES["per_token_group_quant_fp8"]
+    assert req.baseline.path == "py:astra_sglang.ops.adapters:sglang_per_token_group_quant_fp8"
+    assert res.output.splitlines()[0] == (
+        "per_token_group_quant_fp8: patches/per_token_group_quant_fp8 (the shipped patch, disabled in the patch set) "
+        "vs py:astra_sglang.ops.adapters:sglang_per_token_group_quant_fp8 (SGLang's own op)")

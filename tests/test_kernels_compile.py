@@ -95,3 +95,24 @@ def test_rope_knob_corners_build_without_spills(tmp_path: Path, monkeypatch) -> 
     build = build_library(source, arch="sm_90")
     assert build.ok, build.log[-2000:]
     assert build.spill_bytes in (None, 0), build.log[-2000:]
+
+
+def test_group_quant_knob_configurations_build_without_spills(tmp_path: Path, monkeypatch) -> None:
+    """Every configuration the FP8 quant patch's knobs name (LANES x THREADS x PDL), in one build."""
+    import itertools
+
+    from astra_sglang.harness.build import build_library
+
+    monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path / "cache"))
+    configs = list(itertools.product((8, 16), (64, 128, 256, 512), (0, 1)))
+    calls = "\n".join(f"    case {i}: return astra_launch_cfg<{', '.join(map(str, k))}>(tensors, num_tensors, scalars, "
+                      "num_scalars, stream);" for i, k in enumerate(configs))
+    source = tmp_path / "group_quant_knobs.cu"
+    entry = f"\nASTRA_ENTRY {{\n  switch ((int)scalars[2]) {{\n{calls}\n    default: return ASTRA_UNSUPPORTED;\n  }}\n}}\n"
+    kernel = (ROOT / "patches/per_token_group_quant_fp8/kernel.cu").read_text()
+    knobs = [line.split()[2:] for line in kernel.splitlines() if line.startswith("// astra:knob")]
+    assert knobs == [["LANES", "8", "16"], ["THREADS", "64", "128", "256", "512"], ["PDL", "0", "1"]]
+    source.write_text("#define ASTRA_NO_DEFAULT_ENTRY 1\n" + kernel + entry)
+    build = build_library(source, arch="sm_90")
+    assert build.ok, build.log[-2000:]
+    assert build.spill_bytes in (None, 0), build.log[-2000:]

@@ -22,11 +22,13 @@ KERNEL_BASELINES = {
     "gemma_rmsnorm": "py:sgl_kernel:gemma_rmsnorm",
     "merge_attn_states_lse": "py:sgl_kernel:merge_state_v2",
     "topk_softmax": "py:sglang.kernels.ops.moe:topk_softmax",
+    "per_token_group_quant_fp8": "py:astra_sglang.ops.adapters:sglang_per_token_group_quant_fp8",
     **ADAPTERS,
 }
 """What SGLang 0.5.17 runs on CUDA per op, importable without SGLang's attention backends (the benchmark
 scripts' baselines; merge_state_v2 is the object the FA3 backend binds; sglang.kernels.ops.moe.topk_softmax is the
-object sglang.srt.layers.moe.topk binds, sgl_kernel's behind SGLang's kernel registry, in the spec's order)."""
+object sglang.srt.layers.moe.topk binds, sgl_kernel's behind SGLang's kernel registry, in the spec's order; the FP8
+quant's is its JIT kernel, which sglang_per_token_group_quant_fp8 runs on CUDA)."""
 
 
 def sglang_baseline(spec) -> str | None:
@@ -84,3 +86,17 @@ def sglang_rotary_embedding(q, k, cos_sin_cache, positions, is_neox=True, rope_d
     extra = {"rope_dim": int(rope_dim)} if rope_dim else {}  # forward_cuda never passes it: the cache's width
     _sglang_rope()(positions=positions, q=q, k=k, cos_sin_cache=cos_sin_cache, is_neox=bool(is_neox), fused_args=None,
                    **extra)
+
+def sglang_per_token_group_quant_fp8(x, group_size, eps, column_major_scales, scale_tma_aligned, x_q, x_s) -> None:
+    """What SGLang's sglang_per_token_group_quant_fp8 runs on CUDA, writing into the spec's outputs: its JIT kernel
+    per_token_group_quant (the scales' layout read from x_s's strides, as SGLang's does), or, where one group is
+    the whole row, the per-token quant it routes that case to. The public function allocates x_q / x_s and
+    returns them; the kernels are called with ours instead, as the function itself calls them."""
+    from sglang.kernels.ops import quantization
+
+    if eps != 1e-10:  # the JIT kernel bakes its floor in; SGLang's function asserts the same
+        raise ValueError(f"SGLang's per_token_group_quant takes eps = 1e-10 only, not {eps}")
+    if group_size == x.shape[-1] and not column_major_scales:
+        quantization.sgl_per_token_quant_fp8(x, x_q, x_s)
+    else:
+        quantization.per_token_group_quant(x, x_q, x_s, int(group_size))

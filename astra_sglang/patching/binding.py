@@ -69,7 +69,12 @@ class ArgumentBinding:
         for i in self._outs:
             if values[i] is None:
                 j = self._like[i]
-                if j is not None and isinstance(values[j], torch.Tensor):
+                if i in self._allocators:  # laid out by the call's scalars (column-major scales)
+                    try:
+                        values[i] = self._allocators[i](*[values[k] for k in self._ins])
+                    except (AttributeError, TypeError, ValueError, IndexError):  # not the tensors it expects
+                        return self._miss("output not allocatable (its allocator refused the inputs)")
+                elif j is not None and isinstance(values[j], torch.Tensor):
                     # empty_like: ~1 us cheaper a call than torch.empty(shape, dtype=, device=); a strided
                     # (non-dense) source still gets a contiguous output.
                     values[i] = torch.empty_like(values[j])

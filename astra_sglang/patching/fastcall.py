@@ -147,8 +147,8 @@ def output_rule(spec, i: int) -> tuple | None:
     args = spec.arguments
     inputs = [j for j, a in enumerate(args) if a.kind == "tensor" and a.role != "out"]
     arg = args[i]
-    if arg.dtype not in ("T", "float32"):  # fp8 / integer outputs: the rule has no dtype code for them
-        return None
+    if arg.dtype not in ("T", "float32") or arg.allocate:  # fp8 / integer outputs: no dtype code; laid out
+        return None  # by the call's scalars: the spec's allocator (binding.py) runs in Python
     dtype_src = -1 if arg.dtype == "float32" else next((j for j in inputs if args[j].dtype == "T"), None)
     if dtype_src is None:
         return None

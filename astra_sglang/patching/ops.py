@@ -15,6 +15,7 @@ measured as fast as ours): the C++ path calls the original itself there.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import random
@@ -53,6 +54,11 @@ def _signature(fn: Callable) -> inspect.Signature | None:
         return inspect.signature(fn)
     except (TypeError, ValueError):  # builtins and torch ops: the spec's convention is assumed
         return None
+
+
+def _import(path: str) -> Callable:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _takes_all_positionally(fn: Callable, count: int, outputs: Sequence[str] = ()) -> bool:
@@ -110,6 +116,7 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         # An output shaped and typed like an input (v_merged like v_a) is allocated without solving dims.
         self._like = {i: next((j for j in self._tidx if args[j].role != "out" and args[j].shape == args[i].shape
                                and args[j].dtype == args[i].dtype), None) for i in self._outs}
+        self._allocators = {i: _import(a.allocate) for i, a in enumerate(args) if a.allocate}
         self._orig_takes_all = _takes_all_positionally(original, len(self._pos), [args[i].name for i in self._outs])
         self._verdicts: dict[tuple, int] = {}
         self._launch_keyed = getattr(launcher, "launch_keyed", None)  # harness.abi.Launcher; stand-ins lack it

@@ -54,6 +54,10 @@ class Argument(_Record):
     strided: bool = False
     """SGLang may hand this tensor in as a view whose rows lie further apart than its width (e.g. a slice of
     a wider buffer): the harness then checks it that way, with the gaps between rows guarded."""
+    allocate: str = Field(default="", pattern=r"^([A-Za-z_][\w.]*:[A-Za-z_]\w*)?$")
+    """An output's allocator, "module:function", where SGLang lays it out by the call's scalars (its block-FP8
+    quant puts the scales column-major for DeepGEMM when asked): a patched call that passes no such output gets
+    fn(*the non-output arguments in spec order). Empty: contiguous, shaped by the spec."""
 
     @field_validator("dtype")
     @classmethod
@@ -73,6 +77,8 @@ class Argument(_Record):
             raise ValueError(f"{self.name}: a scalar has no shape and role 'in'")
         if self.role == "out" and self.init.kind != "normal":
             raise ValueError(f"{self.name}: an output has no init (it is poisoned before every call)")
+        if self.allocate and self.role != "out":
+            raise ValueError(f"{self.name}: only an output has an allocator")
         return self
 
     def dtype_for(self, dtype: str) -> str:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Op families shipped disabled (default: the gelu and Gemma norm families, gelu_and_mul, gelu_tanh_and_mul,
-# gemma_rmsnorm, gemma_fused_add_rmsnorm; FAMILIES="rotary_embedding topk_softmax ..." by name) on one GPU in one command,
+# gemma_rmsnorm, gemma_fused_add_rmsnorm; FAMILIES="rotary_embedding topk_softmax per_token_group_quant_fp8 ..." by name) on one GPU in one command,
 # and the figures their patch manifests need:
-#   warm-up   benchmarks/families_warmup.py: SGLang's JIT kernels compiled (activations, rope) and sgl_kernel's Gemma
+#   warm-up   benchmarks/families_warmup.py: SGLang's JIT kernels compiled (activations, rope, FP8 quant) and sgl_kernel's Gemma
 #             norms loaded, next to our builds
 #   run_all   benchmarks/gpu/run_all.sh with these ops: per_call (each op's eager call against SGLang's own, 1/16/64
 #             tokens at its model's widths: per_call.py CALLS_AS), timed (`astra-sglang bench OP`: the shipped patch,

@@ -137,7 +137,7 @@ def test_bench_defaults_name_sglangs_op_and_our_kernels(monkeypatch):
     assert defaults.baseline_side(spec, "sglang").path == "py:sglang.srt.layers.moe.topk:topk_softmax"
     monkeypatch.setattr(defaults, "missing_for", lambda name: "sgl_kernel")
     assert defaults.baseline_side(spec, None).path == str(kernels_dir() / "topk_softmax.cu")
-    cand = defaults.candidate_side("topk_softmax", None, {}, patches_dir())
+    cand = defaults.candidate_side("topk_softmax", None, {})
     assert cand.label == "patches/topk_softmax" and "disabled in the patch set" in cand.what
     assert cand.path == str((patches_dir() / "topk_softmax" / "kernel.cu").resolve())
     assert first_kernel("topk_softmax") == (kernels_dir() / "topk_softmax.cu", {})
@@ -274,9 +274,9 @@ def test_int64_ids_and_uncovered_expert_counts_fall_back():
 def test_families_warmup_keeps_the_earlier_families_and_adds_topk(bench_script):
     warmup = bench_script("families_warmup")
     assert {"gelu_and_mul", "gelu_tanh_and_mul", "gemma_rmsnorm", "gemma_fused_add_rmsnorm",
-            "topk_softmax"} <= set(warmup.WARMUPS)
+            "rotary_embedding", "topk_softmax", "per_token_group_quant_fp8"} <= set(warmup.WARMUPS)
     script = (ROOT / "benchmarks" / "gpu" / "families.sh").read_text()
-    assert "python3 benchmarks/families_warmup.py $FAMILIES" in script
+    assert 'python3 benchmarks/families_warmup.py --sets "$SETS" $FAMILIES' in script
 
 
 def test_per_call_times_mixtral_and_qwen3_moe(bench_script):

@@ -163,8 +163,8 @@ def test_output_rules_follow_the_specs():
     assert fastcall.output_rule(silu, 1) == (0, ((0, 0, 1, 0, 1, 0), (0, 1, 2, 0, 1, 0)))
     assert fastcall.output_rule(merge, 5) == (-1, ((0, 0, 1, 0, 1, 0), (0, 1, 1, 0, 1, 0)))
     assert fastcall._affine("d // 2", "d") is None  # not affine: the Python path allocates
-    quant = get_spec("per_token_group_quant_fp8")  # fp8 x_q (no dtype source) and x_s [tokens, hidden // group]
-    assert fastcall.output_rule(quant, 3) is None and fastcall.output_rule(quant, 4) is None
+    quant = get_spec("per_token_group_quant_fp8")  # fp8 x_q (no dtype source) and x_s (laid out by its allocator)
+    assert fastcall.output_rule(quant, 5) is None and fastcall.output_rule(quant, 6) is None
 
 
 @pytest.mark.gpu
