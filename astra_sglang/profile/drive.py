@@ -2,8 +2,9 @@
 recorded by SGLang's own profiling endpoint (torch profiler traces), nothing of our own in the server.
 
 The load runs in the background; once the benchmark's main run has begun (its log says so, after its
-tokenizer, prompts and warm-up request) and `settle_s` more seconds have let the batch fill up, POST
-/start_profile asks for `steps` scheduler steps
+tokenizer, prompts and warm-up request), the server holds FILL of the load's concurrency in its batch and queue
+(its /v1/loads; a server without that endpoint is given the time alone) and `settle_s` more seconds have passed,
+POST /start_profile asks for `steps` scheduler steps
 (CPU and GPU activity, input shapes, no Python stacks); the scheduler stops by itself and writes its
 traces, which are waited for and kept in the output folder whatever happens after.
 """
@@ -104,8 +105,34 @@ def wait_traces(out_dir: Path, timeout_s: float, alive=lambda: True) -> list[Pat
     raise AstraError(f"no complete trace appeared in {out_dir} within {timeout_s:.0f} s")
 
 
+FILL = 0.9
+"""Share of the load's concurrency the server must hold before the steps are recorded. Going by time alone, one
+profile of the decode load recorded 19 steps of 1 request and the next 20 steps of 64, on the same server
+command (H100, 2026-11-25): the in-place comparison of two such profiles compares different batches."""
 MAIN_RUN = "Starting main benchmark"
 """What sglang.benchmark.serving prints once its warm-up request is done and the measured run starts."""
+
+
+def requests_held(server: Server) -> int | None:
+    """Requests running or waiting in the server (its /v1/loads, every data-parallel rank); None without it."""
+    try:
+        _, body = _request(f"{server.url}/v1/loads?include=core", timeout=5)
+        return sum(int(r.get("num_running_reqs", 0)) + int(r.get("num_waiting_reqs", 0))
+                   for r in json.loads(body).get("loads", []))
+    except (urllib.error.URLError, OSError, ValueError, AttributeError, TypeError):
+        return None
+
+
+def wait_filled(server: Server, concurrency: int, timeout_s: float, alive=lambda: True, poll_s: float = 0.25,
+                held=requests_held) -> int | None:
+    """Until the server holds FILL of `concurrency` requests (or `timeout_s` passes); what it held last."""
+    want, end, got = max(1, int(FILL * concurrency)), time.monotonic() + timeout_s, None
+    while time.monotonic() < end and alive():
+        got = held(server)
+        if got is None or got >= want:
+            return got
+        time.sleep(poll_s)
+    return got
 
 
 def profile_load(server: Server, load: Workload, out_dir: Path, steps: int, start_timeout_s: float = 120.0,
@@ -131,6 +158,9 @@ def profile_load(server: Server, load: Workload, out_dir: Path, steps: int, star
             if not alive():
                 raise AstraError("the server died under load before the profile began")
             time.sleep(0.5)
+        held = wait_filled(server, load.concurrency, start_timeout_s, alive)
+        if held is not None and held < FILL * load.concurrency:
+            print(f"note: the server held {held} of the load's {load.concurrency} requests when the profile began")
         start_profile(server, out_dir, steps)
         return wait_traces(out_dir, timeout_s, alive)
     finally:

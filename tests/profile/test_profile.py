@@ -265,3 +265,54 @@ def test_a_user_patchs_kernel_is_attributed_to_its_op(kernel, tmp_path, monkeypa
         assert (who.kind, who.op) == ("spec", "my_rows")
     finally:
         attribute.spec_kernels.cache_clear()
+
+
+class _LoadedServer(BaseHTTPRequestHandler):
+    """/model_info and /v1/loads of a server holding 40 running and 20 waiting requests over two ranks."""
+
+    def do_GET(self):  # noqa: N802
+        if self.path.startswith("/v1/loads"):
+            body = {"loads": [{"dp_rank": 0, "num_running_reqs": 30, "num_waiting_reqs": 10},
+                              {"dp_rank": 1, "num_running_reqs": 10, "num_waiting_reqs": 10}]}
+        elif self.path == "/model_info":
+            body = {"model_path": "/m"}
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("handler, held", [(_LoadedServer, 60), (_Server, None)])
+def test_requests_held_reads_the_servers_loads_or_none_without_them(handler, held):
+    from astra_sglang.profile import drive
+
+    httpd = HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        assert drive.requests_held(drive.Server(f"http://127.0.0.1:{httpd.server_port}", "/m")) == held
+    finally:
+        httpd.shutdown()
+
+
+def test_the_profile_waits_until_the_batch_holds_the_loads_concurrency():
+    from astra_sglang.profile.drive import Server, wait_filled
+
+    seen = iter([1, 1, 30, 57, 64])  # the warm-up request, then the batch filling up
+    calls = []
+
+    def held(server):
+        calls.append(1)
+        return next(seen)
+
+    assert wait_filled(Server("http://x:1", "/m"), 64, timeout_s=5, poll_s=0, held=held) == 57
+    assert len(calls) == 4  # 57 >= 0.9 x 64: recording starts there, not at the warm-up's single request
+    assert wait_filled(Server("http://x:1", "/m"), 64, timeout_s=5, poll_s=0, held=lambda s: None) is None
+    assert wait_filled(Server("http://x:1", "/m"), 64, timeout_s=0.2, poll_s=0.05, held=lambda s: 3) == 3
