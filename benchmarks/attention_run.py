@@ -38,6 +38,8 @@ an H100 with 4 decode and 3 extend buckets (2026-11-25): at 120 / 100 s no searc
 evaluation. Decode measures 8 buckets (each batch size at a short and a long kv length)."""
 KERNELS = os.environ.get("KERNELS", "decode extend").split()
 """Which kernels to tune (KERNELS=decode: the decode search alone, e.g. beside an earlier extend patch)."""
+DEFAULT_DEADLINE = 520
+"""Seconds for all stages by default: the searches fit; the profiles alone need PATCHES= and DEADLINE=580."""
 RESERVE_PROFILES = 530
 """Seconds the two profiles need (two server starts with CUDA graphs, a decode and a prefill load each). The first
 server start on a machine compiles SGLang's kernels: the base profile was cut off at 130 s before its server was
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/astra-attention"))
     parser.add_argument("--dry-run", action="store_true", help="Print the stages' commands, run nothing.")
     args = parser.parse_args(argv)
-    deadline_s, steps, port = float(os.environ.get("DEADLINE", 520)), int(os.environ.get("STEPS", 20)), \
+    deadline_s, steps, port = float(os.environ.get("DEADLINE", DEFAULT_DEADLINE)), int(os.environ.get("STEPS", 20)), \
         int(os.environ.get("PORT", 30125))
     if args.dry_run:
         for stage in stages(args.work, steps, port):

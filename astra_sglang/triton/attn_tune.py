@@ -8,8 +8,8 @@ bucket's best so far, a fixed-seed sample of the filtered space fills the rest.
 
 Buckets that share a first size are one launch key and get one config: a CUDA graph fixes a decode launch's
 config at its batch size while the kv length changes at every replay, and an extend launch is matched on its
-extend length, not its prefix. A config tuned at a long kv length alone was 2x slower per step in place, where
-the kv lengths were short (H100, 2026-11-25, benchmarks/results/2026-11-25-h100/attention). So after the
+extend length, not its prefix. A decode config chosen at 64x4096 alone (1.22x there) measured 0.86x at 64x512 and
+0.77-0.96x at every other bucket (H100, 2026-11-25, benchmarks/results/2026-11-25-h100/attention). So after the
 search each key's winners are measured at the key's other buckets (`settle`), and a key takes the config with
 the best geomean over its buckets only where it is not slower than SGLang's pick at any of them.
 """
