@@ -3,6 +3,11 @@
 
 Rows: the raw ctypes Launcher; PatchedOp's Python path (fast path off); PatchedOp through the C++ fast path
 (patching/fastcall.cpp). Output allocation (rmsnorm's out, merge's two outs) is included, as in a real call.
+Then the Python-only pieces of two other call kinds:
+- SGLang's all-keyword rope call bound to the spec (patching/binding.py), with the call form's plan kept
+  against Signature.bind on every call;
+- a triton-launch patch (patching/triton_launch.py) around a stand-in kernel object: what the patch adds to
+  one eager launch of extend attention (shape lookup, config choice, count, new grid and keywords).
 Usage: python3 benchmarks/launcher_overhead.py     (needs g++ and CUDA headers; no GPU)
 """
 import os
@@ -65,6 +70,65 @@ def main() -> None:
                 assert (patched._fast is not None) == (fast == "1"), "fast path unavailable"
                 row.append(per_call_us(patched.fn, args))
             print(f"{op:24s} {row[0]:16.2f} {row[1]:17.2f} {row[2]:14.2f}")
+
+    keyword_binding()
+    launch_patch()
+
+
+class _NoPlans(dict):
+    """A plan store that keeps nothing: Signature.bind on every call, as before plans were kept."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
+def keyword_binding() -> None:
+    spec = get_spec("rotary_embedding")
+
+    def apply_rope_with_cos_sin_cache_inplace(q, k, cos_sin_cache, positions, *, is_neox, rope_dim=0,
+                                              fused_args=None):  # SGLang 0.5.17's (sglang.kernels.ops.attention.rope)
+        pass
+
+    # RotaryEmbedding.forward_cuda's call: every argument by keyword.
+    call = dict(positions=torch.zeros(16, dtype=torch.int64), q=torch.empty(16, 32, 128, dtype=torch.bfloat16),
+                k=torch.empty(16, 8, 128, dtype=torch.bfloat16), cos_sin_cache=torch.empty(4096, 128),
+                is_neox=True, fused_args=None)
+    op = PatchedOp(spec, lambda tensors, scalars: 0, apply_rope_with_cos_sin_cache_inplace, OpStats(spec.name),
+                   device_type="cpu")
+    planned = per_call_us(lambda: op._bind((), call), ())
+    op._plans = _NoPlans()
+    every = per_call_us(lambda: op._bind((), call), ())
+    print(f"\nrotary_embedding keyword call, binding only: plan kept {planned:.2f} us, "
+          f"Signature.bind every call {every:.2f} us")
+
+
+class _StandInKernel:
+    """A JITFunction's launch surface: kernel[grid](*args, **kwargs), launching nothing."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def launch_patch() -> None:
+    from astra_sglang.patching.manifest import LaunchTable
+    from astra_sglang.patching.stats import OpStats as Stats
+    from astra_sglang.patching.triton_launch import LaunchPatch
+
+    table = LaunchTable(kernel="extend_attention", heads=32, kv_heads=8, head_dim=128, dtype="bfloat16",
+                        device="GPU", triton="3.6.0", by="extend", max_key=4096,
+                        configs={1024: "m128n128w8s1", 2048: "m128n128w8s1", 4096: ""})
+    kernel = _StandInKernel()
+    patch = LaunchPatch(kernel, "extend_attention", [table], Stats("extend_attention"), "m", "_fwd_kernel")
+    q, k = torch.empty(2048, 32, 128, dtype=torch.bfloat16), torch.empty(4096, 8, 128, dtype=torch.bfloat16)
+    args = (q, k, k, q, *[None] * 20)
+    kwargs = dict(kv_group_num=4, BLOCK_DMODEL=128, BLOCK_DPE=0, BLOCK_DV=128, BLOCK_M=128, BLOCK_N=64,
+                  Lq=128, Lv=128, USE_CUSTOM_MASK=False, IS_CAUSAL=True, SKIP_PREFIX_CUSTOM_MASK=False,
+                  STORE_TRANSPOSE=False, num_warps=8, num_stages=1)
+    grid = (8, 32, 16)
+    direct = per_call_us(lambda: kernel[grid](*args, **kwargs), ())
+    patched = per_call_us(lambda: patch.fn[grid](*args, **kwargs), ())
+    print(f"extend attention launch through a triton-launch patch: {patched:.2f} us against {direct:.2f} us direct "
+          f"(stand-in kernel: the patch's own Python, {patched - direct:.2f} us a launch)")
 
 
 if __name__ == "__main__":

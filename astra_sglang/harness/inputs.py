@@ -91,8 +91,8 @@ def _round_up(n: int, to: int) -> int:
 
 
 def _guarded(arg: Argument, dims: tuple[int, ...], dtype: torch.dtype, device) -> tuple[torch.Tensor, Guarded]:
-    """The tensor at a 16-byte-aligned (not 256) offset inside canary bytes; rows `ALIGN_SHIFT` bytes apart
-    beyond their width when the spec allows the argument strided."""
+    """The tensor at a 16-byte-aligned (not 256; the argument's `align` where the spec raises it) offset inside
+    canary bytes; rows `ALIGN_SHIFT` bytes apart beyond their width when the spec allows the argument strided."""
     size = torch.empty((), dtype=dtype).element_size()
     width = dims[-1] if dims else 1
     rows = math.prod(dims[:-1]) if len(dims) > 1 else 1
@@ -100,7 +100,7 @@ def _guarded(arg: Argument, dims: tuple[int, ...], dtype: torch.dtype, device) -
     row_stride = width + (ALIGN_SHIFT // size if strided else 0)
     extent = ((rows - 1) * row_stride + width) * size if math.prod(dims) else 0
     slack = max(GUARD_BYTES, width * size)
-    pre = _round_up(slack, 256) + ALIGN_SHIFT
+    pre = _round_up(slack, 256) + max(ALIGN_SHIFT, arg.align)
     buffer = torch.full((pre + extent + slack,), CANARY, dtype=torch.uint8, device=device)
     flat = buffer[pre:pre + extent].view(dtype)
     if strided:

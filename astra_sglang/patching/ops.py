@@ -110,6 +110,7 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         self._pos = [i for i, a in enumerate(args) if not a.keyword]
         self._optional = [i for i, a in enumerate(args) if a.kind == "tensor" and a.optional and a.role != "out"]
         self._signature = _signature(original)
+        self._plans: dict[tuple, tuple | str] = {}  # binding.py: a call form's binding, planned once
         self._scalar_dims = [(i, a.dim) for i, a in enumerate(args) if a.dim]
         self.last_miss = ""
         self._uses = [[dim_names(e) for e in a.shape] for a in args]

@@ -43,7 +43,10 @@ class PhaseDelta(BaseModel):
     """Scaled, like every `after_us` of `ops`."""
     wall_before_us: float
     wall_after_us: float
-    """Not scaled: the host's time per step does not grow with tokens."""
+    """Not scaled: the host's time per step does not grow with tokens. Means (records.Phase.step_wall_us)."""
+    wall_median_before_us: float = 0.0
+    wall_median_after_us: float = 0.0
+    """Medians: a host cost of the patches shows in them; one slow step (a compile) shows in the mean alone."""
     ops: list[OpDelta]
 
 
@@ -74,5 +77,6 @@ def compare(before: Profile, after: Profile, top: int = 12) -> list[PhaseDelta]:
         deltas.append(PhaseDelta(phase=phase.name, tokens_before=base.tokens_per_step, tokens_after=phase.tokens_per_step,
                                  scale=scale, gpu_before_us=base.gpu_us_per_step,
                                  gpu_after_us=phase.gpu_us_per_step * scale, wall_before_us=base.step_wall_us,
-                                 wall_after_us=phase.step_wall_us, ops=ops))
+                                 wall_after_us=phase.step_wall_us, wall_median_before_us=base.step_wall_median_us,
+                                 wall_median_after_us=phase.step_wall_median_us, ops=ops))
     return deltas

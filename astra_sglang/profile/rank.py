@@ -9,6 +9,7 @@ the graph's batch bucket: the shapes then count the real requests, not the paddi
 from __future__ import annotations
 
 import json
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,8 @@ def phase_rows(trace: Trace, phase: str, dims: ModelDims | None, roofline_gbps: 
         ops[op][1].append(count)
     return Phase(name=phase if trace.steps else "mixed", steps=len(steps),
                  step_wall_us=sum(s.dur for s in steps) / n_steps if steps else 0.0,
+                 step_wall_median_us=statistics.median(s.dur for s in steps) if steps else 0.0,
+                 step_wall_max_us=max((s.dur for s in steps), default=0.0),
                  gpu_us_per_step=total / n_steps if steps else total,
                  tokens_per_step=sum(s.tokens for s in steps) / n_steps if steps else 0.0, rows=rows,
                  ops=[OpShapes(op=op, dtype=dims.dtype if dims else "", shapes=s, calls=c) for op, (s, c) in ops.items()])

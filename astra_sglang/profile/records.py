@@ -51,6 +51,10 @@ class Phase(BaseModel):
     steps: int
     step_wall_us: float
     """Mean wall time of a scheduler step (its span on the host), GPU and host work together."""
+    step_wall_median_us: float = 0.0
+    step_wall_max_us: float = 0.0
+    """The median and the longest step: one step that waits (a Triton JIT compile, a full launch queue) moves
+    the mean by its excess over the steps recorded; the median does not. 0.0: a profile written before them."""
     gpu_us_per_step: float
     """Kernel time per step (sum of kernel durations)."""
     tokens_per_step: float

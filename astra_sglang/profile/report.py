@@ -19,11 +19,25 @@ def _f(value, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def _wall(ph) -> str:
+    """Mean step wall, with the median and the longest step where the profile has them."""
+    text = f"{ph.step_wall_us / 1e3:.2f} ms"
+    if ph.step_wall_median_us:
+        text += f" (median {ph.step_wall_median_us / 1e3:.2f}, longest {ph.step_wall_max_us / 1e3:.2f})"
+    return text
+
+
+def _median(d) -> str:
+    if not (d.wall_median_before_us and d.wall_median_after_us):
+        return ""
+    return f" (median {d.wall_median_before_us / 1e3:.2f} -> {d.wall_median_after_us / 1e3:.2f})"
+
+
 def print_profile(profile: Profile, console: Console | None = None, top: int = TOP) -> None:
     console = console or Console(width=max(Console().width, 170))
     for ph in profile.phases:
         title = (f"{ph.name}: {ph.steps} steps, {ph.tokens_per_step:.0f} tokens a step | GPU "
-                 f"{ph.gpu_us_per_step / 1e3:.2f} ms a step, step wall {ph.step_wall_us / 1e3:.2f} ms | "
+                 f"{ph.gpu_us_per_step / 1e3:.2f} ms a step, step wall {_wall(ph)} | "
                  f"{profile.gpu}" + (" | patched" if profile.patched else ""))
         t = Table(title=title, title_justify="left")
         for col in ("kernel", "op", "kind", "share", "us/step", "calls/step", "GB/s", "% roof", "gain"):
@@ -40,7 +54,8 @@ def print_deltas(deltas: list[PhaseDelta], console: Console | None = None) -> No
     for d in deltas:
         scaled = f", after scaled x{d.scale:.3f} to {d.tokens_before:.0f} tokens a step" if d.scale != 1.0 else ""
         t = Table(title=f"{d.phase}, in place: GPU {d.gpu_before_us / 1e3:.2f} -> {d.gpu_after_us / 1e3:.2f} ms a "
-                        f"step, wall {d.wall_before_us / 1e3:.2f} -> {d.wall_after_us / 1e3:.2f} ms{scaled}",
+                        f"step, wall {d.wall_before_us / 1e3:.2f} -> {d.wall_after_us / 1e3:.2f} ms"
+                        f"{_median(d)}{scaled}",
                   title_justify="left")
         for col in ("op", "kind", "before us/step", "after us/step", "change", "kernels after"):
             t.add_column(col)

@@ -58,6 +58,10 @@ class Argument(_Record):
     """An output's allocator, "module:function", where SGLang lays it out by the call's scalars (its block-FP8
     quant puts the scales column-major for DeepGEMM when asked): a patched call that passes no such output gets
     fn(*the non-output arguments in spec order). Empty: contiguous, shaped by the spec."""
+    align: Literal[16, 32, 64, 128] = 16
+    """Bytes the tensor's start is aligned to in every call SGLang makes; the harness puts it that far past a
+    256-byte boundary (16: what a 16-byte vector kernel may assume). Raise it only where SGLang's own op
+    refuses less, so its callers must give more: its JIT FP8 group quant wants x 32-byte aligned."""
 
     @field_validator("dtype")
     @classmethod

@@ -71,25 +71,49 @@ class ConfiguredKernel:
     """SGLang's kernel object behind a config choice. `choose` returns None to keep SGLang's pick; `on_launch`
     (if given) is told of every launch and whether a config was applied."""
 
+    PLANS = 4096
+    """Launch forms kept (grid x attention shape x SGLang's keywords that the choice reads); past it the store
+    starts over. A form's choice is planned once: the patch's own Python per eager launch went from ~6 to ~2 us
+    (CPU, stand-in kernel: benchmarks/launcher_overhead.py)."""
+
     def __init__(self, original, kernel: str, choose: Chooser, on_launch: Callable[[bool], None] | None = None):
         self.original, self.kernel, self.choose, self.on_launch = original, kernel, choose, on_launch
+        self._plans: dict[tuple, tuple[tuple, dict] | None] = {}
+
+    def _plan(self, grid, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """(grid, keywords to set) where a config applies to this launch, else None; `choose` must be pure."""
+        try:
+            q, k = args[0], args[1]
+            key = (grid, q.shape[1], k.shape[-2], q.shape[-1], q.dtype, kwargs.get("BLOCK_M"),
+                   kwargs.get("BLOCK_DPE", 0), kwargs.get("kv_group_num"), kwargs.get("q_head_num"))
+            hash(key)
+        except (AttributeError, IndexError, TypeError):
+            return None
+        if key in self._plans:
+            return self._plans[key]
+        info = launch_info(self.kernel, grid, args, kwargs)
+        config = self.choose(info) if info is not None else None
+        plan = None
+        if config is not None:
+            new_grid, new_kwargs = configure(self.kernel, grid, kwargs, config)
+            plan = (new_grid, {k: new_kwargs[k] for k in config.launch()})
+        if len(self._plans) >= self.PLANS:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
 
     def __getitem__(self, grid):
-        launcher = self.original[grid]
-
         def launch(*args, **kwargs):
-            info = launch_info(self.kernel, grid, args, kwargs)
-            config = self.choose(info) if info is not None else None
+            plan = self._plan(grid, args, kwargs)
             if self.on_launch is not None:
-                self.on_launch(config is not None)
-            if config is None:
-                return launcher(*args, **kwargs)
-            new_grid, new_kwargs = configure(self.kernel, grid, kwargs, config)
-            return self.original[new_grid](*args, **new_kwargs)
+                self.on_launch(plan is not None)
+            if plan is None:
+                return self.original[grid](*args, **kwargs)
+            return self.original[plan[0]](*args, **{**kwargs, **plan[1]})
         return launch
 
     def __getattr__(self, name):  # the JITFunction's own attributes (fn, cache, ...) stay reachable
-        if name == "original":
+        if name in ("original", "_plans"):
             raise AttributeError(name)
         return getattr(self.original, name)
 

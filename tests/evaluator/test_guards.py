@@ -29,6 +29,18 @@ def test_tensors_sit_inside_intact_canaries_at_a_16_byte_offset(shape, dtype):
     assert outside_write(spec, args) == "" and not bool(outside_flag(spec, args))
 
 
+def test_an_argument_the_spec_aligns_further_starts_that_far_past_256_bytes():
+    spec = get_spec("per_token_group_quant_fp8")  # SGLang's JIT quant refuses an x less than 32-byte aligned
+    args = allocate(spec, (3, 384), "bfloat16", "cpu")
+    offsets = {a.name: g.pre % 256 for a, g in zip(spec.tensor_args, args.guards)}
+    assert offsets == {"x": 32, "x_q": ALIGN_SHIFT, "x_s": ALIGN_SHIFT}
+    assert all(t.data_ptr() - g.buffer.data_ptr() == g.pre for t, g in zip(args.tensors, args.guards))
+    raw = spec.model_dump()
+    raw["arguments"][0]["align"] = 24
+    with pytest.raises(ValueError, match="align"):
+        KernelSpec.model_validate(raw)
+
+
 @pytest.mark.parametrize("offset, where", [(0, "element +0 past its end"), (7, "element +3 past its end"),
                                            (-1, "1 elements before its start"), (-4, "2 elements before its start")])
 def test_a_write_outside_a_tensor_is_named_with_its_offset(offset, where):

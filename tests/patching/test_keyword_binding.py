@@ -3,6 +3,7 @@ positions=..., q=..., k=..., cos_sin_cache=..., is_neox=..., fused_args=None)` r
 cannot describe (fused_args given) is served by the original and counted with its reason."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from astra_sglang.ops.rope import cos_sin_cache, rotary_embedding
@@ -85,3 +86,20 @@ def test_custom_op_schema_types_scalars():
 
     text = schema(get_spec("rotary_embedding"))
     assert "bool is_neox" in text and "int rope_dim" in text and "Tensor(a!) q" in text
+
+
+def test_a_call_forms_binding_is_planned_once_and_its_values_checked_every_call():
+    op, stats, seen = make()
+    CALLS.clear()
+    op.fn(**_inputs(), is_neox=True, fused_args=None)
+    op.fn(**_inputs(), is_neox=True, fused_args=object())  # same form: the plan's check still sees the value
+    op.fn(**_inputs(), is_neox=True, fused_args=None)
+    q = _inputs()
+    op.fn(q.pop("q"), q.pop("k"), q.pop("cos_sin_cache"), q.pop("positions"), is_neox=False)  # another form
+    assert len(op._plans) == 2 and (stats.kernel_calls, stats.fallbacks) == (3, 1)
+    assert seen == [[True, 0], [True, 0], [False, 0]] and len(CALLS) == 1
+    for _ in range(2):  # no such parameter: a miss for the form, every time; SGLang's function raises its own error
+        with pytest.raises(TypeError, match="rotary_dim"):
+            op.fn(**_inputs(), is_neox=True, rotary_dim=64)
+    assert stats.reasons["call does not fit the original's signature: got an unexpected keyword argument "
+                         "'rotary_dim'"] == 2

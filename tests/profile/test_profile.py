@@ -148,6 +148,31 @@ def test_compare_scales_to_the_base_tokens_per_step():
     assert [o.kind for o in delta.ops][:3] == ["spec"] * 3  # the spec ops first
 
 
+def test_step_wall_has_its_median_and_longest_step_beside_the_mean(tmp_path):
+    trace = load(DECODE)
+    steps = [s.dur for s in trace.steps if s.phase == "decode"]
+    phase = phase_rows(trace, "decode", dims(), H100.roofline_gbps, H100.empty_us)
+    assert phase.step_wall_us == pytest.approx(sum(steps) / len(steps))
+    assert phase.step_wall_median_us == pytest.approx(sorted(steps)[len(steps) // 2] if len(steps) % 2 else
+                                                      sum(sorted(steps)[len(steps) // 2 - 1:len(steps) // 2 + 1]) / 2)
+    assert phase.step_wall_max_us == max(steps)
+    # One step that waited (a JIT compile) moves the mean, not the median: the comparison carries both.
+    base = build_profile({"decode": [DECODE]}, dims(), H100)
+    slow = base.model_copy(deep=True)
+    ph = slow.phases[0]
+    ph.step_wall_us += 60_000 / ph.steps
+    ph.step_wall_max_us += 60_000
+    delta = compare(base, slow)[0]
+    assert delta.wall_after_us > delta.wall_before_us and delta.wall_median_after_us == delta.wall_median_before_us
+    (tmp_path / "base.json").write_text(base.model_dump_json())
+    again = Profile.model_validate_json((tmp_path / "base.json").read_text())
+    assert again.phases[0].step_wall_median_us == phase.step_wall_median_us
+    old = json.loads(base.model_dump_json())  # a profile written before the median was kept still loads
+    for p in old["phases"]:
+        del p["step_wall_median_us"], p["step_wall_max_us"]
+    assert Profile.model_validate(old).phases[0].step_wall_median_us == 0.0
+
+
 def test_trim_keeps_what_the_parser_reads(tmp_path):
     out = trim(PREFILL, tmp_path / "t.trace.json.gz", max_steps=1)
     trace = load(out)

@@ -150,6 +150,23 @@ def test_configured_kernel_launches_sglangs_kernel_with_the_choice():
     assert inner.launches[1][2] == kwargs
 
 
+def test_configured_kernel_plans_a_launch_form_once_and_counts_every_launch(monkeypatch):
+    inner, seen, launched = Recorder(), [], []
+    config = AttnConfig("decode_attention", block_n=64, warps=8, stages=3, block_h=32)
+    proxy = ConfiguredKernel(inner, "decode_attention", lambda info: seen.append(info.size) or config,
+                             on_launch=launched.append)
+    forms = [_decode_launch(batch=16), _decode_launch(batch=16), _decode_launch(batch=4), _decode_launch(batch=16)]
+    for grid, args, kwargs in forms:
+        proxy[grid](*args, **kwargs)
+    assert seen == [16, 4] and launched == [True] * 4  # planned at batch 16 and 4; every launch told
+    for (grid, _, kwargs), (new_grid, _, new_kwargs) in zip(forms, inner.launches):
+        assert (new_grid, new_kwargs) == configure("decode_attention", grid, kwargs, config)
+    monkeypatch.setattr(ConfiguredKernel, "PLANS", 2)
+    grid, args, kwargs = _decode_launch(batch=2)
+    proxy[grid](*args, **kwargs)  # a third form: the store starts over and holds it alone
+    assert seen == [16, 4, 2] and len(proxy._plans) == 1
+
+
 def test_launch_info_declines_what_it_does_not_understand():
     assert launch_info("decode_attention", lambda meta: (1,), (), {}) is None
     _, args, kwargs = _decode_launch()
