@@ -73,8 +73,8 @@ class ConfiguredKernel:
 
     PLANS = 4096
     """Launch forms kept (grid x attention shape x SGLang's keywords that the choice reads); past it the store
-    starts over. A form's choice is planned once: the patch's own Python per eager launch went from ~6 to ~2 us
-    (CPU, stand-in kernel: benchmarks/launcher_overhead.py)."""
+    starts over. A form's choice is planned once: the patch's own Python per eager launch went from 6.2 to 2.4 us
+    (CPU, stand-in kernel, 2026-11-25: benchmarks/launcher_overhead.py)."""
 
     def __init__(self, original, kernel: str, choose: Chooser, on_launch: Callable[[bool], None] | None = None):
         self.original, self.kernel, self.choose, self.on_launch = original, kernel, choose, on_launch
