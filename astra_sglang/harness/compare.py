@@ -8,7 +8,7 @@ after upcasting, with their own default tolerance (limits.FP8_TOLERANCE) where t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -72,6 +72,9 @@ class Verdict:
     sq_sum: float = 0.0
     count: int = 0
     """Sum of squared error ratios over `count` finite elements: the RMS error of the trials it covers."""
+    parts: dict[str, tuple[float, int]] = field(default_factory=dict)
+    """The same sums per stored dtype of the outputs compared (topk_softmax's fp32 weights, FP8 quant's e4m3
+    values beside fp32 scales): each is held to its own dtype's precision multiple."""
 
     @property
     def rms(self) -> float:
@@ -82,6 +85,9 @@ class Verdict:
         self.err_ratio = max(self.err_ratio, other.err_ratio)
         self.sq_sum += other.sq_sum
         self.count += other.count
+        for dtype, (sq, n) in other.parts.items():
+            old_sq, old_n = self.parts.get(dtype, (0.0, 0))
+            self.parts[dtype] = (old_sq + sq, old_n + n)
 
 
 def error_ratio(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
@@ -120,13 +126,29 @@ def compare(spec: KernelSpec, dtype: str, got: OpArgs, ref: OpArgs, rows: slice 
             return Verdict(False, f"{arg.name}: {kind}: {int(bad.sum())} elements beyond tolerance, "
                                   f"worst {value:.1f}x atol+rtol|ref|", value)
         finite = ratio[torch.isfinite(ratio)]
-        result.absorb(Verdict(True, err_ratio=value, sq_sum=float((finite * finite).sum()), count=finite.numel()))
+        sq, n = float((finite * finite).sum()), finite.numel()
+        stored = str(out.dtype).removeprefix("torch.")
+        result.absorb(Verdict(True, err_ratio=value, sq_sum=sq, count=n, parts={stored: (sq, n)}))
     return result
+
+
+def precision_verdict(candidate: Verdict, original: Verdict) -> str:
+    """'' when, for every stored dtype of the outputs compared, the candidate's RMS error is within that dtype's
+    PRECISION_MULTIPLE of the original's on the same inputs (`less_precise`); else the first refusal, with
+    the outputs' dtype named where the op's outputs have several."""
+    for dtype, (sq, n) in sorted(candidate.parts.items()):
+        base_sq, base_n = original.parts.get(dtype, (0.0, 0))
+        worse = less_precise(dtype, math.sqrt(sq / n) if n else 0.0,
+                             math.sqrt(base_sq / base_n) if base_n else 0.0, n)
+        if worse:
+            return worse if len(candidate.parts) == 1 else f"{worse} ({dtype} outputs)"
+    return ""
 
 
 def less_precise(dtype: str, candidate_rms: float, original_rms: float, elements: int) -> str:
     """'' when the candidate's RMS error is within PRECISION_MULTIPLE of the original's on the same inputs,
-    or when too few elements were compared for the ratio to mean anything (PRECISION_MIN_ELEMENTS)."""
+    or when too few elements were compared for the ratio to mean anything (PRECISION_MIN_ELEMENTS). `dtype`
+    is the outputs' stored dtype: fp32 outputs of a bf16 op (router weights) carry fp32 summation noise."""
     limit = PRECISION_MULTIPLE.get(dtype, PRECISION_MULTIPLE_DEFAULT)
     if elements < PRECISION_MIN_ELEMENTS or candidate_rms <= max(limit * original_rms, PRECISION_FLOOR):
         return ""

@@ -16,7 +16,7 @@ import torch
 
 from astra_sglang.harness.abi import KernelLibrary, Launcher
 from astra_sglang.harness.check import NOT_COVERED, Checker
-from astra_sglang.harness.compare import less_precise
+from astra_sglang.harness.compare import precision_verdict
 from astra_sglang.harness.cost import shape_cost
 from astra_sglang.harness.limits import COMPUTE_MARGIN, FLOOR_MARGIN, ROOFLINE_MARGIN
 from astra_sglang.harness.records import EvalRequest, ShapeResult
@@ -136,7 +136,7 @@ class GpuSession:
         row.baseline_err_rms = base_verdict.rms
         if not verdict.ok:
             return
-        worse = less_precise(dtype, verdict.rms, base_verdict.rms, verdict.count)
+        worse = precision_verdict(verdict, base_verdict)
         if worse:
             row.correct, row.reason = False, worse
             return

@@ -8,7 +8,8 @@ from __future__ import annotations
 # -- precision against the original ------------------------------------------------------------------------
 PRECISION_MULTIPLE = {"bfloat16": 1.5, "float16": 1.5, "float32": 4.0, "float8_e4m3fn": 1.5, "float8_e5m2": 1.5}
 """The candidate's RMS error to the fp64 reference, in units of the spec tolerance, may be at most this many
-times the original op's on the same inputs. In 16-bit outputs both errors are dominated by the final
+times the original op's on the same inputs; keyed by the outputs' stored dtype, each dtype judged on its own
+(a bf16 op's fp32 outputs, such as topk_softmax's router weights, are fp32 here). In 16-bit outputs both errors are dominated by the final
 rounding, so an honest kernel lands near 1.0x; a norm that accumulates in bf16 lands near 2x while still
 inside the absolute tolerance. fp32 outputs carry the summation order's error, which differs between honest
 reductions (warp tree vs sequential), hence the wider multiple."""
