@@ -73,7 +73,7 @@ def list_cmd(patches):
             e.manifest.kind, "")
         source = f"{e.origin} (over {e.shadows})" if e.shadows else e.origin
         rows.append([e.op, "yes" if e.enabled else "no", method, ",".join(e.manifest.dtypes),
-                     f"{speed:.2f}x" if speed else "-", f">= {defer.min_bytes / 1e6:g} MB" if defer else "-",
+                     f"{speed:.2f}x" if speed else "-", defer.describe() if defer else "-",
                      e.manifest.sglang_versions, " ".join(map(str, e.targets)), source])
     if not rows:
         click.echo(f"no patches in {store.describe()}")

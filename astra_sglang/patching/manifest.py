@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from astra_sglang.errors import AstraError
 
@@ -40,9 +40,13 @@ class MeasuredShape(BaseModel):
 
 class Defer(BaseModel):
     """Calls the patch leaves to SGLang's original because its kernel measured as fast or faster there: at
-    large sizes both kernels stream at the copy roofline and ours can lose by a fraction of a percent."""
-    min_bytes: int = Field(gt=0)
+    large sizes both kernels stream at the copy roofline and ours can lose by a fraction of a percent; at few
+    tokens SGLang's kernel can win on launch shape (rope). A call is deferred when it meets either bound."""
+    min_bytes: int | None = Field(default=None, gt=0)
     """A call whose tensors (inputs and outputs) hold at least this many bytes runs the original."""
+    below_rows: int | None = Field(default=None, gt=0)
+    """A call whose first tensor of the op's dtype has fewer rows (its first dim: tokens) runs the original. In
+    rows, not bytes, where a tensor of fixed size rides along (rope's cos/sin cache, max positions x head dim)."""
     dtypes: list[str] = Field(default_factory=list)
     """Only calls of these dtypes (empty: every dtype the patch covers)."""
     multiple_of: int = Field(default=1, gt=0)
@@ -50,6 +54,17 @@ class Defer(BaseModel):
     code at odd widths; its silu_and_mul faults at d % 8 == 4, where the kernel keeps serving)."""
     evidence: str
     """The measurement behind the threshold: results file, shapes, speedups on both sides of it."""
+
+    @model_validator(mode="after")
+    def _some_bound(self) -> "Defer":
+        if self.min_bytes is None and self.below_rows is None:
+            raise ValueError("defer needs min_bytes or below_rows")
+        return self
+
+    def describe(self) -> str:
+        parts = ([f">= {self.min_bytes / 1e6:g} MB"] if self.min_bytes else []) + \
+            ([f"< {self.below_rows} rows"] if self.below_rows else [])
+        return ", ".join(parts)
 
 
 class ConfigFile(BaseModel):

@@ -88,6 +88,7 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         self._cuda = device_type == "cuda"
         self._dtypes = {TORCH_DTYPES[d] for d in (dtypes or spec.dtypes)}
         self._defer_bytes = defer.min_bytes if defer else None
+        self._defer_rows = defer.below_rows if defer else None
         self._defer_dtypes = {TORCH_DTYPES[d] for d in defer.dtypes} if defer and defer.dtypes else self._dtypes
         self._defer_multiple = defer.multiple_of if defer else 1
         self._max_bytes = max_bytes  # the manifest's gate_max_bytes: larger calls were never checked
@@ -234,9 +235,10 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         if self._max_bytes is not None and sum(t.numel() * t.element_size() for t in tensors) > self._max_bytes:
             return UNCOVERED
         first = tensors[self._t_first]
-        if (self._defer_bytes is not None and first.dtype in self._defer_dtypes
-                and first.shape[-1] % self._defer_multiple == 0
-                and sum(t.numel() * t.element_size() for t in tensors) >= self._defer_bytes):
+        if first.dtype in self._defer_dtypes and first.shape[-1] % self._defer_multiple == 0 and (
+                (self._defer_bytes is not None and sum(t.numel() * t.element_size() for t in tensors)
+                 >= self._defer_bytes)
+                or (self._defer_rows is not None and first.dim() and first.shape[0] < self._defer_rows)):
             return DEFERRED
         return COVERED
 

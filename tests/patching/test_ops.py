@@ -1,6 +1,7 @@
 """PatchedOp: SGLang calling conventions, fallbacks, shadow validation, torch.compile (host cost: benchmarks/launcher_overhead.py)."""
 from __future__ import annotations
 
+import pytest
 import torch
 from spawn_children import standin_launcher
 
@@ -227,6 +228,22 @@ def test_defer_keeps_the_kernel_at_widths_it_was_not_measured_at():
     op.fn(torch.randn(4, 32))  # 2d = 32: a multiple of 16, deferred
     op.fn(torch.randn(4, 40))  # d = 20 (d % 8 == 4): our kernel serves it
     assert (stats.kernel_calls, stats.deferred) == (1, 1)
+
+
+def test_defer_below_a_row_count_leaves_few_token_calls_to_the_original():
+    from astra_sglang.patching.manifest import Defer
+
+    op, stats = make(standin_launcher(), defer=Defer(below_rows=8, evidence="test"))
+    for rows in (1, 7, 8, 300, 3):
+        op.fn(torch.randn(rows, 32))
+    assert (stats.calls, stats.kernel_calls, stats.deferred) == (5, 2, 3)  # 1, 7, 3 rows deferred
+    both = make(standin_launcher(), defer=Defer(below_rows=2, min_bytes=1536, evidence="test"))[0]
+    both.fn(torch.randn(1, 32))
+    both.fn(torch.randn(4, 32))
+    both.fn(torch.randn(8, 32))  # 1536 bytes: the size bound
+    assert (both.stats.kernel_calls, both.stats.deferred) == (1, 2)
+    with pytest.raises(ValueError, match="min_bytes or below_rows"):
+        Defer(evidence="no bound")
 
 
 def test_calls_larger_than_the_gate_run_the_original():
