@@ -3,7 +3,6 @@ its kernel names only on CUDA builds), a CPU stand-in launcher, and SGLang's imp
 torchvision shim of tests/conftest.py)."""
 from __future__ import annotations
 
-import json
 import sys
 import textwrap
 from pathlib import Path
@@ -12,6 +11,8 @@ import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))  # spawn_children is imported by name in spawned children
+
+from patch_folders import write_patch  # noqa: E402 - found through the path above
 
 FAKE_KERNELS = '''
 import torch
@@ -47,19 +48,6 @@ def fake_modules(tmp_path, monkeypatch):
     yield folder
     for name in ("astra_fake_kernels", "astra_fake_layers"):
         sys.modules.pop(name, None)
-
-
-def write_patch(root: Path, op: str = "silu_and_mul", targets=("astra_fake_layers:silu_and_mul",),
-                enabled: bool = True) -> Path:
-    folder = root / op
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "kernel.cu").write_text("// stand-in: the tests never build it\n")
-    manifest = {"op": op, "dtypes": ["float32", "bfloat16"], "targets": list(targets), "enabled": enabled,
-                "provenance": {"method": "hand", "notes": "test"},
-                "measured": [{"shape": [16, 4096], "dtype": "bfloat16", "candidate_us": 2.0, "baseline_us": 3.0,
-                              "speedup": 1.5}]}
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    return folder
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import spawn_children
-from conftest import write_patch
+from patch_folders import write_patch
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching import hook, runtime

@@ -5,7 +5,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import write_patch
+from patch_folders import write_patch
 
 from astra_sglang.patching import cli
 from astra_sglang.patching.stats import OpStats, StatsWriter

@@ -5,7 +5,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from conftest import write_patch
+from patch_folders import write_patch
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.store import PatchStore

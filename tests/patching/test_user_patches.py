@@ -7,7 +7,7 @@ import os
 
 import pytest
 from click.testing import CliRunner
-from conftest import write_patch
+from patch_folders import write_patch
 
 from astra_sglang import cli as top
 from astra_sglang.patching import cli, runtime
