@@ -24,7 +24,7 @@ import click
 
 from astra_sglang.patching.cli import patched_server
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
-from astra_sglang.serving import noise, report, server
+from astra_sglang.serving import noise, report, server, settings
 
 
 @dataclass
@@ -38,6 +38,8 @@ class PairedArm:
     proc: subprocess.Popen | None = None
     ready_s: float = float("nan")
     kv_tokens: int | None = None
+    info: dict | None = None
+    """Its /server_info once healthy ({} where it did not answer)."""
 
 
 @dataclass
@@ -123,7 +125,7 @@ def start_arm(arm: PairedArm, out: Path, health_timeout: float) -> None:
     info = server_info(arm.port)
     # What each server resolved from the memory it found: the second one to start finds less.
     (out / f"server-info-{arm.name}.json").write_text(json.dumps(info, indent=1, default=str))
-    arm.kv_tokens = kv_tokens(info)
+    arm.kv_tokens, arm.info = kv_tokens(info), info
     click.echo(f"[{arm.name}] healthy after {arm.ready_s:.0f} s; KV pool {arm.kv_tokens} tokens")
 
 
@@ -150,6 +152,10 @@ def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, war
         # server sizes more than its pool from what it finds (server-info-*.json): `b_first` swaps the roles.
         for arm in ((b, a) if b_first else (a, b)):
             start_arm(arm, out, opts["health_timeout"])
+        have_both = bool(a.info) and bool(b.info)
+        diffs = settings.differences(a.info or {}, b.info or {}) if have_both else []
+        settings.write(out, diffs, have_both)
+        click.echo(settings.summary(diffs, have_both))
         warm = {**opts, "num_prompts": min(opts["num_prompts"], 2 * opts["concurrency"])}
         for w in range(1, warmup + 1):  # caches, CUDA graphs and allocator pools filled here; nothing recorded
             for arm in (a, b):

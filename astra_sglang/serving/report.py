@@ -10,7 +10,7 @@ import jinja2
 
 from astra_sglang.paths import templates_dir
 from astra_sglang.patching.stats import load_stats
-from astra_sglang.serving import noise, paired_stats
+from astra_sglang.serving import noise, paired_stats, settings
 
 REPORT = "ab.md"
 PLOT = "ab.png"
@@ -112,7 +112,8 @@ def plot(rows: list[dict], path: Path) -> str:
     return ""
 
 
-def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", plot_note: str = "") -> str:
+def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", plot_note: str = "",
+           setting_diffs: dict | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     runs = max((r["run"] for r in rows), default=0)
@@ -123,12 +124,13 @@ def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", 
         plot=plot_file, plot_note=plot_note, paired=any(r.get("paired") for r in rows), changes=changes,
         round_table=paired_stats.round_table(changes), kv=paired_stats.kv_pools(rows),
         first=paired_stats.started_first(rows), control=any(r.get("control") for r in rows),
-        clocks=noise.clock_summary(rows), min_rounds=paired_stats.MIN_ROUNDS, resamples=paired_stats.RESAMPLES)
+        clocks=noise.clock_summary(rows), min_rounds=paired_stats.MIN_ROUNDS, resamples=paired_stats.RESAMPLES,
+        settings=setting_diffs)
 
 
 def write_report(out: str | Path, rows: list[dict], stats_dirs: list[str | Path]) -> Path:
     out = Path(out)
     note = plot(rows, out / PLOT) if rows else "no runs"
     path = out / REPORT
-    path.write_text(render(rows, stats_dirs, "" if note else PLOT, note) + "\n")
+    path.write_text(render(rows, stats_dirs, "" if note else PLOT, note, settings.read(out)) + "\n")
     return path
