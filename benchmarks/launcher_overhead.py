@@ -4,8 +4,8 @@
 Rows: the raw ctypes Launcher; PatchedOp's Python path (fast path off); PatchedOp through the C++ fast path
 (patching/fastcall.cpp). Output allocation (rmsnorm's out, merge's two outs) is included, as in a real call.
 Then the Python-only pieces of two other call kinds:
-- SGLang's all-keyword rope call bound to the spec (patching/binding.py) with the call form's plan kept,
-  beside inspect.Signature.bind alone, which every such call ran before;
+- SGLang's all-keyword rope call, through PatchedOp's Python path and the C++ fast path (bound to spec order
+  by the call form's plan, patching/binding.py), and that binding beside inspect.Signature.bind alone;
 - a triton-launch patch (patching/triton_launch.py) around a stand-in kernel object: what the patch adds to
   one eager launch of extend attention (shape lookup, config choice, count, new grid and keywords).
 Usage: python3 benchmarks/launcher_overhead.py     (needs g++ and CUDA headers; no GPU)
@@ -27,6 +27,27 @@ from astra_sglang.specs.registry import get_spec
 
 STAND_IN = '#include "astra_abi.h"\nASTRA_ENTRY { return 0; }\n'
 CALLS = 20000
+
+
+# SGLang 0.5.17's signatures, as the patch binds calls by them (bodies never run: every call is the kernel's).
+def _silu_and_mul(input, out=None):
+    pass
+
+
+def _rmsnorm(input, weight, eps=1e-6, out=None, enable_pdl=None):
+    pass
+
+
+def _fused_add_rmsnorm(input, residual, weight, eps=1e-6, enable_pdl=None):
+    pass
+
+
+def _merge_state_v2(v_a, s_a, v_b, s_b, v_merged=None, s_merged=None):
+    pass
+
+
+ORIGINALS = {"silu_and_mul": _silu_and_mul, "rmsnorm": _rmsnorm, "fused_add_rmsnorm": _fused_add_rmsnorm,
+             "merge_attn_states_lse": _merge_state_v2}
 CASES = {  # op -> positional arguments as SGLang passes them
     "fused_add_rmsnorm": lambda: (torch.empty(16, 4096), torch.empty(16, 4096), torch.empty(4096), 1e-6),
     "rmsnorm": lambda: (torch.empty(16, 4096), torch.empty(4096), 1e-6),
@@ -66,16 +87,18 @@ def main() -> None:
             for fast in ("0", "1"):
                 os.environ[fastcall.ENV_FASTCALL] = fast
                 patched = PatchedOp(spec, Launcher(library, len(spec.tensor_args), len(spec.scalar_args)),
-                                    lambda *a: None, OpStats(op), device_type="cpu")
+                                    ORIGINALS[op], OpStats(op), device_type="cpu")
                 assert (patched._fast is not None) == (fast == "1"), "fast path unavailable"
                 row.append(per_call_us(patched.fn, args))
+                record = patched.stats.record()
+                assert record.fallbacks == 0 and record.kernel_calls == record.calls, (op, patched.stats.reasons)
             print(f"{op:24s} {row[0]:16.2f} {row[1]:17.2f} {row[2]:14.2f}")
 
-    keyword_binding()
+        keyword_calls(library)
     launch_patch()
 
 
-def keyword_binding() -> None:
+def keyword_calls(library: KernelLibrary) -> None:
     spec = get_spec("rotary_embedding")
 
     def apply_rope_with_cos_sin_cache_inplace(q, k, cos_sin_cache, positions, *, is_neox, rope_dim=0,
@@ -86,12 +109,21 @@ def keyword_binding() -> None:
     call = dict(positions=torch.zeros(16, dtype=torch.int64), q=torch.empty(16, 32, 128, dtype=torch.bfloat16),
                 k=torch.empty(16, 8, 128, dtype=torch.bfloat16), cos_sin_cache=torch.empty(4096, 128),
                 is_neox=True, fused_args=None)
-    op = PatchedOp(spec, lambda tensors, scalars: 0, apply_rope_with_cos_sin_cache_inplace, OpStats(spec.name),
-                   device_type="cpu")
+    row = []
+    for fast in ("0", "1"):
+        os.environ[fastcall.ENV_FASTCALL] = fast
+        op = PatchedOp(spec, Launcher(library, len(spec.tensor_args), len(spec.scalar_args)),
+                       apply_rope_with_cos_sin_cache_inplace, OpStats(spec.name), device_type="cpu")
+        assert (op._fast is not None) == (fast == "1"), "fast path unavailable"
+        op.fn(**call)  # the shape's verdict, once
+        row.append(per_call_us(lambda: op.fn(**call), ()))
+        record = op.stats.record()
+        assert record.fallbacks == 0 and record.kernel_calls == record.calls, op.stats.reasons
     planned = per_call_us(lambda: op._bind((), call), ())
     bind = per_call_us(lambda: op._signature.bind(**call), ())
-    print(f"\nrotary_embedding keyword call: binding to the spec {planned:.2f} us a call with the call form's plan kept; "
-          f"Signature.bind alone (what every call ran before plans) {bind:.2f} us")
+    print(f"\nrotary_embedding, SGLang's all-keyword call: PatchedOp python {row[0]:.2f} us, C++ {row[1]:.2f} us; "
+          f"binding it to the spec {planned:.2f} us with the call form's plan kept, Signature.bind alone "
+          f"(what every call ran before plans) {bind:.2f} us")
 
 
 class _StandInKernel:

@@ -5,8 +5,10 @@
 // (H200, 2026-11-21, benchmarks/per_call.py; rows: `git show 1a07363:benchmarks/results/2026-11-21-h200-s3/
 // final/per_call.jsonl`); this path does in C++ what
 // PatchedOp._core does in Python for the common case (known shape, verdict cached, verification off).
+// A keyword call (SGLang's rope passes every argument by name) is bound to spec order in Python by its call
+// form's plan and handed over with `bound`: 6.2 -> 1.8 us a rope call (CPU, benchmarks/launcher_overhead.py).
 // Anything else returns the MISS sentinel and the Python path handles the call exactly as before: unknown
-// shapes (Python computes the coverage verdict and hands it back with `remember`), keywords, non-tensors,
+// shapes (Python computes the coverage verdict and hands it back with `remember`), non-tensors,
 // ASTRA_UNSUPPORTED, launch errors (`last_error` set, the op deactivated, Python disables it with a reason).
 // A shape whose verdict is DEFERRED (the manifest leaves it to SGLang's kernel) calls the original from here
 // with the caller's arguments, so keeping SGLang's kernel costs no Python frame either.
@@ -131,9 +133,11 @@ PyObject* miss() {
   return g_miss;
 }
 
-PyObject* call_impl(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
+// `args`: the call's arguments in spec order; `caller_args` / `caller_kwargs`: the caller's own call, which a
+// DEFERRED shape hands to the original (the same objects for a positional call).
+PyObject* call_impl(PyObject* self_obj, PyObject* args, PyObject* caller_args, PyObject* caller_kwargs) {
   FastOp* self = reinterpret_cast<FastOp*>(self_obj);
-  if (!self->active || (kwargs && PyDict_GET_SIZE(kwargs))) return miss();
+  if (!self->active) return miss();
   const Py_ssize_t given = PyTuple_GET_SIZE(args);
   if (given > self->n) return miss();
   at::Tensor tensors[kMaxArgs];
@@ -191,7 +195,7 @@ PyObject* call_impl(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
   // caching-allocator round trip wasted per deferred call, on shapes of 12 MB and more).
   if (verdict == kDeferred && self->original != nullptr && self->original != Py_None) {
     self->deferred++;
-    return PyObject_Call(self->original, args, kwargs);  // its exceptions propagate, as from SGLang's own call
+    return PyObject_Call(self->original, caller_args, caller_kwargs);  // its exceptions propagate, as SGLang's
   }
   if (verdict != kCovered) return miss();
   AstraTensor desc[kMaxArgs];
@@ -234,9 +238,24 @@ PyObject* call_impl(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
 }
 
 PyObject* fast_call(PyObject* self_obj, PyObject* args, PyObject* kwargs) {
+  if (kwargs && PyDict_GET_SIZE(kwargs)) return miss();  // keywords: bound in Python first (`bound`)
   try {
-    return call_impl(self_obj, args, kwargs);
+    return call_impl(self_obj, args, args, nullptr);
   } catch (const std::exception&) {  // e.g. an allocation failure: the Python path raises it properly
+    return miss();
+  }
+}
+
+// bound(values, args, kwargs): a keyword call (SGLang's rope) that Python bound to spec order (`values`, a
+// tuple; None where the call left an argument out), served like a positional one; a DEFERRED shape calls the
+// original with the caller's own `args` / `kwargs`.
+PyObject* fast_bound(PyObject* self_obj, PyObject* py_args) {
+  PyObject *values, *args, *kwargs;
+  if (!PyArg_ParseTuple(py_args, "O!O!O!", &PyTuple_Type, &values, &PyTuple_Type, &args, &PyDict_Type, &kwargs))
+    return nullptr;
+  try {
+    return call_impl(self_obj, values, args, kwargs);
+  } catch (const std::exception&) {
     return miss();
   }
 }
@@ -376,6 +395,7 @@ PyObject* get_verdicts(PyObject* self_obj, void*) {
 }
 
 PyMethodDef fast_methods[] = {
+    {"bound", fast_bound, METH_VARARGS, "bound(values, args, kwargs): a keyword call bound to spec order"},
     {"remember", fast_remember, METH_VARARGS, "remember(tensors, verdict): cache the coverage verdict (0-2) of these tensors"},
     {"forget", fast_forget, METH_NOARGS, "forget every cached verdict"},
     {nullptr, nullptr, 0, nullptr}};

@@ -149,8 +149,12 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         def patched(*args, **kwargs):
             if _is_compiling():
                 return op._compiled(args, kwargs)
-            if fast is not None and not kwargs:
-                result = fast(*args)
+            if fast is not None:
+                if not kwargs:
+                    result = fast(*args)
+                else:  # SGLang's keyword calls (rope): bound by the call form's plan, then served in C++
+                    values = op._bind_signature(args, kwargs) if op._signature is not None else None
+                    result = fast.bound(tuple(values), args, kwargs) if values is not None else miss
                 if result is not miss:
                     return result
                 if fast.last_error:

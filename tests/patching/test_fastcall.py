@@ -72,9 +72,10 @@ def test_second_call_of_a_shape_is_served_in_cpp(library):
     out = torch.empty(5, 32)
     assert op.fn(x, out) is out and op._fast.calls == 2  # out given positionally
     torch.testing.assert_close(out, silu_original(x))
-    assert op.fn(x, out=out) is out and stats.calls == 2  # keywords: the Python path
+    assert op.fn(x, out=out) is out and op._fast.calls == 3  # keywords: bound in Python, served in C++
+    assert op.fn(input=x) is not out and op._fast.calls == 4 and stats.calls == 1
     rec = stats.record()
-    assert (rec.calls, rec.kernel_calls, rec.fallbacks) == (4, 4, 0)
+    assert (rec.calls, rec.kernel_calls, rec.fallbacks) == (5, 5, 0)
 
 
 def test_inplace_op_with_scalar_and_default(library):
@@ -219,6 +220,30 @@ def test_deferred_shapes_call_the_original_from_cpp(library):
     assert calls == [(4, 8)] * 4
     record = stats.record()
     assert (record.calls, record.kernel_calls, record.deferred, record.fallbacks) == (7, 3, 4, 0)
+
+
+def test_keyword_calls_reach_the_kernel_and_deferred_ones_the_original_with_the_callers_keywords(library):
+    from astra_sglang.patching.manifest import Defer
+
+    calls = []
+
+    def original(input, *, out=None):  # keyword-only out: only a keyword call can pass it
+        calls.append((tuple(input.shape), out is not None))
+        return silu_original(input, out)
+
+    op, stats = patched(library, "silu_and_mul", original, defer=Defer(min_bytes=150, evidence="test"))
+    small, large = torch.randn(2, 8), torch.randn(4, 8)
+    for _ in range(3):
+        out = torch.empty(2, 4)
+        assert op.fn(small, out=out) is out
+        torch.testing.assert_close(out, silu_original(small))
+        torch.testing.assert_close(op.fn(input=large), silu_original(large))
+    # after each shape's first call (Python's verdict) the keyword calls never leave C++
+    assert op._fast.calls == 2 and op._fast.deferred == 2 and stats.calls == 2
+    assert calls == [((4, 8), False)] * 3  # the original got the caller's own keywords
+    with pytest.raises(TypeError):  # a call the signature refuses is the original's to refuse
+        op.fn(small, bogus=1)
+    assert stats.reasons and "bogus" in next(iter(stats.reasons))
 
 
 def test_remember_refuses_unknown_verdicts(library):
