@@ -8,11 +8,13 @@
 #                      is the noise floor of the method
 #   MODE=ab            the real A/B: B runs the shipped patches (`launch`'s path), same settings
 # Load: the decode-heavy one (64 concurrent, 256 in / 512 out, PROMPTS=128 per benchmark), triton attention.
-# Writes under OUT: ab.md, ab.jsonl, ab.png, logs.tgz (server logs, /server_info of both), console.txt; prints a
+# Writes under OUT: ab.md, ab.jsonl, ab.png, settings-diff.json (what the two servers resolved differently),
+# logs.tgz (server logs, /server_info of both), console.txt; prints a
 # per-round table and the interval last.
 #   PRESET=mixtral-8x7b  the model instead: a MoE architecture from benchmarks/make_moe_model.py (4 layers, dummy
 #                      weights), served with SGLang's Triton MoE runner
 #   PATCHES=DIR        B's patches instead of the shipped ones (e.g. a fused_moe config patch from `astra-sglang tune`)
+#   B_FIRST=1          B's server starts first (--b-first): whether an A/A offset follows the start order
 # Usage (repo root, GPU machine, .stage carried): OUT=/path [MODE=aa|ab] [PRESET=..] [PATCHES=..] bash benchmarks/gpu/ab_noise.sh
 # Two server starts (the first on a fresh machine 90-180 s) and ~25-35 s a round: ~7-8 minutes with the timeout.
 set -u
@@ -44,12 +46,12 @@ elif [ "$MODE" = ab ]; then
   astra-sglang patch disable merge_attn_states_lse --patches "$WORK/patches"  # FA3 is not in the runtime kit
 fi
 timeout -k 20 ${AB_TIMEOUT:-440} astra-sglang ab --model-path "$MODEL" --load-format dummy --paired $arm_flag \
-  --runs ${RUNS:-30} --target-width ${WIDTH:-1} --warmup 1 --seed 1 --port "$PORT" \
+  ${B_FIRST:+--b-first} --runs ${RUNS:-30} --target-width ${WIDTH:-1} --warmup 1 --seed 1 --port "$PORT" \
   --num-prompts ${PROMPTS:-128} --input-len 256 --output-len 512 --concurrency 64 --out "$WORK/ab" -- \
   --attention-backend triton --sampling-backend pytorch --grammar-backend none --cuda-graph-max-bs-decode 64 \
   --mem-fraction-static 0.4 --max-total-tokens ${MAX_TOTAL_TOKENS:-200000} --sleep-on-idle "${model_flags[@]}"
 echo "exit code $?"
-cp "$WORK"/ab/ab.{md,jsonl,png} "$OUT/" 2>/dev/null
+cp "$WORK"/ab/ab.{md,jsonl,png} "$WORK"/ab/settings-diff.json "$OUT/" 2>/dev/null
 tar -czf "$OUT/logs.tgz" -C "$WORK/ab" $(cd "$WORK/ab" && ls *.log server-info-*.json 2>/dev/null) 2>/dev/null
 python3 - "$WORK/ab/ab.jsonl" "$MODE" <<'EOF'
 import json, sys
