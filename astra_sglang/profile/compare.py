@@ -15,6 +15,11 @@ from pydantic import BaseModel
 
 from astra_sglang.profile.records import Phase, Profile
 
+SAME_BATCH = 1.25
+"""Tokens per step within this factor of each other: the two runs' batches are alike enough for scaling to be
+close for every kernel. Beyond it only the token-linear kernels compare: an unpatched decode profile that caught
+steps of 1 request against a patched one of 64 (H100, 2026-11-25) made attention read 56 vs 359 us a step."""
+
 
 class OpDelta(BaseModel):
     phase: str
@@ -47,6 +52,12 @@ class PhaseDelta(BaseModel):
     wall_median_before_us: float = 0.0
     wall_median_after_us: float = 0.0
     """Medians: a host cost of the patches shows in them; one slow step (a compile) shows in the mean alone."""
+
+    @property
+    def same_batch(self) -> bool:
+        """Whether the runs' batches are alike (SAME_BATCH): else only token-linear kernels compare."""
+        low, high = sorted((self.tokens_before, self.tokens_after))
+        return low > 0 and high / low <= SAME_BATCH
     ops: list[OpDelta]
 
 

@@ -63,6 +63,9 @@ def print_deltas(deltas: list[PhaseDelta], console: Console | None = None) -> No
             t.add_row(o.op, o.kind, f"{o.before_us:.1f}", f"{o.after_us:.1f}", f"{o.change_pct:+.1f}%",
                       ", ".join(o.after_kernels)[:60])
         console.print(t)
+        if not d.same_batch:
+            console.print(f"[yellow]{d.phase}: the runs recorded different batches ({d.tokens_before:.0f} vs "
+                          f"{d.tokens_after:.0f} tokens a step): only the token-linear ops compare here[/yellow]")
 
 
 def plot(profile: Profile, path: Path, base: Profile | None = None, top: int = 10) -> Path | None:

@@ -146,6 +146,10 @@ def test_compare_scales_to_the_base_tokens_per_step():
     silu = next(o for o in delta.ops if o.op == "silu_and_mul")
     assert silu.change_pct == pytest.approx(0.0, abs=1e-9)
     assert [o.kind for o in delta.ops][:3] == ["spec"] * 3  # the spec ops first
+    assert same.same_batch and not delta.same_batch  # twice the tokens a step: not the same batches
+    nearly = base.model_copy(deep=True)
+    nearly.phases[0].tokens_per_step *= 1.2
+    assert compare(base, nearly)[0].same_batch
 
 
 def test_step_wall_has_its_median_and_longest_step_beside_the_mean(tmp_path):
@@ -191,6 +195,14 @@ def test_cli_from_traces_writes_the_report(tmp_path):
     again = CliRunner().invoke(main, ["profile", "--report", str(tmp_path / "profile.json"), "--compare",
                                       str(tmp_path / "profile.json"), "--out", str(tmp_path / "r")])
     assert again.exit_code == 0 and "in place" in (tmp_path / "r" / "profile.md").read_text()
+    assert "Not comparable" not in (tmp_path / "r" / "profile.md").read_text()  # the same run: the same batches
+    other = Profile.model_validate_json((tmp_path / "profile.json").read_text())
+    other.phases[0].tokens_per_step = 1.0  # a decode profile that caught steps of one request
+    (tmp_path / "one.json").write_text(other.model_dump_json())
+    mixed = CliRunner().invoke(main, ["profile", "--report", str(tmp_path / "one.json"), "--compare",
+                                      str(tmp_path / "profile.json"), "--out", str(tmp_path / "m")])
+    assert mixed.exit_code == 0 and "different batches (64 vs 1 tokens a step)" in mixed.output.replace("\n", " ")
+    assert "**Not comparable beyond the token-linear ops:**" in (tmp_path / "m" / "profile.md").read_text()
 
 
 class _Server(BaseHTTPRequestHandler):
