@@ -61,6 +61,18 @@ class Defer(BaseModel):
             raise ValueError("defer needs min_bytes or below_rows")
         return self
 
+    def defers(self, spec, shape: tuple[int, ...], dtype: str) -> bool:
+        """Whether a call of this spec shape and dtype goes to the original: PatchedOp._coverage's rule, sized
+        by the spec (its call_bytes; the first tensor of the op's dtype for rows and width)."""
+        if self.dtypes and dtype not in self.dtypes:
+            return False
+        first = next((a for a in spec.tensor_args if a.dtype == "T"), spec.tensor_args[0])
+        dims = spec.arg_shape(first, tuple(shape))
+        if not dims or dims[-1] % self.multiple_of:
+            return False
+        return bool((self.min_bytes is not None and spec.call_bytes(tuple(shape), dtype) >= self.min_bytes)
+                    or (self.below_rows is not None and dims[0] < self.below_rows))
+
     def describe(self) -> str:
         parts = ([f">= {self.min_bytes / 1e6:g} MB"] if self.min_bytes else []) + \
             ([f"< {self.below_rows} rows"] if self.below_rows else [])

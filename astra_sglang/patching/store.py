@@ -66,7 +66,11 @@ class PatchEntry:
                        f", over the one in {self.shadows}" if self.shadows else "")
 
     def speedup_geomean(self) -> float | None:
-        values = [m.speedup for m in self.manifest.measured if m.speedup > 0]
+        """Over the measured shapes as a patched server serves them: a shape the manifest's `defer` leaves to
+        SGLang's op counts 1.0x (the evaluator's rule for a declined shape)."""
+        defer = self.manifest.defer if self.manifest.kind == "cuda" else None
+        values = [1.0 if defer is not None and defer.defers(self.spec, tuple(m.shape), m.dtype) else m.speedup
+                  for m in self.manifest.measured if m.speedup > 0]
         if not values:
             return None
         product = 1.0

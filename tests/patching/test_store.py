@@ -21,6 +21,22 @@ def test_list_and_targets(patch_dir):
     assert store.get("silu_and_mul").speedup_geomean() == pytest.approx(1.5)
 
 
+@pytest.mark.parametrize("defer, expected", [
+    (None, (0.8 * 1.2 * 1.5) ** (1 / 3)),
+    ({"below_rows": 16}, (1.0 * 1.2 * 1.5) ** (1 / 3)),  # 1 token left to SGLang's op: 1.0x as served
+    ({"min_bytes": 2 * 8192 * 14336 * 2, "dtypes": ["bfloat16"]}, (0.8 * 1.2 * 1.0) ** (1 / 3)),
+    ({"below_rows": 16, "dtypes": ["float32"]}, (0.8 * 1.2 * 1.5) ** (1 / 3))])  # another dtype: not deferred
+def test_the_geomean_counts_deferred_shapes_as_sglangs(patch_dir, defer, expected):
+    path = patch_dir / "silu_and_mul" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["measured"] = [{"shape": list(shape), "dtype": "bfloat16", "candidate_us": 1.0, "baseline_us": speed,
+                             "speedup": speed} for shape, speed in (((1, 14336), 0.8), ((64, 14336), 1.2),
+                                                                    ((8192, 14336), 1.5))]
+    manifest["defer"] = {**defer, "evidence": "test"} if defer else None
+    path.write_text(json.dumps(manifest))
+    assert PatchStore(patch_dir).get("silu_and_mul").speedup_geomean() == pytest.approx(expected)
+
+
 def test_enable_disable_persist(patch_dir):
     store = PatchStore(patch_dir)
     assert store.set_enabled("silu_and_mul", False).enabled is False
