@@ -10,10 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
+from reference_self_check import assert_reference_passes_its_own_check
 
 from astra_sglang.cli import main
-from astra_sglang.harness.compare import compare
-from astra_sglang.harness.inputs import allocate, fill
 from astra_sglang.ops import adapters, defaults, reference
 from astra_sglang.ops.variants import VARIANTS, first_kernel, materialize
 from astra_sglang.patching.manifest import PatchManifest
@@ -90,15 +89,7 @@ def test_gemma_is_rmsnorm_with_one_added_to_the_weight():
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_spec_reference_passes_its_own_check_on_every_edge_shape(op, dtype):
     """The harness's own inputs (init, edge-case fills) through the spec's reference, compared with an fp64 run."""
-    spec = get_spec(op)
-    for shape in resolve_shapes(spec, "edge"):
-        for edge in [None, *spec.edge_cases]:
-            args = fill(spec, allocate(spec, shape, dtype, "cpu"), torch.Generator().manual_seed(3), edge)
-            ref = args.upcast()
-            spec.reference_fn()(*ref.call_args(spec))
-            spec.reference_fn()(*args.call_args(spec))
-            verdict = compare(spec, dtype, args, ref)
-            assert verdict.ok, (shape, edge and edge.name, verdict.reason)
+    assert_reference_passes_its_own_check(op, dtype, "edge")
 
 
 @pytest.mark.parametrize("op", FAMILIES)

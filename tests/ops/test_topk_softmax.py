@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from reference_self_check import assert_reference_passes_its_own_check
 
 from astra_sglang.cli import main
 from astra_sglang.harness.compare import compare
@@ -97,17 +98,7 @@ def test_model_shapes_are_the_routers_at_decode_and_prefill():
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_harness_inputs_pass_the_reference_check_on_every_edge_shape_and_case(dtype):
-    spec = get_spec("topk_softmax")
-    for shape in resolve_shapes(spec, "edge+held_out"):
-        if shape[0] > 400:
-            continue
-        for edge in [None, *spec.edge_cases]:
-            args = fill(spec, allocate(spec, shape, dtype, "cpu"), torch.Generator().manual_seed(3), edge)
-            ref = args.upcast()
-            spec.reference_fn()(*ref.call_args(spec))
-            spec.reference_fn()(*args.call_args(spec))
-            verdict = compare(spec, dtype, args, ref)
-            assert verdict.ok, (shape, edge and edge.name, verdict.reason)
+    assert_reference_passes_its_own_check("topk_softmax", dtype, "edge+held_out", max_rows=400)
 
 
 def test_the_all_tied_case_lists_the_first_experts_in_order():
