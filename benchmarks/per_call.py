@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from importlib import import_module, metadata
 from pathlib import Path
-
 from typing import Callable
 
 import torch

@@ -87,6 +87,7 @@ def sglang_rotary_embedding(q, k, cos_sin_cache, positions, is_neox=True, rope_d
     _sglang_rope()(positions=positions, q=q, k=k, cos_sin_cache=cos_sin_cache, is_neox=bool(is_neox), fused_args=None,
                    **extra)
 
+
 def sglang_per_token_group_quant_fp8(x, group_size, eps, column_major_scales, scale_tma_aligned, x_q, x_s) -> None:
     """What SGLang's sglang_per_token_group_quant_fp8 runs on CUDA, writing into the spec's outputs: its JIT kernel
     per_token_group_quant (the scales' layout read from x_s's strides, as SGLang's does), or, where one group is

@@ -43,9 +43,9 @@ def flatten(value, prefix: str = "") -> dict[str, object]:
 
 
 def _same(a, b) -> bool:
-    if isinstance(a, float) or isinstance(b, float):
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-            return math.isclose(a, b, rel_tol=FLOAT_RTOL)
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    if numbers and (isinstance(a, float) or isinstance(b, float)):
+        return math.isclose(a, b, rel_tol=FLOAT_RTOL)
     return a == b
 
 

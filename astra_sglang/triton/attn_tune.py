@@ -116,7 +116,7 @@ class AttnTuner(MoeTuner):
                                 if c not in self.measured[b] and c != self.pick(b).code()]
         if not any(proposals.values()):
             return 0
-        self.echo("settle: each batch size's winners at its other buckets (one config serves them all)")
+        self.echo("settle: each launch key's winners at its other buckets (one config serves them all)")
         return self.evaluate_round("settle", proposals)
 
     def _speedups(self, code: str, members: list[Bucket]) -> list[float] | None:
