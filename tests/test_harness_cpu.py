@@ -1,4 +1,5 @@
 """Harness pieces that need no GPU: comparisons, builds (nvcc), isolation, the CLI without a GPU."""
+import re
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,7 @@ from click.testing import CliRunner
 
 from astra_sglang.cli import main
 from astra_sglang.harness.build import build_library, parse_ptxas
+from astra_sglang.harness import draw, prestate
 from astra_sglang.harness.compare import compare, error_ratio
 from astra_sglang.harness.inputs import allocate, fill
 from astra_sglang.harness.isolate import evaluate
@@ -17,9 +19,9 @@ from astra_sglang.specs.registry import get_spec
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _silu_case(shape=(4, 8)):
+def _silu_case(shape=(4, 8), dtype="bfloat16"):
     spec = get_spec("silu_and_mul")
-    args = fill(spec, allocate(spec, shape, "bfloat16", "cpu"), torch.Generator().manual_seed(1))
+    args = fill(spec, allocate(spec, shape, dtype, "cpu"), torch.Generator().manual_seed(1))
     ref = args.upcast()
     spec.reference_fn()(*ref.call_args(spec))
     return spec, args, ref
@@ -32,14 +34,36 @@ def test_error_ratio_treats_equal_infinities_as_exact_and_nan_as_failure():
     assert ratio[0] == 0 and torch.isinf(ratio[1]) and ratio[2] == 0
 
 
-@pytest.mark.parametrize("fraction, reason", [(1.0, "never written"), (0.5, "left NaN (unwritten)")])
-def test_unwritten_output_is_named(fraction, reason):
-    spec, args, ref = _silu_case()
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("fraction, reason", [(1.0, "out: never written"),
+                                              (0.5, "out: 50.0% of elements left unwritten (still the NaN poison)")])
+def test_unwritten_output_is_named(dtype, fraction, reason):
+    spec, args, ref = _silu_case(dtype=dtype)
     args.tensors[1].copy_(ref.tensors[1])
-    rows = int(args.tensors[1].shape[0] * fraction)
-    args.tensors[1][:rows] = float("nan")
-    verdict = compare(spec, "bfloat16", args, ref)
-    assert not verdict.ok and reason in verdict.reason
+    draw.poison(args.tensors[1][:int(args.tensors[1].shape[0] * fraction)])
+    verdict = compare(spec, dtype, args, ref)
+    assert not verdict.ok and verdict.reason == reason
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_a_nan_the_kernel_computed_is_not_called_unwritten(dtype):
+    spec, args, ref = _silu_case(dtype=dtype)
+    args.tensors[1].copy_(ref.tensors[1])
+    args.tensors[1][1:3] = torch.rsqrt(torch.zeros(2, 1)) * 0.0  # inf * 0: a NaN of the hardware's own pattern
+    verdict = compare(spec, dtype, args, ref)
+    assert not verdict.ok and verdict.reason.startswith("out: computed NaN at 16 of 32 elements"), verdict.reason
+
+
+def test_unwritten_is_told_by_what_the_buffer_held_before_the_call():
+    spec, args, ref = _silu_case()
+    prestate.prepare(spec, args.tensors, "finite", torch.Generator().manual_seed(2))
+    before = prestate.snapshot(spec, args.tensors)
+    args.tensors[1][2:].copy_(ref.tensors[1][2:])  # rows 0-1 never written: random finite values stay
+    verdict = compare(spec, "bfloat16", args, ref, before=before, held=prestate.HELD["finite"])
+    # (a random value that happens to lie within the tolerance of the true one is not a failure)
+    assert not verdict.ok and re.fullmatch(r"out: (50\.0|4\d\.\d)% of elements left unwritten \(still the random "
+                                           r"values put there\)", verdict.reason), verdict.reason
+    assert "wrong values" in compare(spec, "bfloat16", args, ref).reason  # without the snapshot: just wrong
 
 
 def test_correct_output_passes_and_rounding_is_within_tolerance():
