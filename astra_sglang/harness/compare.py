@@ -61,7 +61,7 @@ def _unwritten(arg: Argument, left: torch.Tensor, held: str) -> Verdict:
     if count == left.numel():
         return Verdict(False, f"{arg.name}: never written", float("inf"))
     what = "what they held before the call" if arg.role == "inplace" else held
-    return Verdict(False, f"{arg.name}: {count / left.numel():.1%} of elements left unwritten (still {what})",
+    return Verdict(False, f"{arg.name}: {count} of {left.numel()} elements left unwritten (still {what})",
                    float("inf"))
 
 

@@ -2,6 +2,8 @@
 runners.py): each wrong runner fails with its own reason; the honest one passes with an RMS error."""
 import pytest
 
+from astra_sglang.harness import draw
+from astra_sglang.harness.arena import Arena
 from astra_sglang.harness.check import Checker
 from astra_sglang.harness.compare import Verdict, less_precise, precision_verdict
 from astra_sglang.harness.limits import PRECISION_FLOOR, PRECISION_MIN_ELEMENTS, PRECISION_MULTIPLE
@@ -101,3 +103,48 @@ def test_declining_is_not_a_failure(cpu_cuda):
 def test_unwritten_outputs_still_fail(cpu_cuda):
     verdict = _run(cpu_cuda, "silu_and_mul", (4, 64), lambda args: 0)
     assert not verdict.ok and "never written" in verdict.reason
+
+
+@pytest.mark.parametrize("runner", [runners.silu_skips_written_outputs, runners.silu_skips_done_outputs])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_kernel_that_reads_its_outputs_to_skip_work_fails_the_checks(cpu_cuda, runner, seed):
+    verdict = _run(cpu_cuda, "silu_and_mul", (16, 256), runner, seed=seed)
+    assert not verdict.ok and "left unwritten (still" in verdict.reason, verdict.reason
+
+
+def test_the_sampled_skip_fails_where_the_outputs_are_nearly_right(cpu_cuda):
+    verdict = _run(cpu_cuda, "silu_and_mul", (16, 256), runners.silu_skips_done_outputs)
+    assert verdict.reason.startswith("skips work when most of its input repeats") and (
+        "left unwritten (still an earlier call's results)" in verdict.reason), verdict.reason
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_pre_state_kind_comes_up_in_one_sequence(cpu_cuda, seed):
+    spec = get_spec("silu_and_mul")
+    seen = []
+
+    def watch(args):  # what the output held when the call came
+        out = args.tensors[1]
+        seen.append("nan" if bool(draw.poisoned(out).all()) else "finite-or-stale")
+        return runners.silu(args)
+
+    assert Checker(spec, (4, 64), "bfloat16", cpu_cuda, seed).run(watch).ok
+    assert "nan" in seen[1:] and "finite-or-stale" in seen[1:]  # seen[0]: the warm-up
+
+
+def test_checks_take_their_buffers_from_the_arena_the_timed_launches_use(cpu_cuda):
+    spec = get_spec("silu_and_mul")
+    arena = Arena(spec, (4, 64), "bfloat16", cpu_cuda, count=8)
+    pointers = [{arena.args(k).tensors[i].data_ptr() for k in range(8)} for i in range(2)]
+    seen = []
+
+    def honest(args):
+        seen.append(args.tensors[1].data_ptr())
+        return runners.silu(args)
+
+    candidate = Checker(spec, (4, 64), "bfloat16", cpu_cuda, 5, arena).run(honest)
+    first = list(seen)
+    seen.clear()
+    baseline = Checker(spec, (4, 64), "bfloat16", cpu_cuda, 5, arena).run(honest)
+    assert candidate.ok and baseline.ok and candidate.rms == baseline.rms
+    assert set(first[1:]) <= pointers[1] and seen[1:] == first[1:]  # [0]: the warm-up's own 1-token buffers
