@@ -253,7 +253,7 @@ def test_timing_rounds_record_only_after_the_warmup_rounds_and_seconds():
     calls = []
 
     def fn(name):
-        def replay():
+        def replay(_round):
             calls.append(name)
             now[0] += 0.05  # each replay takes 50 ms of the fake clock
             return now[0]
@@ -267,6 +267,14 @@ def test_timing_rounds_record_only_after_the_warmup_rounds_and_seconds():
     calls.clear()
     assert len(rounds({"a": fn("a")}, replays=2, warmup=3, warmup_s=0.0, clock=lambda: now[0])["a"]) == 2
     assert len(calls) == 5  # the 3 warm-up rounds still run when no seconds are asked for
+
+
+def test_rounds_hand_every_replay_its_round():
+    from astra_sglang.harness.timing import rounds
+
+    seen = []
+    rounds({"a": lambda r: seen.append(r) or 1.0}, replays=2, warmup=1, warmup_s=0.0)
+    assert seen == [0, 1, 2]
 
 
 def test_launch_count_ignores_one_slow_probe_replay():

@@ -11,6 +11,8 @@ With hot L2 the read-only inputs have one row that every set shares.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from astra_sglang.harness.inputs import _arg_dtype, Layout, OpArgs, layout, scalar_value
@@ -23,8 +25,11 @@ def layouts(spec: KernelSpec, shape: tuple[int, ...], dtype: str) -> list[Layout
 
 
 def set_bytes(spec: KernelSpec, shape: tuple[int, ...], dtype: str, shared: frozenset[int] = frozenset()) -> int:
-    """Device bytes one more set costs: its own guarded buffers (shared arguments not counted)."""
-    return sum(w.nbytes for i, w in enumerate(layouts(spec, shape, dtype)) if i not in shared)
+    """Device bytes one more set costs: its own guarded buffers (shared arguments not counted), and the copy of
+    its in-place arguments that the timing restores them from before every replay (timed.TimedSets)."""
+    ws = layouts(spec, shape, dtype)
+    pristine = sum(math.prod(w.shape) * w.dtype.itemsize for a, w in zip(spec.tensor_args, ws) if a.role == "inplace")
+    return sum(w.nbytes for i, w in enumerate(ws) if i not in shared) + pristine
 
 
 class Arena:
@@ -39,6 +44,11 @@ class Arena:
         self.scalars = [dims[a.dim] if a.dim else scalar_value(a) for a in spec.scalar_args]
         self.dims = dims
         self._sets: dict[int, OpArgs] = {}
+
+    @property
+    def own(self) -> frozenset[int]:
+        """Arguments every set has a copy of (all but the shared ones)."""
+        return frozenset(range(len(self.layouts))) - self.shared
 
     def _row(self, i: int, k: int) -> int:
         return 0 if i in self.shared else k

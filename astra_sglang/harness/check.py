@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 
 from astra_sglang.harness import draw, prestate
+from astra_sglang.harness.abi import ASTRA_REPLACED
 from astra_sglang.harness.arena import Arena
 from astra_sglang.harness.compare import Verdict, compare
 from astra_sglang.harness.guards import snapshot_inputs, violation
@@ -85,8 +86,10 @@ class Checker:
     @staticmethod
     def _launch_failure(code: int) -> Verdict:
         # -1 after the first call accepted the shape: the kernel is inconsistent about what it covers
-        return Verdict(False, "launcher returned ASTRA_UNSUPPORTED for a shape it accepted before" if code == -1
-                       else f"launch failed: cudaError {code}", float("inf"))
+        reason = {-1: "launcher returned ASTRA_UNSUPPORTED for a shape it accepted before",
+                  ASTRA_REPLACED: "replaced a tensor it was handed (its storage or its class) instead of writing into "
+                                  "it"}.get(code, f"launch failed: cudaError {code}")
+        return Verdict(False, reason, float("inf"))
 
     def _run(self, runner: Runner, args: OpArgs) -> Verdict | None:
         """One call; a failure verdict when it failed to launch or wrote where it must not."""

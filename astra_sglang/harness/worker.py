@@ -95,6 +95,7 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
             result.shapes.append(row)
             progress(stage="shape_done", row=row.model_dump(mode="json"))
             all_ok &= row.correct is not False
+    session.close()
     result.ok = all_ok
     result.stage = "done"
     if not all_ok:
