@@ -1,11 +1,14 @@
 """The trial sequence and precision against the original, on CPU with Python runners (tests/evaluator/
 runners.py): each wrong runner fails with its own reason; the honest one passes with an RMS error."""
 import pytest
+import torch
 
 from astra_sglang.harness import draw
 from astra_sglang.harness.arena import Arena
 from astra_sglang.harness.check import Checker
 from astra_sglang.harness.compare import Verdict, less_precise, precision_verdict
+from astra_sglang.harness.gpu_eval import python_op
+from astra_sglang.harness.integrity import Integrity
 from astra_sglang.harness.limits import PRECISION_FLOOR, PRECISION_MIN_ELEMENTS, PRECISION_MULTIPLE
 from astra_sglang.specs.registry import get_spec
 from tests.evaluator import runners
@@ -148,3 +151,34 @@ def test_checks_take_their_buffers_from_the_arena_the_timed_launches_use(cpu_cud
     baseline = Checker(spec, (4, 64), "bfloat16", cpu_cuda, 5, arena).run(honest)
     assert candidate.ok and baseline.ok and candidate.rms == baseline.rms
     assert set(first[1:]) <= pointers[1] and seen[1:] == first[1:]  # [0]: the warm-up's own 1-token buffers
+
+
+@pytest.mark.parametrize("name", ["silu_swaps_storage", "silu_lazy"])
+def test_a_python_candidate_that_replaces_its_output_tensor_is_named(cpu_cuda, name):
+    spec = get_spec("silu_and_mul")
+    launch = python_op(spec, f"py:tests.fixtures.cheats.py_cheats:{name}")
+    verdict = _run(cpu_cuda, "silu_and_mul", (4, 64), lambda args: launch(args.tensors, args.scalars))
+    assert not verdict.ok and "replaced a tensor it was handed (its storage or its class)" in verdict.reason
+
+
+def test_a_python_candidate_patching_the_timer_is_named(cpu_cuda, monkeypatch):
+    monkeypatch.setattr(torch.cuda.Event, "elapsed_time", torch.cuda.Event.elapsed_time)  # restored afterwards
+    spec = get_spec("silu_and_mul")
+    watch = Integrity()
+    launch = python_op(spec, "py:tests.fixtures.cheats.py_cheats:silu_with_a_slow_clock")
+    assert watch.changed() == ""  # importing it patched nothing
+    assert _run(cpu_cuda, "silu_and_mul", (4, 64), lambda args: launch(args.tensors, args.scalars)).ok
+    assert watch.changed() == "torch.cuda.Event.elapsed_time"
+
+
+def test_a_patched_harness_function_is_named(monkeypatch):
+    from astra_sglang.harness import compare as compare_module
+
+    watch = Integrity()
+    monkeypatch.setattr(compare_module, "compare", lambda *a, **k: None)
+    assert watch.changed() == "astra_sglang.harness.compare.compare"
+
+
+def test_the_honest_python_op_passes(cpu_cuda):
+    launch = python_op(get_spec("silu_and_mul"), "py:tests.evaluator.runners:silu_spec_order")
+    assert _run(cpu_cuda, "silu_and_mul", (4, 64), lambda args: launch(args.tensors, args.scalars)).ok
