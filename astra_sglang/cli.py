@@ -96,7 +96,7 @@ def kernels(kernel: str | None) -> None:
               "the installed SGLang binds; 'reference' for the tool's reference kernel, astra_sglang/kernels/KERNEL.cu "
               "(default: SGLang's own op where SGLang imports, else the reference kernel).")
 @click.option("--shapes", default="quick", show_default=True,
-              help="Shape set (quick, paper, models, edge, held_out, all, gate; join with '+'), a list like "
+              help="Shape set (quick, paper, models, edge, held_out, all, gate, served; join with '+'), a list like "
                    "16x4096,32x8192, or an `astra-sglang profile` JSON (the shapes the server ran).")
 @click.option("--dtypes", default="bfloat16,float16", show_default=True, help="Comma-separated dtypes.")
 @click.option("-D", "defines", multiple=True, help="Compile-time knob for the candidate, NAME=VALUE (repeatable).")
@@ -107,9 +107,13 @@ def kernels(kernel: str | None) -> None:
               "(default: runs/bench-KERNEL-TIME.jsonl).")
 @click.option("--timeout", default=900.0, show_default=True, help="Hard limit for the isolated evaluation, seconds.")
 @click.option("--l2", type=click.Choice(["cold", "hot"]), default="cold", show_default=True,
-              help="cold: inputs rotated over 2x the L2 (every launch reads DRAM); hot: one input set replayed, as "
-                   "when the producer kernel has just written it.")
-def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_time, out, timeout, l2) -> None:
+              help="cold: every launch its own argument set, the L2 emptied before every replay (every launch reads "
+                   "DRAM); hot: one input set replayed, as when the producer kernel has just written it.")
+@click.option("--sandwich", is_flag=True, help="Also time each shape in place: between the GEMMs before and after "
+              "the op in the model (the spec's `sandwich`), candidate and baseline in one run, speedup on the op's "
+              "share; `--shapes served` is the shapes a server runs (docs/timing.md).")
+def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_time, out, timeout, l2,
+          sandwich) -> None:
     """Build, check and time KERNEL on every shape; print a table and write JSONL.
 
     By default the patch for KERNEL (the user folder's HOME/patches/KERNEL/ over the shipped patches/KERNEL/,
@@ -127,6 +131,7 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
       astra-sglang bench rmsnorm --baseline sglang
       astra-sglang bench silu_and_mul --baseline work/extract/silu_and_mul-sglang/kernel.cu --shapes 16x4096
       astra-sglang bench silu_and_mul --candidate my_silu.cu -D BLOCK=256 --l2 hot
+      astra-sglang bench rmsnorm --shapes served --dtypes bf16 --sandwich
     """
     from astra_sglang.harness.inputs import canonical_dtype
     from astra_sglang.harness.isolate import evaluate
@@ -156,7 +161,8 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
     req = EvalRequest(kernel=kernel, candidate=KernelSource(path=cand.path, defines=cand.defines, label=cand.label),
                       baseline=KernelSource(path=base.path, defines=base.defines, label=base.label),
                       shapes=resolve_shapes(spec, shapes), dtypes=dtype_list, check=not no_check,
-                      time=not no_time, timeout_s=timeout, compile_only=not _has_gpu(), l2=l2)
+                      time=not no_time, timeout_s=timeout, compile_only=not _has_gpu(), l2=l2,
+                      sandwich=sandwich)
     if not req.compile_only:
         click.echo(f"{kernel}: {sides}")
     result = evaluate(req)

@@ -24,6 +24,7 @@ from astra_sglang.harness.cost import shape_cost
 from astra_sglang.harness.limits import COMPUTE_MARGIN, FLOOR_MARGIN, ROOFLINE_MARGIN
 from astra_sglang.harness.records import EvalRequest, ShapeResult
 from astra_sglang.harness.integrity import Integrity
+from astra_sglang.harness.sandwich import Sandwich
 from astra_sglang.harness.timed import TimedSets
 from astra_sglang.harness.timed_run import TimedRun
 from astra_sglang.harness.timing import Ceilings, blame, plan_sets, ratio_median, summarize
@@ -231,7 +232,12 @@ class GpuSession:
             row.eager_baseline_us = blame("baseline", lambda: run.eager("baseline", check=False))[0]
 
     def _sandwich(self, row: ShapeResult, shape, dtype) -> None:
-        from astra_sglang.harness.sandwich import Sandwich
-
-        row.sandwich = Sandwich.for_shape(self.spec, shape, dtype, self.device, self.ledger).run(
-            self._runner(self.candidate), self._runner(self.baseline), random.Random(self._seed(shape, dtype)))
+        """The op between its model neighbours (harness/sandwich.py), where the spec names them."""
+        sandwich = Sandwich.for_shape(self.spec, shape, dtype, self.device, self.ledger)
+        if sandwich is None:
+            return
+        timing, wrong = sandwich.run(self._runner(self.candidate), self._runner(self.baseline),
+                                     random.Random(self._seed(shape, dtype)))
+        if wrong:
+            row.correct, row.reason, row.candidate, row.speedup = False, wrong, None, None
+        row.sandwich = timing

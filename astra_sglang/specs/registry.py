@@ -18,7 +18,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.paths import specs_dir, user_ops_dir, user_specs_dir
 from astra_sglang.specs.records import KernelSpec
 
-SHAPE_SETS = ("quick", "paper", "models", "edge", "held_out", "all", "gate")
+SHAPE_SETS = ("quick", "paper", "models", "edge", "held_out", "all", "gate", "served")
 GATE = ("quick", "paper", "models", "edge", "held_out")
 """The acceptance gate a winner must pass before it is written as a patch: every named set, so the largest
 token count of each, 1 token, the widths that are not a multiple of a vector width (edge) and every real
@@ -176,6 +176,35 @@ def model_shapes(spec: KernelSpec) -> list[tuple[int, ...]]:
     return shapes
 
 
+def served_shapes(spec: KernelSpec) -> list[tuple[int, ...]]:
+    """The shapes a server runs the op at, for the sandwich timing: the spec's sandwich models (default
+    llama-3-8b) crossed with its token counts; none where the spec names no sandwich."""
+    if spec.sandwich is None:
+        return []
+    by_name = {m.name: m for m in models()}
+    unknown = [n for n in spec.sandwich.models if n not in by_name]
+    if unknown:
+        raise AstraError(f"{spec.name}: sandwich.models: {unknown[0]!r} is not in extract/models.toml")
+    shapes: list[tuple[int, ...]] = []
+    for name in spec.sandwich.models:
+        for tokens in spec.shapes.tokens:
+            dims = {"tokens": tokens, **{d: getattr(by_name[name], f) for d, f in spec.shapes.model_dims.items()}}
+            shape = tuple(dims[d] for d in spec.dims)
+            if shape not in shapes and spec.supports(shape):
+                shapes.append(shape)
+    return shapes
+
+
+def model_for(spec: KernelSpec, shape: tuple[int, ...]) -> ModelConfig | None:
+    """The model whose dims the shape has (the spec's sandwich models first, then extract/models.toml's order)."""
+    dims = dict(zip(spec.dims, shape))
+    order = [m for n in (spec.sandwich.models if spec.sandwich else []) for m in models() if m.name == n]
+    for model in order + list(models()):
+        if all(dims.get(d) == getattr(model, f) for d, f in spec.shapes.model_dims.items()):
+            return model
+    return None
+
+
 def parse_shape_list(spec: KernelSpec, text: str) -> list[tuple[int, ...]]:
     """"16x4096,32x8192" -> [(16, 4096), (32, 8192)]."""
     shapes = []
@@ -208,8 +237,8 @@ def profile_shapes(spec: KernelSpec, path: Path) -> list[tuple[int, ...]]:
 
 
 def resolve_shapes(spec: KernelSpec, selector: str) -> list[tuple[int, ...]]:
-    """A named set (quick, paper, models, edge, held_out, all, gate; joined with '+'), an explicit list, or a
-    profile's JSON (the shapes the server ran)."""
+    """A named set (quick, paper, models, edge, held_out, all, gate, served; joined with '+'), an explicit list,
+    or a profile's JSON (the shapes the server ran)."""
     if selector.endswith(".json"):
         return profile_shapes(spec, Path(selector))
     parts = selector.split("+")
@@ -224,6 +253,8 @@ def resolve_shapes(spec: KernelSpec, selector: str) -> list[tuple[int, ...]]:
             chosen += model_shapes(spec)
         elif part == "gate":
             chosen = [s for name in GATE for s in resolve_shapes(spec, name)]
+        elif part == "served":
+            chosen = served_shapes(spec)
         else:
             chosen = [tuple(s) for s in getattr(spec.shapes, part)]
         out += [s for s in chosen if s not in out]
