@@ -162,7 +162,7 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
                       baseline=KernelSource(path=base.path, defines=base.defines, label=base.label),
                       shapes=resolve_shapes(spec, shapes), dtypes=dtype_list, check=not no_check,
                       time=not no_time, timeout_s=timeout, compile_only=not _has_gpu(), l2=l2,
-                      sandwich=sandwich)
+                      sandwich="any" if sandwich else "off")
     if not req.compile_only:
         click.echo(f"{kernel}: {sides}")
     result = evaluate(req)

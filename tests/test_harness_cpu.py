@@ -225,9 +225,9 @@ def test_cli_bench_l2_mode_reaches_the_request_and_the_rows(tmp_path, monkeypatc
     monkeypatch.setattr("astra_sglang.cli._has_gpu", lambda: False)
     out = CliRunner().invoke(main, ["bench", "silu_and_mul", "--shapes", "1x8", "--l2", "hot"])
     assert out.exit_code == 1 and "no CUDA GPU here" in out.output
-    assert seen[0].l2 == "hot" and not seen[0].sandwich
+    assert seen[0].l2 == "hot" and seen[0].sandwich == "off"
     CliRunner().invoke(main, ["bench", "rmsnorm", "--shapes", "served", "--sandwich"])
-    assert seen[1].sandwich and [s[0] for s in seen[1].shapes] == [1, 8, 32, 128, 512, 2048, 8192, 16384]
+    assert seen[1].sandwich == "any" and [s[0] for s in seen[1].shapes] == [1, 8, 32, 128, 512, 2048, 8192, 16384]
     assert CliRunner().invoke(main, ["bench", "silu_and_mul", "--l2", "warm"]).exit_code == 2
     write_jsonl(EvalResult(kernel="silu_and_mul", candidate="c", l2="hot",
                            shapes=[ShapeResult(shape=(1, 8), dtype="bfloat16")]), tmp_path / "r.jsonl")

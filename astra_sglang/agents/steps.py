@@ -99,11 +99,12 @@ class Steps:
     def suite(self) -> tuple[list[Shape], int]:
         return test_suite(self.spec, self.config, self.log)
 
-    def request(self, path: str | Path, label: str, shapes: list[Shape], trials: int) -> EvalRequest:
+    def request(self, path: str | Path, label: str, shapes: list[Shape], trials: int,
+                sandwich: str = "off") -> EvalRequest:
         return EvalRequest(kernel=self.spec.name, candidate=KernelSource(path=str(path), label=label),
                            baseline=KernelSource(path=self.config.baseline or str(self.baseline), label="baseline"),
                            shapes=shapes, dtypes=self.dtypes, compile_only=self.config.compile_only, trials=trials,
-                           arch=self.config.arch, timeout_s=self.config.timeout_s)
+                           arch=self.config.arch, timeout_s=self.config.timeout_s, sandwich=sandwich)
 
     @staticmethod
     def trim(result: EvalResult) -> EvalResult:

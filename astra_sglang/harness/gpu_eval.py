@@ -29,6 +29,7 @@ from astra_sglang.harness.timed import TimedSets
 from astra_sglang.harness.timed_run import TimedRun
 from astra_sglang.harness.timing import Ceilings, blame, plan_sets, ratio_median, summarize
 from astra_sglang.specs.records import KernelSpec
+from astra_sglang.specs.registry import served_shapes
 
 
 def python_op(spec: KernelSpec, path: str):
@@ -110,6 +111,7 @@ class GpuSession:
         self.l2 = torch.cuda.get_device_properties(self.device).L2_cache_size
         # Read before every cold replay: twice the L2, so that none of the preparation's writes stay in it.
         self.flush = torch.zeros(2 * self.l2, dtype=torch.uint8, device=self.device) if req.l2 == "cold" else None
+        self.served = set(served_shapes(spec))
 
     def close(self) -> None:
         self.ledger.leave()
@@ -133,7 +135,7 @@ class GpuSession:
                 blame("timing", lambda: self._time(row, arena, rng))
             del arena
             self.ledger.release()
-            if self.req.sandwich and row.correct is not False and row.covered and row.candidate and row.baseline:
+            if self._placed(shape) and row.correct is not False and row.covered and row.candidate and row.baseline:
                 progress(stage="sandwich", shape=shape, dtype=dtype)
                 blame("sandwich", lambda: self._sandwich(row, shape, dtype))
         changed = self.integrity.changed() if self.integrity else ""
@@ -230,6 +232,10 @@ class GpuSession:
             return
         if row.baseline:
             row.eager_baseline_us = blame("baseline", lambda: run.eager("baseline", check=False))[0]
+
+    def _placed(self, shape) -> bool:
+        """Whether the request times this shape in place too."""
+        return self.req.sandwich == "any" or (self.req.sandwich == "served" and tuple(shape) in self.served)
 
     def _sandwich(self, row: ShapeResult, shape, dtype) -> None:
         """The op between its model neighbours (harness/sandwich.py), where the spec names them."""

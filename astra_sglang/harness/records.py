@@ -52,9 +52,10 @@ class EvalRequest(BaseModel):
     l2: Literal["cold", "hot"] = "cold"
     """Timing: "cold" rotates input copies over >= 2x the L2 (DESIGN.md's rule); "hot" replays one input set,
     as in serving where the producer kernel just wrote it (e.g. silu_and_mul after the gate/up GEMM)."""
-    sandwich: bool = False
-    """Also time each correct shape between the GEMMs it has in the model (harness/sandwich.py), where the spec
-    names them and a model config matches the shape: `ShapeResult.sandwich`."""
+    sandwich: Literal["off", "served", "any"] = "off"
+    """Also time correct shapes between the GEMMs they have in the model (harness/sandwich.py), where the spec
+    names them: "served", the shapes of the `served` set (the acceptance gate's figure); "any", every shape a
+    model config matches. `ShapeResult.sandwich`."""
     baseline_faults: list["BaselineFault"] = Field(default_factory=list)
     """Shapes where the baseline crashed an earlier child's CUDA context: checked against the reference only."""
     done: list["ShapeResult"] = Field(default_factory=list)
