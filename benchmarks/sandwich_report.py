@@ -3,6 +3,7 @@
 Usage:
     python3 benchmarks/sandwich_report.py ROWS.jsonl [--fixtures FIXTURES.txt] [--out SUMMARY.md]
                                           [--defer --source TEXT] [--margin 0.0] [--patches DIR]
+    python3 benchmarks/sandwich_report.py --plan [--max-tokens N]    (what benchmarks/gpu/evaluator.sh times)
 
 ROWS.jsonl holds `astra-sglang bench OP --shapes served --sandwich` rows (benchmarks/gpu/evaluator.sh writes
 OUT/sandwich.jsonl). For every enabled patch with rows, the served shapes (those its manifest does not already
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from astra_sglang.patching.manifest import Defer, PatchManifest
-from astra_sglang.specs.registry import get_spec
+from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 
 @dataclass
@@ -161,9 +162,26 @@ def markdown(rows: list[dict], decisions: list[Decision], fixtures: str = "") ->
     return "\n".join(out) + "\n"
 
 
+def plan(patches: Path, max_tokens: int) -> list[tuple[str, str]]:
+    """(op, its served shapes up to `max_tokens` tokens, as `bench --shapes` takes them) of every enabled patch
+    whose spec names its neighbours in the model."""
+    out = []
+    for folder in sorted(p for p in patches.iterdir() if (p / "manifest.json").is_file()):
+        manifest = PatchManifest.load(folder)
+        if not manifest.enabled or manifest.kind != "cuda":
+            continue
+        spec = get_spec(manifest.op)
+        shapes = [s for s in resolve_shapes(spec, "served") if s[0] <= max_tokens]
+        if shapes:
+            out.append((manifest.op, ",".join("x".join(map(str, s)) for s in shapes)))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("rows", type=Path)
+    parser.add_argument("rows", type=Path, nargs="?")
+    parser.add_argument("--plan", action="store_true", help="print 'OP SHAPES' per enabled patch and stop")
+    parser.add_argument("--max-tokens", type=int, default=1 << 30, help="--plan: served shapes up to this many tokens")
     parser.add_argument("--fixtures", type=Path, help="pytest -v output of the evaluator's GPU tests")
     parser.add_argument("--out", type=Path, help="write the markdown summary here")
     parser.add_argument("--defer", action="store_true", help="write the decisions into the manifests")
@@ -171,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--margin", type=float, default=0.0, help="slow: in-place speedup below 1 - MARGIN")
     parser.add_argument("--patches", type=Path, default=Path("patches"))
     args = parser.parse_args(argv)
+    if args.plan:
+        for op, shapes in plan(args.patches, args.max_tokens):
+            print(op, shapes)
+        return 0
+    if args.rows is None:
+        parser.error("ROWS.jsonl is needed (or --plan)")
     rows = load_rows(args.rows)
     decisions = []
     for op in sorted({r["kernel"] for r in rows}):

@@ -1,7 +1,10 @@
 """benchmarks/sandwich_report.py on made-up in-place rows (no figure here is a measurement): which served
 shapes it leaves to SGLang, the manifests it writes, the summary."""
 import json
+import os
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +90,20 @@ def test_without_defer_nothing_is_written_and_the_summary_lists_the_fixtures(rep
 def test_defer_without_a_source_is_refused(report):
     with pytest.raises(SystemExit):
         report(_served("rmsnorm", {1: 0.9}), "--defer")
+
+
+def test_the_gpu_script_times_every_enabled_patch_then_runs_the_gpu_tests(tmp_path):
+    root = Path(__file__).parents[2]
+    script = root / "benchmarks" / "gpu" / "evaluator.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    env = {**os.environ, "DRY_RUN": "1", "PYTHONPATH": str(root), "MAX_TOKENS": "2048"}
+    done = subprocess.run(["bash", str(script), str(tmp_path)], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = (tmp_path / "commands.txt").read_text().splitlines()
+    enabled = sorted(p.parent.name for p in patches_dir().glob("*/manifest.json")
+                     if PatchManifest.load(p.parent).enabled)
+    timed = [ln for ln in lines if "--sandwich" in ln]
+    assert sorted(ln.split(" bench ")[1].split()[0] for ln in timed) == enabled
+    assert all("--no-check" in ln and ",2048x" in ln and "8192x" not in ln for ln in timed)
+    assert any("-m pytest -v" in ln and "-m gpu" in ln and ln.endswith("tests/evaluator") for ln in lines)
+    assert lines[-1].startswith("python3 benchmarks/sandwich_report.py") and "--out" in lines[-1]
