@@ -1,6 +1,7 @@
 """Elementwise comparison of a call's outputs with the fp64 reference, and precision against the original.
 
-`compare` checks every out and in-place argument: unwritten (NaN-poisoned) elements, values beyond the
+`compare` checks every out and in-place argument: unwritten elements (still what they held before the call: the
+NaN poison, random values, an earlier call's results), NaNs the kernel computed, values beyond the
 spec's tolerance, and the RMS error in units of that tolerance, which `less_precise` sets against the
 original op's on the same inputs. Integer arguments (indices, counts, flags) are compared exactly; fp8 ones
 after upcasting, with their own default tolerance (limits.FP8_TOLERANCE) where the spec gives none.

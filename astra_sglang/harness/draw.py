@@ -120,8 +120,12 @@ class Change:
 
     def on_row(self, row: int, t: torch.Tensor) -> None:
         """Apply row `row`'s change to `t`, a tensor of one row's shape (the expected inputs of that row)."""
-        hit = self.index[0] == row
-        bits(t.unsqueeze(0))[(torch.zeros_like(self.index[0][hit]), *(i[hit] for i in self.index[1:]))] = self.new[hit]
+        if not hasattr(self, "_rows"):  # where each row's entries are, read back once (not a sync per row)
+            self._rows: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+            for entry, (r, *at) in enumerate(zip(*(i.tolist() for i in self.index))):
+                self._rows.setdefault(r, []).append((entry, tuple(at)))
+        for entry, at in self._rows.get(row, []):
+            bits(t)[at] = self.new[entry]
 
 
 def _positions(shape: tuple[int, ...], rows: int, gen: torch.Generator) -> list[torch.Tensor]:

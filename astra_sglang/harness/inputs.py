@@ -1,5 +1,5 @@
 """Fresh random arguments for a spec'd op: inputs drawn anew per trial (by each argument's init kind, see
-draw.py), outputs poisoned with NaN (integers with a sentinel)."""
+draw.py), outputs poisoned with NaN (integers with a sentinel; prestate.py gives them other contents too)."""
 from __future__ import annotations
 
 import math

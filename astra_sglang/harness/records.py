@@ -50,7 +50,8 @@ class EvalRequest(BaseModel):
     seed: int = 0
     timeout_s: float = 600.0
     l2: Literal["cold", "hot"] = "cold"
-    """Timing: "cold" rotates input copies over >= 2x the L2 (DESIGN.md's rule); "hot" replays one input set,
+    """Timing: "cold" gives every launch its own argument set and empties the L2 before every replay (DESIGN.md's
+    rule); "hot" replays one input set,
     as in serving where the producer kernel just wrote it (e.g. silu_and_mul after the gate/up GEMM)."""
     sandwich: Literal["off", "served", "any"] = "off"
     """Also time correct shapes between the GEMMs they have in the model (harness/sandwich.py), where the spec

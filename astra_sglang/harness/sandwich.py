@@ -151,6 +151,7 @@ class Sandwich:
         self._sets(1, gen)
         probe = self.capture(self._launcher(None), [0])
         gemm_us = min(self.replay(probe)[0] for _ in range(4))
+        del probe  # it launches into set 0, which the sets below replace
         count = int(min(MAX_REPEATS, max(2, -(-REPLAY_US // max(gemm_us, 1.0)))))
         if self.ledger is not None:
             free, fixed, each = torch.cuda.mem_get_info(self.device)[0], self.fixed_bytes(), self.repeat_bytes()

@@ -1,11 +1,11 @@
 """Kernel-only timing by CUDA-graph replay, one argument set per launch; ceilings measured in the same process.
 
-- L2: a replay's launches each read their own argument set, over >= 2x the L2 in all (cold L2 per launch);
-  every launch having its own set also lets harness/timed.py check each timed launch's work afterwards.
+- Argument sets: a replay's launches each read their own (plan_sets); the L2 is emptied before every replay
+  (timed_run.py); every launch having its own set also lets harness/timed.py check each timed launch's work.
 - Interleaved: candidate and baseline graphs replay alternately (order flipped each round), so clock
   and thermal drift hit both; the speedup is the median of per-round ratios.
 - Ceilings: an SM copy kernel (bytes read + written) and an empty kernel, in graphs, same run.
-- Eager: per call with Python dispatch (no graph), host-timed: reported separately and labelled.
+- Eager: per call with Python dispatch (no graph), host-timed (timed_run.py): reported separately and labelled.
 """
 from __future__ import annotations
 
