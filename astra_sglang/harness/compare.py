@@ -51,16 +51,20 @@ def mismatch(out: torch.Tensor, expect: torch.Tensor, tol: Tolerance | None) -> 
 
 
 def _left(out: torch.Tensor, bad: torch.Tensor, prior: torch.Tensor | None) -> torch.Tensor:
-    """The failing elements that still hold what they held before the call: its snapshot `prior` where the
-    caller took one, else the poison."""
-    same = draw.bits(out) == draw.bits(prior) if prior is not None else draw.poisoned(out)
+    """The failing elements that still hold what they held before the call (its snapshot `prior` where the
+    caller took one) or the poison, which no arithmetic writes."""
+    same = draw.poisoned(out)
+    if prior is not None:
+        same |= draw.bits(out) == draw.bits(prior)
     return bad & same
 
 
-def _unwritten(arg: Argument, left: torch.Tensor, held: str) -> Verdict:
+def _unwritten(arg: Argument, out: torch.Tensor, left: torch.Tensor, held: str) -> Verdict:
     count = int(left.sum())
     if count == left.numel():
         return Verdict(False, f"{arg.name}: never written", float("inf"))
+    if bool(draw.poisoned(out[left]).all()):
+        held = prestate.HELD["nan"]
     what = "what they held before the call" if arg.role == "inplace" else held
     return Verdict(False, f"{arg.name}: {count} of {left.numel()} elements left unwritten (still {what})",
                    float("inf"))
@@ -74,7 +78,7 @@ def _exact(arg: Argument, out: torch.Tensor, expect: torch.Tensor, prior: torch.
         return None
     left = _left(out, bad, prior)
     if bool(left.any()):
-        return _unwritten(arg, left, held)
+        return _unwritten(arg, out, left, held)
     return Verdict(False, f"{arg.name}: wrong values: {count} of {out.numel()} elements differ (compared "
                           "exactly)", float("inf"))
 
@@ -147,7 +151,7 @@ def compare(spec: KernelSpec, dtype: str, got: OpArgs, ref: OpArgs, rows: slice 
             continue
         left = _left(out, bad, prior)
         if bool(left.any()):
-            return _unwritten(arg, left, held)
+            return _unwritten(arg, out, left, held)
         made = torch.isnan(out) & ~torch.isnan(expect)
         if bool(made.any()):
             return Verdict(False, f"{arg.name}: computed NaN at {int(made.sum())} of {out.numel()} elements where "

@@ -48,7 +48,10 @@ def poison(t: torch.Tensor) -> None:
 
 
 def poisoned(t: torch.Tensor) -> torch.Tensor:
-    """Elementwise: the element holds the poison (device-side, no sync)."""
+    """Elementwise: the element holds the poison (device-side, no sync); never for bool, whose poison (True) is
+    also a value."""
+    if t.dtype == torch.bool:
+        return torch.zeros_like(t)
     if is_float(t.dtype):
         return bits(t) == NAN_BITS[t.dtype]
     return t == INT_POISON[t.dtype]

@@ -31,6 +31,9 @@ WATCHED: dict[str, tuple[object, tuple[str, ...] | None]] = {
 }
 """Objects whose attributes are watched: the names listed, or (None) every attribute of the class."""
 OWN = ("astra_sglang.harness.", "astra_sglang.specs.", "astra_sglang.ops.reference")
+LIBRARIES = ("torch", "sglang", "sgl_kernel", "flashinfer", "triton")
+"""A replacement defined in one of these is a library's own patch (SGLang patches some of torch when a baseline
+first imports it), not the candidate's."""
 
 
 def _attributes(owner: object, names: tuple[str, ...] | None) -> dict[str, object]:
@@ -64,9 +67,11 @@ class Integrity:
         self.seen = snapshot()
 
     def changed(self) -> str:
-        """'' while every watched object is the one seen at the start; else the first one that is not."""
+        """'' while every watched object is the one seen at the start, or was replaced by a library's own; else
+        the first one that is not."""
         now = snapshot()
         for name, value in self.seen.items():
-            if now.get(name) is not value:
+            new = now.get(name)
+            if new is not value and not str(getattr(new, "__module__", "") or "").startswith(LIBRARIES):
                 return name
         return ""

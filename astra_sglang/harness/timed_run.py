@@ -23,6 +23,9 @@ from astra_sglang.harness.timing import LaunchFn, blame, capture, rounds
 
 EAGER_CALLS = 300
 EAGER_SETS = 64
+EAGER_ROUND = 32
+"""Calls a round makes at least (cycling through its sets where it has fewer): calls from Python one after
+another, as the eager figure means, not one call between synchronizations."""
 """Eager rounds call at most this many sets, each round checked only at the end (a round of every set would
 cost a reference computation per set for little: the graph's sets were checked already)."""
 CHECK_TAIL = 64
@@ -98,15 +101,17 @@ class TimedRun:
     def eager(self, name: str, check: bool) -> tuple[float, str]:
         """Per call from Python (ctypes launch, no graph), host clock from the first call of a round to our
         stream's end of it; '' or why the last round's calls (checked when `check`) left the wrong thing."""
-        fn, subset = self.fns[name], self.orders[0][:EAGER_SETS]
-        for i in subset[:10]:
+        subset = self.orders[0][:EAGER_SETS]
+        order = [subset[j % len(subset)] for j in range(max(len(subset), EAGER_ROUND))]  # a round's calls
+        fn = self.fns[name]
+        for i in order[:10]:
             fn(i)
         seconds, calls, early = 0.0, 0, None
         # The last round stops after a random number of calls: a kernel deferring calls to do several at once
         # cannot know which call is the last one.
-        rounds = -(-EAGER_CALLS // len(subset))
+        rounds = -(-EAGER_CALLS // len(order))
         for r in range(rounds):
-            batch = subset if r < rounds - 1 else subset[:self.rng.randint(1, len(subset))]
+            batch = order if r < rounds - 1 else order[:self.rng.randint(1, len(order))]
             self.prepare()
             torch.cuda.synchronize()
             start = _CLOCK()
@@ -115,6 +120,7 @@ class TimedRun:
             torch.cuda.current_stream().synchronize()  # ours only: work left elsewhere is not waited for
             seconds += _CLOCK() - start
             calls += len(batch)
-            early = self.sets.fingerprints() if check else None
-        wrong = self.sets.check_left(batch, "eager calls", early) if check else ""
+            early = self.sets.fingerprints() if check and r == rounds - 1 else None
+        last = list(dict.fromkeys(reversed(batch)))[::-1]  # every set the last round called, once
+        wrong = self.sets.check_left(last, "eager calls", early) if check else ""
         return seconds / calls * 1e6, wrong

@@ -182,3 +182,10 @@ def test_a_patched_harness_function_is_named(monkeypatch):
 def test_the_honest_python_op_passes(cpu_cuda):
     launch = python_op(get_spec("silu_and_mul"), "py:tests.evaluator.runners:silu_spec_order")
     assert _run(cpu_cuda, "silu_and_mul", (4, 64), lambda args: launch(args.tensors, args.scalars)).ok
+
+
+def test_a_library_patching_torch_is_not_the_candidates(monkeypatch):
+    watch = Integrity()
+    sglang_own = type("Event", (torch.cuda.Event,), {"__module__": "sglang.srt.patch_torch"})
+    monkeypatch.setattr(torch.cuda, "Event", sglang_own)
+    assert watch.changed() == ""
