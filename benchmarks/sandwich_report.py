@@ -70,7 +70,7 @@ def served(spec, manifest: PatchManifest, rows: list[dict]) -> list[dict]:
 
 def decide(op: str, manifest: PatchManifest, rows: list[dict], margin: float = 0.0) -> Decision:
     spec = get_spec(op)
-    rows = served(spec, manifest, rows)
+    rows = [r for r in served(spec, manifest, rows) if r["sandwich"]["speedup"]]  # None: the share was noise
     if not rows:
         return Decision(op, "no rows")
     slow = [r for r in rows if r["sandwich"]["speedup"] < 1.0 - margin]
@@ -148,9 +148,10 @@ def markdown(rows: list[dict], decisions: list[Decision], fixtures: str = "") ->
     for r in rows:
         w = r["sandwich"]
         iso = f"{r['speedup']:.3f}x" if r.get("speedup") else "-"
+        placed = f"{w['speedup']:.3f}x" if w.get("speedup") else "-"
         out.append(f"| {r['kernel']} | {_shape(r)} | {r['dtype']} | {w['model']}: {w['before']}, {w['after']} | {iso} | "
-                   f"{w['op_candidate_us']:.2f} / {w['op_baseline_us']:.2f} | {w['speedup']:.3f}x | "
-                   f"{w['saved_us']:.2f} | {w['gemms_us']['median_us']:.1f} |")
+                   f"{w['op_candidate_us']:.2f} / {w['op_baseline_us']:.2f} | {placed} | {w['saved_us']:.2f} | "
+                   f"{w['gemms_us']['median_us']:.1f} |")
     out += ["", "## Decisions (served shapes below 1.0x in place are left to SGLang)", "",
             "| op | action | slow in place | fast shapes given up |", "|---|---|---|---|"]
     for d in decisions:

@@ -128,8 +128,8 @@ class GpuSession:
         # would replace the first one, which names the side that faulted.
         with torch.cuda.stream(self.stream):
             arena, rng = self._arena(row, shape, dtype)
-            if self.req.check:
-                self._check(row, shape, dtype, arena)
+            if self.req.check:  # with hot L2 the sets share their inputs: the trials take buffers of their own
+                self._check(row, shape, dtype, arena if not arena.shared else None)
             if self.req.time and row.correct is not False and row.covered:
                 progress(stage="time", shape=shape, dtype=dtype)
                 blame("timing", lambda: self._time(row, arena, rng))
@@ -168,7 +168,7 @@ class GpuSession:
         count = max(2, min(count, budget // max(per_set, 1)))
         return Arena(self.spec, shape, dtype, self.device, count, shared), rng
 
-    def _check(self, row: ShapeResult, shape, dtype, arena: Arena) -> None:
+    def _check(self, row: ShapeResult, shape, dtype, arena: Arena | None) -> None:
         seed = self._seed(shape, dtype)
         cand, base = self._runner(self.candidate), self._runner(self.baseline)
         verdict = blame("candidate", lambda: Checker(self.spec, shape, dtype, self.device, seed, arena).run(

@@ -106,8 +106,9 @@ class SandwichTiming(BaseModel):
     op_candidate_us: float
     op_baseline_us: float
     """The op's share: the sandwich minus the GEMMs alone, medians of the per-round differences."""
-    speedup: float
-    """Median over rounds of the baseline's share over the candidate's."""
+    speedup: float | None
+    """Median over rounds of the baseline's share over the candidate's (None: no round left the candidate's
+    share positive, the GEMMs' spread swallowing the op)."""
     saved_us: float
     """Median over rounds of the baseline's sandwich minus the candidate's: the time a call saves in place."""
 
@@ -174,7 +175,7 @@ class EvalResult(BaseModel):
         """(row, speedup) of every row a winner is judged on: the timed rows it serves, at the speedup measured
         between its model neighbours where that was measured (the sandwich: as the server runs it), else
         isolated; and each row it declines at 1.0x (there the original op serves the call, at its speed)."""
-        return [(s, (s.sandwich.speedup if s.sandwich else s.speedup) if s.covered else 1.0)
+        return [(s, (s.sandwich.speedup if s.sandwich and s.sandwich.speedup else s.speedup) if s.covered else 1.0)
                 for s in self.shapes if (s.speedup or not s.covered)]
 
     @property

@@ -38,7 +38,8 @@ def table(result: EvalResult) -> Table:
                  _f(s.gbps, "{:.0f}"), _f(s.pct_roofline, "{:.0f}%"), _f(s.floor_us), eager]
         if placed:
             w = s.sandwich
-            cells += ["-", "-"] if w is None else [f"{w.op_candidate_us:.2f}/{w.op_baseline_us:.2f}", f"{w.speedup:.3f}x"]
+            cells += ["-", "-"] if w is None else [f"{w.op_candidate_us:.2f}/{w.op_baseline_us:.2f}",
+                                                   _f(w.speedup, "{:.3f}x")]
         t.add_row(*cells)
     return t
 

@@ -188,7 +188,7 @@ class Sandwich:
             model=self.model.name, before=self.before.describe(), after=self.after.describe(), repeats=count,
             gemms_us=summarize(alone), candidate_us=summarize(cand), baseline_us=summarize(base),
             op_candidate_us=statistics.median(op_c), op_baseline_us=statistics.median(op_b),
-            speedup=statistics.median(ratios) if ratios else float("nan"),
+            speedup=statistics.median(ratios) if ratios else None,
             saved_us=statistics.median(b - c for b, c in zip(base, cand)))
 
     def check_left(self, order: list[int]) -> str:
