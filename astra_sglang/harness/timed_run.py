@@ -26,8 +26,8 @@ EAGER_SETS = 64
 EAGER_ROUND = 32
 """Calls a round makes at least (cycling through its sets where it has fewer): calls from Python one after
 another, as the eager figure means, not one call between synchronizations."""
-"""Eager rounds call at most this many sets, each round checked only at the end (a round of every set would
-cost a reference computation per set for little: the graph's sets were checked already)."""
+"""Eager rounds call at most this many sets; the last round is checked as it left them (every set would cost a
+reference computation per set for little: the graph's sets were checked already)."""
 CHECK_TAIL = 64
 """Of the N + 1 graph, the last launches checked: where a kernel batching up to this many launches into one
 leaves work undone (the N graph is checked whole)."""
@@ -36,7 +36,8 @@ REPLAYS, WARMUP, WARMUP_S = 20, 3, 0.2
 CANDIDATE = "candidate"
 
 
-_RECORD, _ELAPSED, _WAIT = torch.cuda.Event.record, torch.cuda.Event.elapsed_time, torch.cuda.Event.synchronize
+_EVENT = torch.cuda.Event
+_RECORD, _ELAPSED, _WAIT = _EVENT.record, _EVENT.elapsed_time, _EVENT.synchronize
 _REPLAY, _CLOCK = torch.cuda.CUDAGraph.replay, time.perf_counter
 """Bound at import, before any Python candidate loads: a candidate patching them changes no figure
 (harness/integrity.py reports the patch)."""
@@ -44,7 +45,7 @@ _REPLAY, _CLOCK = torch.cuda.CUDAGraph.replay, time.perf_counter
 
 def timed_replay(graph, then=None) -> tuple[float, torch.Tensor | None]:
     """One replay's microseconds; `then()` is enqueued right behind it, before the host waits for it."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start, end = _EVENT(enable_timing=True), _EVENT(enable_timing=True)
     _RECORD(start)
     _REPLAY(graph)
     _RECORD(end)
@@ -109,9 +110,9 @@ class TimedRun:
         seconds, calls, early = 0.0, 0, None
         # The last round stops after a random number of calls: a kernel deferring calls to do several at once
         # cannot know which call is the last one.
-        rounds = -(-EAGER_CALLS // len(order))
-        for r in range(rounds):
-            batch = order if r < rounds - 1 else order[:self.rng.randint(1, len(order))]
+        count = -(-EAGER_CALLS // len(order))
+        for r in range(count):
+            batch = order if r < count - 1 else order[:self.rng.randint(1, len(order))]
             self.prepare()
             torch.cuda.synchronize()
             start = _CLOCK()
@@ -120,7 +121,7 @@ class TimedRun:
             torch.cuda.current_stream().synchronize()  # ours only: work left elsewhere is not waited for
             seconds += _CLOCK() - start
             calls += len(batch)
-            early = self.sets.fingerprints() if check and r == rounds - 1 else None
+            early = self.sets.fingerprints() if check and r == count - 1 else None
         last = list(dict.fromkeys(reversed(batch)))[::-1]  # every set the last round called, once
         wrong = self.sets.check_left(last, "eager calls", early) if check else ""
         return seconds / calls * 1e6, wrong
