@@ -140,7 +140,8 @@ def markdown(rows: list[dict], decisions: list[Decision], fixtures: str = "") ->
     if fixtures:
         tests = fixture_lines(fixtures)
         passed = sum(1 for _, o in tests if o == "PASSED")
-        out += [f"## GPU tests of the evaluator: {passed} of {len(tests)} passed", "", "| test | outcome |", "|---|---|"]
+        out += [f"## GPU tests of the evaluator: {passed} of {len(tests)} passed", "", "| test | outcome |",
+                "|---|---|"]
         out += [f"| `{name}` | {outcome} |" for name, outcome in tests] + [""]
     out += ["## In place (GEMM -> op -> GEMM) beside the isolated figure", "",
             "| op | shape | dtype | model: GEMM before, after | isolated speedup | in place op us (ours / SGLang's) | "
@@ -149,7 +150,8 @@ def markdown(rows: list[dict], decisions: list[Decision], fixtures: str = "") ->
         w = r["sandwich"]
         iso = f"{r['speedup']:.3f}x" if r.get("speedup") else "-"
         placed = f"{w['speedup']:.3f}x" if w.get("speedup") else "-"
-        out.append(f"| {r['kernel']} | {_shape(r)} | {r['dtype']} | {w['model']}: {w['before']}, {w['after']} | {iso} | "
+        out.append(f"| {r['kernel']} | {_shape(r)} | {r['dtype']} | {w['model']}: {w['before']}, {w['after']} | "
+                   f"{iso} | "
                    f"{w['op_candidate_us']:.2f} / {w['op_baseline_us']:.2f} | {placed} | {w['saved_us']:.2f} | "
                    f"{w['gemms_us']['median_us']:.1f} |")
     out += ["", "## Decisions (served shapes below 1.0x in place are left to SGLang)", "",

@@ -57,7 +57,8 @@ def _own_modules() -> dict[str, object]:
 
 
 def snapshot() -> dict[str, object]:
-    seen = {f"{where}.{n}": v for where, (owner, names) in WATCHED.items() for n, v in _attributes(owner, names).items()}
+    seen = {f"{where}.{n}": v for where, (owner, names) in WATCHED.items()
+            for n, v in _attributes(owner, names).items()}
     seen.update(_own_modules())
     return seen
 

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).parents[2]
 CHEATS = ROOT / "tests" / "fixtures" / "cheats"
 TIMED_GRAPH = "the timed graph, launch "
+PAST_END = "out: wrote outside the tensor, at element +0 past its end"
 PY = "py:tests.fixtures.cheats.py_cheats:"
 
 CASES = {  # id: (candidate, shape, judged by its times, what the reason holds: any of)
@@ -29,11 +30,11 @@ CASES = {  # id: (candidate, shape, judged by its times, what the reason holds: 
     "own_stream": ("own_stream.cu", (64, 4096), False, ["work not ordered on the given stream"]),
     "foreign_buffer": ("foreign_buffer.cu", (64, 4096), False, ["reads memory of an earlier call"]),
     "low_precision": ("low_precision.cu", (64, 4096), False, ["too imprecise"]),
-    "out_of_bounds": ("out_of_bounds.cu", (64, 4096), False, ["out: wrote outside the tensor, at element +0 past its end"]),
-    "out_of_bounds_odd": ("out_of_bounds.cu", (5, 4100), False, ["out: wrote outside the tensor, at element +0 past its end"]),
+    "out_of_bounds": ("out_of_bounds.cu", (64, 4096), False, [PAST_END]),
+    "out_of_bounds_odd": ("out_of_bounds.cu", (5, 4100), False, [PAST_END]),
     "writes_input": ("writes_input.cu", (64, 4096), False, ["input: wrote into an input-only argument"]),
     # a kernel that reads its own outputs to skip work: the checks' outputs now hold what timed ones can
-    "skip_if_written": ("skip_if_written.cu", (64, 4096), False, ["elements left unwritten (still"]),
+    "skip_if_written": ("skip_if_written.cu", (64, 4096), False, ["elements left unwritten (still", "never written"]),
     "skip_if_done": ("skip_if_done.cu", (64, 4096), False, ["skips work when most of its input repeats"]),
     # checked right, timed wrong: every timed launch is checked as the timed replay left it
     "capture_noop": ("capture_noop.cu", (64, 4096), False, [TIMED_GRAPH]),
