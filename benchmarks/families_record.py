@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from astra_sglang.patching.manifest import MeasuredShape, PatchManifest
+from astra_sglang.patchset.manifest import MeasuredShape, PatchManifest
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 

@@ -20,7 +20,7 @@ import torch
 
 from astra_sglang.harness.abi import KernelLibrary, Launcher
 from astra_sglang.patching import fastcall
-from astra_sglang.patching.ops import PatchedOp
+from astra_sglang.patching.patched_op import PatchedOp
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.paths import templates_dir
 from astra_sglang.specs.registry import get_spec
@@ -134,7 +134,7 @@ class _StandInKernel:
 
 
 def launch_patch() -> None:
-    from astra_sglang.patching.manifest import LaunchTable
+    from astra_sglang.patchset.manifest import LaunchTable
     from astra_sglang.patching.stats import OpStats as Stats
     from astra_sglang.patching.triton_launch import LaunchPatch
 

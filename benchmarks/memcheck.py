@@ -13,7 +13,7 @@ import torch
 from astra_sglang.harness.abi import KernelLibrary, Launcher
 from astra_sglang.harness.build import build_library
 from astra_sglang.harness.inputs import allocate, fill
-from astra_sglang.patching.store import PatchStore
+from astra_sglang.patchset.store import PatchStore
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 MAX_ELEMENTS = 1 << 24  # the sanitizer slows every access: keep each launch small

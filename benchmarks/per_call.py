@@ -30,7 +30,7 @@ import torch
 
 from astra_sglang.harness.inputs import TORCH_DTYPES, allocate, fill
 from astra_sglang.harness.limits import FP8_TOLERANCE
-from astra_sglang.ops.rope import cos_sin_cache
+from astra_sglang.references.rope import cos_sin_cache
 from astra_sglang.patching.runtime import Runtime, RuntimeConfig
 from astra_sglang.patching.targets import resolve
 

@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-from astra_sglang.patching.manifest import MeasuredShape, PatchManifest
+from astra_sglang.patchset.manifest import MeasuredShape, PatchManifest
 
 rows_path, gpu, date = sys.argv[1], sys.argv[2], sys.argv[3]
 source = sys.argv[4] if len(sys.argv) > 4 else ""

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from astra_sglang.cli import eager_note, main
 from astra_sglang.harness import isolate
 from astra_sglang.harness.records import BuildInfo, EvalResult, ShapeResult, Timing
-from astra_sglang.ops import defaults
-from astra_sglang.ops.adapters import KERNEL_BASELINES
+from astra_sglang.baselines import defaults
+from astra_sglang.baselines.adapters import KERNEL_BASELINES
 from astra_sglang.paths import kernels_dir, patches_dir
 
 OPS = ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse"]
@@ -142,7 +142,7 @@ def test_group_quant_defaults_to_its_disabled_patch_against_sglangs_jit_kernel(b
     assert res.exit_code == 0, res.output
     assert Path(req.candidate.path) == (patches_dir() / "per_token_group_quant_fp8" / "kernel.cu").resolve()
     assert req.baseline.path == KERNEL_BASELINES["per_token_group_quant_fp8"]
-    assert req.baseline.path == "py:astra_sglang.ops.adapters:sglang_per_token_group_quant_fp8"
+    assert req.baseline.path == "py:astra_sglang.baselines.adapters:sglang_per_token_group_quant_fp8"
     assert res.output.splitlines()[0] == (
         "per_token_group_quant_fp8: patches/per_token_group_quant_fp8 (the shipped patch, disabled in the patch set) "
-        "vs py:astra_sglang.ops.adapters:sglang_per_token_group_quant_fp8 (SGLang's own op)")
+        "vs py:astra_sglang.baselines.adapters:sglang_per_token_group_quant_fp8 (SGLang's own op)")

@@ -132,7 +132,7 @@ class NcuProfiler:
         return per_shape
 
     def __call__(self, source: str, result: EvalResult):
-        from astra_sglang.agents.records import ProfileFacts
+        from astra_sglang.optimize.records import ProfileFacts
 
         facts = ProfileFacts(registers=result.build.registers if result.build else None,
                              spill_bytes=result.build.spill_bytes if result.build else None)

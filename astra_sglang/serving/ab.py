@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from astra_sglang.errors import AstraError
-from astra_sglang.patching.cli import PATCHES_OPTION, _errors, patched_server
+from astra_sglang.cli.patch import PATCHES_OPTION, _errors, patched_server
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
 from astra_sglang.serving import server
 from astra_sglang.serving.server import DATASETS, STATS_INTERVAL_S, server_command, strip_patch_env

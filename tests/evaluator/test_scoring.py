@@ -2,8 +2,8 @@
 acceptance gate: pure logic on fake results."""
 import pytest
 
-from astra_sglang.agents.records import LLMConfig, RunConfig
-from astra_sglang.agents.winner import eligible, select_winner
+from astra_sglang.optimize.records import LLMConfig, RunConfig
+from astra_sglang.optimize.winner import eligible, select_winner
 from astra_sglang.harness.gpu_eval import physics
 from astra_sglang.harness.limits import COMPUTE_MARGIN, FLOOR_MARGIN, REGRESSION_FLOOR, ROOFLINE_MARGIN
 from astra_sglang.harness.records import EvalResult, ShapeResult, Timing

@@ -13,7 +13,7 @@ import torch
 
 from astra_sglang.harness.compare import compare
 from astra_sglang.harness.inputs import allocate, fill
-from astra_sglang.ops.rope import cos_sin_cache, rotary_embedding
+from astra_sglang.references.rope import cos_sin_cache, rotary_embedding
 from astra_sglang.specs.registry import get_spec
 
 SHAPES = [(1, 1, 1, 64), (3, 5, 1, 64), (7, 4, 2, 128), (2, 3, 3, 256)]

@@ -8,14 +8,15 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from astra_sglang.patching import cli, runtime
-from astra_sglang.patching.config_writer import verify_requests
-from astra_sglang.patching.manifest import PatchManifest
-from astra_sglang.patching.store import PatchStore
+from astra_sglang.patching import runtime
+from astra_sglang.cli import patch as cli
+from astra_sglang.triton.moe.patch import verify_requests
+from astra_sglang.patchset.manifest import PatchManifest
+from astra_sglang.patchset.store import PatchStore
 from astra_sglang.patching.triton_config import base_dir, build_config_dir, is_ours
-from astra_sglang.triton import moe_configs
-from astra_sglang.triton.moe_op import parse_table
-from astra_sglang.triton.space import MoeConfig
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.moe.op import parse_table
+from astra_sglang.triton.moe.space import MoeConfig
 
 H200 = "NVIDIA H200"
 # SGLang 0.5.17 ships an up- and a down-projection file for this shape on an H200 (triton_3_6_0).

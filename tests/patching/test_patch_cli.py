@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 from patch_folders import write_patch
 
-from astra_sglang.patching import cli
+from astra_sglang.cli import patch as cli
 from astra_sglang.patching.stats import OpStats, StatsWriter
 
 

@@ -13,10 +13,11 @@ import torch
 from click.testing import CliRunner
 
 from astra_sglang.cli import main
-from astra_sglang.patching import cli, hook, recorder
+from astra_sglang.patching import hook, recorder
+from astra_sglang.cli import patch as cli
 from astra_sglang.patching.recorder import CallRecorder, Recording, out_files
 from astra_sglang.patching.runtime import ENV_MECHANISM, ENV_TARGET_MODULES
-from astra_sglang.patching.store import ENV_PATCHES
+from astra_sglang.patchset.store import ENV_PATCHES
 from astra_sglang.patching.targets import Target
 from astra_sglang.specs import registry
 
