@@ -185,7 +185,7 @@ def _register_commands() -> None:
     from astra_sglang.cli.onboard import onboard
     from astra_sglang.cli.patch import register
     from astra_sglang.cli.profile import profile
-    from astra_sglang.serving.ab import ab
+    from astra_sglang.cli.ab import ab
     from astra_sglang.cli.tune import tune
 
     main.add_command(profile)

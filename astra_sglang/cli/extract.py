@@ -47,7 +47,9 @@ def extract(kernel: str, source: str | None, out_dir: Path | None, check: bool, 
 
     try:
         if triton_source(kernel, source):  # Python: ast, no libclang
-            click.echo(extract_triton(kernel, source, out_dir).summary())
+            from astra_sglang.triton.moe.configs import shipped
+
+            click.echo(extract_triton(kernel, source, out_dir, config_files=shipped).summary())
             return
     except AstraError as exc:
         raise click.ClickException(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc

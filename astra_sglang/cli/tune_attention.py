@@ -63,7 +63,7 @@ def tune_attention_cmd(kernel, model, tp, shape_text, dtype, buckets, lengths, p
 
     shape = attention_shape(model, shape_text, tp, dtype)
     if profile_json:
-        from astra_sglang.triton.moe.shapes import profile_buckets
+        from astra_sglang.profile.buckets import profile_buckets
 
         found = profile_buckets(profile_json, keys=None, kernel=PROFILE_KERNELS[kernel])
         click.echo(f"profile: {PROFILE_KERNELS[kernel]} ran at step sizes " +

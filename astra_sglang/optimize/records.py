@@ -173,15 +173,6 @@ class TestPlan(BaseModel):
     """Proposals dropped by validation, with the reason."""
 
 
-class ProfileFacts(BaseModel):
-    """Hardware facts about one evaluated kernel, beyond what EvalResult carries."""
-
-    ncu: dict[str, float] = Field(default_factory=dict)
-    """Nsight Compute metrics (name -> value), when a profiler is available."""
-    registers: int | None = None
-    spill_bytes: int | None = None
-
-
 class ProfileSummary(BaseModel):
     facts: list[str] = Field(default_factory=list)
     """Rule-based findings (always present)."""

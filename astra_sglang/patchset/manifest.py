@@ -5,6 +5,7 @@ Written by `optimize` (tuner or LLM run) or by hand; read by `patch list|verify`
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -13,6 +14,33 @@ from pydantic import BaseModel, Field, model_validator
 from astra_sglang.errors import AstraError
 
 MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A name SGLang calls, "module:attr" (a manifest's `targets`); patching/targets.py finds and rebinds it."""
+
+    module: str
+    attr: str
+
+    @classmethod
+    def parse(cls, text: str) -> "Target":
+        module, sep, attr = text.partition(":")
+        if not sep or not module or not attr or "." in attr:
+            raise AstraError(f"bad patch target {text!r}: write module:attr, e.g. sglang.srt.layers.layernorm:rmsnorm")
+        return cls(module, attr)
+
+    @property
+    def dotted(self) -> str:
+        """The form SGLang's HookRegistry takes."""
+        return f"{self.module}.{self.attr}"
+
+    @property
+    def package(self) -> str:
+        return self.module.split(".", 1)[0]
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.attr}"
 
 
 class Provenance(BaseModel):

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from astra_sglang.errors import AstraError
-from astra_sglang.patchset.manifest import MANIFEST, PatchManifest
-from astra_sglang.patching.targets import Target
+from astra_sglang.patchset.manifest import MANIFEST, PatchManifest, Target
 from astra_sglang.paths import patches_dir, user_patches_dir
 from astra_sglang.specs.records import KernelSpec
 from astra_sglang.specs.registry import get_spec

@@ -18,7 +18,7 @@ from astra_sglang.cli import patch as cli
 from astra_sglang.patching.recorder import CallRecorder, Recording, out_files
 from astra_sglang.patching.runtime import ENV_MECHANISM, ENV_TARGET_MODULES
 from astra_sglang.patchset.store import ENV_PATCHES
-from astra_sglang.patching.targets import Target
+from astra_sglang.patchset.manifest import Target
 from astra_sglang.specs import registry
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,12 +12,13 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from astra_sglang.errors import AstraError
-from astra_sglang.paths import specs_dir
-from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.extraction.sources import sglang_package_dir
 from astra_sglang.extraction.triton.discover import find_kernel, source_hash
-from astra_sglang.extraction.triton.records import Discovery
+from astra_sglang.extraction.triton.records import ConfigFiles, Discovery
+from astra_sglang.paths import specs_dir
 
 
 @dataclass(frozen=True)
@@ -58,16 +59,19 @@ def _root(source: str | None) -> Path:
             if (cand / "srt").is_dir():
                 return cand
         raise AstraError(f"{source}: not an sglang package folder or checkout (no srt/ in it)")
-    return moe_configs.package_dir()
+    return sglang_package_dir()
 
 
-def extract_triton(kernel: str, source: str | None = None, out_dir: Path | None = None) -> TritonExtraction:
+def extract_triton(kernel: str, source: str | None = None, out_dir: Path | None = None,
+                   config_files: Callable[[Path], ConfigFiles] | None = None) -> TritonExtraction:
+    """`config_files` summarizes the spec's config folder (the Triton target's own format, e.g. fused MoE's
+    `triton.moe.configs.shipped`); without it discovery.json records no config files."""
     from astra_sglang.extraction.sources import _version
 
     start = time.perf_counter()
     spec_file = specs_dir() / f"{kernel}.toml"
     if source and source.endswith(".py"):  # any Triton kernel, named by its function
-        root = moe_configs.package_dir()
+        root = sglang_package_dir()
         path = Path(source) if Path(source).is_absolute() else root / source
         name, config_dir, spec_file = kernel, None, None
     else:
@@ -88,7 +92,7 @@ def extract_triton(kernel: str, source: str | None = None, out_dir: Path | None 
     files = [path, *(Path(launch.file) for launch in found.launches)]
     discovery = Discovery(kernel=found, package="sglang", version=_version(root, "sglang"), root=str(root),
                           source_hash=source_hash(files),
-                          configs=moe_configs.shipped(config_dir) if config_dir else None)
+                          configs=config_files(config_dir) if config_dir and config_files else None)
     out = Path(out_dir or Path("work") / "extract" / f"{kernel}-triton")
     out.mkdir(parents=True, exist_ok=True)
     (out / "discovery.json").write_text(discovery.model_dump_json(indent=1))

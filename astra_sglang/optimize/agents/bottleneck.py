@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from astra_sglang.optimize.records import ProfileFacts
+from astra_sglang.harness.ncu import ProfileFacts
 from astra_sglang.harness.records import EvalResult
 
 Kind = Literal["memory", "compute", "latency", "occupancy", "unknown"]

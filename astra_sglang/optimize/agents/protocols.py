@@ -10,7 +10,8 @@ from concurrent.futures import Future
 from typing import Protocol, runtime_checkable
 
 from astra_sglang.optimize.agents.meter import UsageMeter
-from astra_sglang.optimize.records import Message, ProfileFacts, Reply
+from astra_sglang.harness.ncu import ProfileFacts
+from astra_sglang.optimize.records import Message, Reply
 from astra_sglang.harness.records import EvalRequest, EvalResult
 
 

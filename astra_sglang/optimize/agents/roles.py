@@ -12,8 +12,9 @@ from astra_sglang.optimize.agents.database import Entry
 from astra_sglang.optimize.agents.parse import ParseError, extract_code, extract_json, strip_code
 from astra_sglang.optimize.agents.prompts import abi_header, converse, device_header, render
 from astra_sglang.optimize.agents.protocols import Model
-from astra_sglang.optimize.records import (Message, PlanItem, PlanSet, ProfileFacts, ProfileSummary, RunConfig, Shape,
+from astra_sglang.optimize.records import (Message, PlanItem, PlanSet, ProfileSummary, RunConfig, Shape,
                                          TestPlan, Transcript)
+from astra_sglang.harness.ncu import ProfileFacts
 from astra_sglang.harness.safety import RULES, ensure_safe
 from astra_sglang.harness.records import EvalResult
 from astra_sglang.specs.records import KernelSpec

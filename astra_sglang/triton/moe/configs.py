@@ -20,6 +20,7 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 from astra_sglang.errors import AstraError
+from astra_sglang.extraction.sources import sglang_package_dir
 from astra_sglang.extraction.triton.records import ConfigFiles
 from astra_sglang.triton.moe.space import MoeConfig
 
@@ -82,12 +83,7 @@ def nearest(keys, tokens: int) -> int:
 
 def package_dir() -> Path:
     """The installed sglang package's folder, found without importing it."""
-    from astra_sglang.extraction.sources import _package_dir
-
-    root = _package_dir("sglang")
-    if root is None:
-        raise AstraError("sglang is not installed here: its fused MoE config files and lookup are part of it")
-    return root
+    return sglang_package_dir()
 
 
 def default_config_dir() -> Path:
