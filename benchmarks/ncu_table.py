@@ -15,9 +15,9 @@ import re
 import sys
 from pathlib import Path
 
+from astra_sglang.baselines.adapters import KERNEL_BASELINES
 from astra_sglang.harness.build import build_library
 from astra_sglang.harness.ncu import STALL_METRICS, NcuProfiler
-from astra_sglang.baselines.adapters import KERNEL_BASELINES
 from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 

@@ -30,9 +30,9 @@ import torch
 
 from astra_sglang.harness.inputs import TORCH_DTYPES, allocate, fill
 from astra_sglang.harness.limits import FP8_TOLERANCE
-from astra_sglang.references.rope import cos_sin_cache
 from astra_sglang.patching.runtime import Runtime, RuntimeConfig
 from astra_sglang.patching.targets import resolve
+from astra_sglang.references.rope import cos_sin_cache
 
 DEVICE, DTYPE, TOKENS = "cuda", "bfloat16", (1, 16, 64)
 WARMUP, CALLS, REPS = 200, 2000, 7

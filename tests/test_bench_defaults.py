@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from astra_sglang.cli import eager_note, main
-from astra_sglang.harness import isolate
-from astra_sglang.harness.records import BuildInfo, EvalResult, ShapeResult, Timing
 from astra_sglang.baselines import defaults
 from astra_sglang.baselines.adapters import KERNEL_BASELINES
+from astra_sglang.cli import main
+from astra_sglang.cli.bench import eager_note
+from astra_sglang.harness import isolate
+from astra_sglang.harness.records import BuildInfo, EvalResult, ShapeResult, Timing
 from astra_sglang.paths import kernels_dir, patches_dir
 
 OPS = ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse"]
@@ -41,7 +42,7 @@ def bench(monkeypatch, tmp_path):
 
     def invoke(args, sglang=True, gpu=True):
         monkeypatch.setattr(defaults, "missing_for", lambda op: None if sglang else "sglang")
-        monkeypatch.setattr("astra_sglang.cli._has_gpu", lambda: gpu)
+        monkeypatch.setattr("astra_sglang.cli.bench._has_gpu", lambda: gpu)
         res = CliRunner().invoke(main, ["bench", *args, "--shapes", "quick", "--out", str(tmp_path / "r.jsonl")])
         return res, seen[-1] if seen else None
 

@@ -13,10 +13,10 @@ import torch
 
 from astra_sglang.harness.abi import KernelLibrary, Launcher
 from astra_sglang.harness.build import build_library
-from astra_sglang.references.rope import cos_sin_cache, rotary_embedding
 from astra_sglang.kernels.variants import first_kernel
 from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.paths import patches_dir
+from astra_sglang.references.rope import cos_sin_cache, rotary_embedding
 from astra_sglang.specs.registry import get_spec
 
 pytestmark = pytest.mark.gpu
@@ -162,9 +162,9 @@ def test_harness_passes_the_patch_everywhere_against_the_reference_kernel():
 
 
 def test_harness_times_the_patch_against_sglangs_op():
+    from astra_sglang.baselines.adapters import KERNEL_BASELINES
     from astra_sglang.harness.isolate import evaluate
     from astra_sglang.harness.records import EvalRequest, KernelSource
-    from astra_sglang.baselines.adapters import KERNEL_BASELINES
     from astra_sglang.specs.registry import resolve_shapes
 
     _sglang_rope()

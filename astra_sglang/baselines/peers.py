@@ -16,7 +16,8 @@ from collections.abc import Callable
 import torch
 
 PEERS = {
-    op: {"liger": f"py:astra_sglang.baselines.peers:liger_{op}", "torch.compile": f"py:astra_sglang.baselines.peers:compiled_{op}"}
+    op: {"liger": f"py:astra_sglang.baselines.peers:liger_{op}",
+         "torch.compile": f"py:astra_sglang.baselines.peers:compiled_{op}"}
     for op in ("silu_and_mul", "rmsnorm", "fused_add_rmsnorm")
 }
 

@@ -1,13 +1,10 @@
-"""The `astra-sglang` command line."""
+"""The `astra-sglang` command line: the group, and every command family under it (one module each)."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from astra_sglang.errors import AstraError
 
@@ -54,175 +51,28 @@ def main() -> None:
     """
 
 
-@main.command()
-@click.argument("kernel", required=False)
-def kernels(kernel: str | None) -> None:
-    """List the kernel specs (the package's and the user folder's) with their shape counts; a spec file
-    that does not load is one error line. With KERNEL: that op only (exit 1 if its spec is bad).
-
-    \b
-    Example:
-      astra-sglang kernels
-      astra-sglang kernels rotary_embedding
-    """
-    from astra_sglang.specs.registry import get_spec, model_shapes, registry
-
-    reg = registry()
-    specs = [get_spec(kernel)] if kernel else list(reg.specs.values())
-    table = Table(title="kernel specs")
-    for col in ("kernel", "dims", "dtypes", "paper", "models", "edge", "held out", "SGLang targets"):
-        table.add_column(col)
-    for spec in specs:
-        table.add_row(spec.name, "x".join(spec.dims), ",".join(spec.dtypes), str(len(spec.shapes.paper)),
-                      str(len(model_shapes(spec))), str(len(spec.shapes.edge) + len(spec.edge_cases)),
-                      str(len(spec.shapes.held_out)),
-                      "\n".join(f"{t.module}:{t.attr}" for t in spec.sglang_targets))
-    Console(width=max(Console().width, 160)).print(table)
-    for op, path in sorted(reg.overrides.items()):
-        if not kernel or op == kernel:
-            click.echo(f"note: {op}: the user spec {path} replaces the package's")
-    if not kernel:
-        for line in reg.errors.values():
-            click.echo(f"error: {line}", err=True)
-
-
-@main.command()
-@click.argument("kernel")
-@click.option("--candidate", type=click.Path(exists=True, dir_okay=False), help="Kernel .cu to evaluate "
-              "(default: the patch `launch` would serve, with its manifest's defines: the user folder's "
-              "HOME/patches/KERNEL/, else the shipped patches/KERNEL/).")
-@click.option("--baseline", help="Kernel .cu to compare against, e.g. an extracted DIR/kernel.cu; "
-              "py:MODULE:FUNCTION for a Python op such as py:sgl_kernel:rmsnorm; 'sglang' for the first call site "
-              "the installed SGLang binds; 'reference' for the tool's reference kernel, astra_sglang/kernels/KERNEL.cu "
-              "(default: SGLang's own op where SGLang imports, else the reference kernel).")
-@click.option("--shapes", default="quick", show_default=True,
-              help="Shape set (quick, paper, models, edge, held_out, all, gate; join with '+'), a list like "
-                   "16x4096,32x8192, or an `astra-sglang profile` JSON (the shapes the server ran).")
-@click.option("--dtypes", default="bfloat16,float16", show_default=True, help="Comma-separated dtypes.")
-@click.option("-D", "defines", multiple=True, help="Compile-time knob for the candidate, NAME=VALUE (repeatable).")
-@click.option("--no-check", is_flag=True, help="Time only (skip the correctness trials; every timed launch's "
-              "output is still compared with the reference after timing).")
-@click.option("--no-time", is_flag=True, help="Check only (skip the timing).")
-@click.option("--out", type=click.Path(dir_okay=False), help="JSONL file to append results to "
-              "(default: runs/bench-KERNEL-TIME.jsonl).")
-@click.option("--timeout", default=900.0, show_default=True, help="Hard limit for the isolated evaluation, seconds.")
-@click.option("--l2", type=click.Choice(["cold", "hot"]), default="cold", show_default=True,
-              help="cold: inputs rotated over 2x the L2 (every launch reads DRAM); hot: one input set replayed, as "
-                   "when the producer kernel has just written it.")
-def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_time, out, timeout, l2) -> None:
-    """Build, check and time KERNEL on every shape; print a table and write JSONL.
-
-    By default the patch for KERNEL (the user folder's HOME/patches/KERNEL/ over the shipped patches/KERNEL/,
-    as `launch` layers them) against SGLang's own op, or against the tool's reference kernel where SGLang does
-    not import; the first line says which. Each evaluation runs in a child process
-    with a hard timeout. Reports median kernel time (CUDA-graph replay, L2 cold unless --l2 hot, interleaved
-    with the baseline) with its p10-p90 spread, achieved GB/s, % of an SM-copy roofline measured in the same
-    run, the speedup over the baseline, and, separately, per-call time from Python ("eager": one call at a
-    time through ctypes, host clock; at small shapes the host's work per call sets it, not the kernel).
-
-    \b
-    Examples:
-      astra-sglang bench silu_and_mul
-      astra-sglang bench fused_add_rmsnorm --shapes paper --dtypes bf16
-      astra-sglang bench rmsnorm --baseline sglang
-      astra-sglang bench silu_and_mul --baseline work/extract/silu_and_mul-sglang/kernel.cu --shapes 16x4096
-      astra-sglang bench silu_and_mul --candidate my_silu.cu -D BLOCK=256 --l2 hot
-    """
-    from astra_sglang.harness.inputs import canonical_dtype
-    from astra_sglang.harness.isolate import evaluate
-    from astra_sglang.harness.records import EvalRequest, KernelSource
-    from astra_sglang.harness.report import print_result, write_jsonl
-    from astra_sglang.baselines.defaults import baseline_side, candidate_side
-    from astra_sglang.specs.registry import get_spec, resolve_shapes
-
-    if no_check and no_time:
-        raise AstraError("--no-check and --no-time leave nothing to do")
-    spec = get_spec(kernel)
-    try:
-        dtype_list = [canonical_dtype(d) for d in dtypes.split(",") if d.strip()]
-    except ValueError as exc:
-        raise AstraError(str(exc)) from None
-    unsupported = [d for d in dtype_list if d not in spec.dtypes]
-    if unsupported:
-        raise AstraError(f"{kernel} does not support {unsupported}; it supports {spec.dtypes}")
-    knobs = dict(d.split("=", 1) if "=" in d else (d, "1") for d in defines)
-    cand = candidate_side(kernel, candidate, knobs)
-    base = baseline_side(spec, baseline)
-    if not base.path:
-        raise AstraError(f"no SGLang call site is known for {kernel}; pass --baseline")
-    if not base.path.startswith("py:") and not Path(base.path).is_file():
-        raise AstraError(f"baseline not found: {base.path} ({base.what}); pass --baseline")
-    sides = f"{cand.describe()} vs {base.describe()}"
-    req = EvalRequest(kernel=kernel, candidate=KernelSource(path=cand.path, defines=cand.defines, label=cand.label),
-                      baseline=KernelSource(path=base.path, defines=base.defines, label=base.label),
-                      shapes=resolve_shapes(spec, shapes), dtypes=dtype_list, check=not no_check,
-                      time=not no_time, timeout_s=timeout, compile_only=not _has_gpu(), l2=l2)
-    if not req.compile_only:
-        click.echo(f"{kernel}: {sides}")
-    result = evaluate(req)
-    if req.compile_only:
-        if not result.ok:
-            raise AstraError(result.reason)
-        cached = " (cached)" if result.build.cached else ""
-        raise AstraError(f"no CUDA GPU here: candidate and baseline built ({result.build.seconds:.1f}s{cached}); "
-                         f"checking and timing need a GPU [{sides}]")
-    print_result(result)
-    note = eager_note(result)
-    if note:
-        click.echo(note)
-    path = Path(out or f"runs/bench-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_jsonl(result, path)
-    click.echo(f"results: {path}")
-    if not result.ok:
-        sys.exit(1)
-
-
 def _register_commands() -> None:
-    """The pipeline's other stages live with their packages: extract, optimize, patch/launch/report."""
-    from astra_sglang.cli.optimize import optimize
+    """One module per command family; each command imports its library code when it runs."""
+    from astra_sglang.cli.ab import ab
+    from astra_sglang.cli.bench import bench, kernels
     from astra_sglang.cli.extract import extract
+    from astra_sglang.cli.launch import launch_cmd
     from astra_sglang.cli.onboard import onboard
+    from astra_sglang.cli.optimize import optimize
     from astra_sglang.cli.patch import register
     from astra_sglang.cli.profile import profile
-    from astra_sglang.cli.ab import ab
     from astra_sglang.cli.tune import tune
 
+    main.add_command(kernels)
+    main.add_command(bench)
     main.add_command(profile)
     main.add_command(extract)
     main.add_command(onboard)
     main.add_command(optimize)
     main.add_command(tune)
     register(main)
+    main.add_command(launch_cmd)
     main.add_command(ab)
 
 
 _register_commands()
-
-
-EAGER_HOST_BOUND = 1.5
-"""An eager time this many times the graph time is the host's per-call work, not the kernel's."""
-
-
-def eager_note(result) -> str:
-    """One line explaining eager times far above the graph times (the same kernel, another measurement)."""
-    rows = [s for s in result.shapes if s.candidate and s.eager_candidate_us]
-    slow = [s for s in rows if s.eager_candidate_us > EAGER_HOST_BOUND * s.candidate.median_us]
-    if not slow:
-        return ""
-    return (f"eager is over {EAGER_HOST_BOUND}x the graph time at {len(slow)} of {len(rows)} shapes: there the host's "
-            "work per call from Python (dispatch, ctypes, launch) takes longer than the kernel, so eager measures the "
-            "host; compare kernels by the graph columns (docs/timing.md)")
-
-
-def _has_gpu() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:  # noqa: BLE001
-        return False
-
-
-if __name__ == "__main__":
-    main()

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import click
 
-from astra_sglang.optimize.run import RunOptions, llm_run, resume_run, summary, tuner_run
-from astra_sglang.optimize.records import LLMConfig, RunOutcome
 from astra_sglang.errors import AstraError
+from astra_sglang.optimize.records import LLMConfig, RunOutcome
+from astra_sglang.optimize.run import RunOptions, llm_run, resume_run, summary, tuner_run
 
 
 def harness_evaluator():
@@ -107,8 +107,8 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
       astra-sglang optimize rmsnorm --tuner --from-extracted=flashinfer   # no hand-written kernel needed
     """
     from astra_sglang.optimize.job import print_table, run_job
-    from astra_sglang.paths import user_patches_dir
     from astra_sglang.optimize.selection import resolve_ops
+    from astra_sglang.paths import user_patches_dir
 
     # never into the installed package: the user folder, whose patches `launch` loads over the shipped ones
     over_shipped = not patches_dir

@@ -146,7 +146,7 @@ def _live(url, names, steps, patched, patches, model_config, port, health_timeou
             argv = server_command(model, port, None, extra)
             env = dict(os.environ)
             if patched:
-                from astra_sglang.cli.patch import patched_server
+                from astra_sglang.patching.server_env import patched_server
                 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
 
                 env, argv, summary = patched_server(patches, stats_dir=stats_dir, server_args=argv[3:])

@@ -77,10 +77,10 @@ def tune(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, r
       astra-sglang launch --patches my-patches -- --model-path ./qwen3-moe
     """
     from astra_sglang.harness.isolate import evaluate_many
+    from astra_sglang.optimize.tuner.moe_run import TuneOptions, tune_fused_moe
+    from astra_sglang.optimize.tuner.report import print_result
     from astra_sglang.profile.buckets import profile_buckets
     from astra_sglang.triton.moe.shapes import parse_buckets
-    from astra_sglang.optimize.tuner.report import print_result
-    from astra_sglang.optimize.tuner.moe_run import TuneOptions, tune_fused_moe
 
     if rounds < 1 or width < 1:
         raise AstraError("--rounds and --width must be at least 1")

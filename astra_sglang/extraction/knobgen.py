@@ -19,8 +19,8 @@ import jinja2
 from astra_sglang.errors import AstraError
 from astra_sglang.extraction.knobsites import LaunchPath, Site, launch_path
 from astra_sglang.extraction.knobtokens import Func, Tok, match
-from astra_sglang.paths import templates_dir
 from astra_sglang.kernels.knobs import DERIVED_MARK
+from astra_sglang.paths import templates_dir
 
 KNOBBED_NAME = "knobbed.cu"
 ALIGN_BYTES = 16

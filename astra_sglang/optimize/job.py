@@ -15,9 +15,9 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
+from astra_sglang.errors import AstraError
 from astra_sglang.optimize.agents.journal import write_atomic
 from astra_sglang.optimize.records import RunOutcome
-from astra_sglang.errors import AstraError
 
 
 class OpResult(BaseModel):

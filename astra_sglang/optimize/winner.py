@@ -12,9 +12,9 @@ import math
 import shutil
 from pathlib import Path
 
-from astra_sglang.optimize.records import HistoryRow, RunConfig, Winner
 from astra_sglang.harness.limits import REGRESSION_FLOOR
 from astra_sglang.harness.records import EvalResult
+from astra_sglang.optimize.records import HistoryRow, RunConfig, Winner
 from astra_sglang.patchset.manifest import MANIFEST, MeasuredShape, PatchManifest, Provenance
 from astra_sglang.specs.records import KernelSpec
 

@@ -28,9 +28,9 @@ from astra_sglang.harness.inputs import TORCH_DTYPES
 from astra_sglang.patching import fastcall
 from astra_sglang.patching.binding import ArgumentBinding
 from astra_sglang.patching.custom_op import ACTIVE, register_custom_op
-from astra_sglang.patchset.manifest import Defer
 from astra_sglang.patching.shadow import ShadowCheck
 from astra_sglang.patching.stats import OpStats
+from astra_sglang.patchset.manifest import Defer
 from astra_sglang.specs.records import KernelSpec, compile_dim, dim_names
 
 log = logging.getLogger("astra_sglang.patching")

@@ -14,8 +14,8 @@ from typing import Callable
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.stats import ENV_STATS_DIR, StatsWriter
-from astra_sglang.patchset.store import ENV_PATCHES, PatchEntry, PatchStore
 from astra_sglang.patching.targets import package_installed, rebind, resolve
+from astra_sglang.patchset.store import ENV_PATCHES, PatchEntry, PatchStore
 
 log = logging.getLogger("astra_sglang.patching")
 

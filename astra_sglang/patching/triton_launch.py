@@ -15,8 +15,8 @@ from __future__ import annotations
 import sys
 
 from astra_sglang.errors import AstraError
-from astra_sglang.patchset.manifest import LaunchTable
 from astra_sglang.patching.stats import OpStats
+from astra_sglang.patchset.manifest import LaunchTable
 from astra_sglang.triton.attention.launch import ConfiguredKernel, LaunchInfo
 from astra_sglang.triton.attention.space import AttnConfig
 

@@ -2,11 +2,11 @@
 acceptance gate: pure logic on fake results."""
 import pytest
 
-from astra_sglang.optimize.records import LLMConfig, RunConfig
-from astra_sglang.optimize.winner import eligible, select_winner
 from astra_sglang.harness.gpu_eval import physics
 from astra_sglang.harness.limits import COMPUTE_MARGIN, FLOOR_MARGIN, REGRESSION_FLOOR, ROOFLINE_MARGIN
 from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
+from astra_sglang.optimize.records import LLMConfig, RunConfig
+from astra_sglang.optimize.winner import eligible, select_winner
 from astra_sglang.specs.registry import GATE, all_specs, model_shapes, resolve_shapes
 
 

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from astra_sglang.extraction.knobgen import derive
-from astra_sglang.specs.registry import get_spec
 from astra_sglang.optimize.tuner.cuda_tune import Tuning, tune
 from astra_sglang.optimize.tuner.screen import buildable, first_error
+from astra_sglang.specs.registry import get_spec
 
 KNOBS = Path(__file__).parent / "fixtures" / "knobs"
 SHAPES = [(1, 4096), (64, 11008)]
@@ -122,8 +122,8 @@ def test_optimize_from_extracted_without_gpu_ends_in_one_line(site_dir, tmp_path
 
 
 def test_from_an_extraction_without_knobs_says_so_in_one_line(tmp_path):
-    from astra_sglang.optimize.starts import tuner_start
     from astra_sglang.errors import AstraError
+    from astra_sglang.optimize.starts import tuner_start
 
     (tmp_path / "kernel.cu").write_text((KNOBS / "no_knob.cu").read_text())
     (tmp_path / "provenance.json").write_text("{}")

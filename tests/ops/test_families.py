@@ -12,14 +12,14 @@ import torch.nn.functional as F
 from click.testing import CliRunner
 from reference_self_check import assert_reference_passes_its_own_check
 
-from astra_sglang.cli import main
 from astra_sglang.baselines import adapters
 from astra_sglang.baselines import defaults
-from astra_sglang.references import small_ops as reference
+from astra_sglang.cli import main
 from astra_sglang.kernels.variants import VARIANTS, first_kernel, materialize
 from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.patchset.store import PatchStore
 from astra_sglang.paths import kernels_dir, patches_dir
+from astra_sglang.references import small_ops as reference
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 FAMILIES = ["gelu_and_mul", "gelu_tanh_and_mul", "gemma_rmsnorm", "gemma_fused_add_rmsnorm"]

@@ -7,9 +7,9 @@ import sys
 import pytest
 import torch
 
+from astra_sglang.baselines import peers
 from astra_sglang.harness.compare import compare
 from astra_sglang.harness.inputs import allocate, fill
-from astra_sglang.baselines import peers
 from astra_sglang.specs.registry import get_spec
 
 OPS = ["silu_and_mul", "rmsnorm", "fused_add_rmsnorm"]

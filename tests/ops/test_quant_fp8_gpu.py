@@ -10,8 +10,8 @@ import torch
 from astra_sglang.harness.abi import KernelLibrary, Launcher
 from astra_sglang.harness.build import build_library
 from astra_sglang.harness.limits import FP8_TOLERANCE
-from astra_sglang.references.quant import allocate_scales, per_token_group_quant_fp8
 from astra_sglang.paths import kernels_dir, patches_dir
+from astra_sglang.references.quant import allocate_scales, per_token_group_quant_fp8
 
 pytestmark = pytest.mark.gpu
 OP = "per_token_group_quant_fp8"

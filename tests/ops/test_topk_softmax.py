@@ -12,17 +12,17 @@ import torch
 from click.testing import CliRunner
 from reference_self_check import assert_reference_passes_its_own_check
 
+from astra_sglang.baselines import adapters
+from astra_sglang.baselines import defaults
 from astra_sglang.cli import main
 from astra_sglang.harness.compare import compare
 from astra_sglang.harness.inputs import allocate, fill
-from astra_sglang.baselines import adapters
-from astra_sglang.baselines import defaults
-from astra_sglang.references import moe_routing
 from astra_sglang.kernels.variants import first_kernel
-from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.patching.patched_op import PatchedOp
 from astra_sglang.patching.stats import OpStats
+from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.paths import kernels_dir, patches_dir
+from astra_sglang.references import moe_routing
 from astra_sglang.specs.registry import get_spec, model_shapes, resolve_shapes, routers
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,11 +10,11 @@ import torch
 
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.abi import KernelLibrary, Launcher
-from astra_sglang.references import small_ops as reference
 from astra_sglang.patching import fastcall
 from astra_sglang.patching.patched_op import PatchedOp
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.paths import templates_dir
+from astra_sglang.references import small_ops as reference
 from astra_sglang.specs.registry import get_spec
 
 HOST = Path(__file__).parents[1] / "fixtures" / "host" / "host_kernels.cpp"

@@ -5,9 +5,9 @@ import pytest
 import torch
 from spawn_children import standin_launcher
 
-from astra_sglang.references import small_ops as reference
 from astra_sglang.patching.patched_op import ASTRA_UNSUPPORTED, PatchedOp
 from astra_sglang.patching.stats import OpStats
+from astra_sglang.references import small_ops as reference
 from astra_sglang.specs.registry import get_spec
 
 

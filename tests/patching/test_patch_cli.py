@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 from patch_folders import write_patch
 
+from astra_sglang.cli import launch
 from astra_sglang.cli import patch as cli
 from astra_sglang.patching.stats import OpStats, StatsWriter
 
@@ -76,7 +77,7 @@ def test_verify_without_gpu(run, patch_dir):
 def test_launch_dry_run_import_hook(run, tmp_path, monkeypatch):
     root = tmp_path / "p"
     write_patch(root, targets=("sglang.srt.layers.layernorm:rmsnorm",))  # resolved statically in the pinned SGLang
-    result = run(cli.launch_cmd, "--patches", root, "--mechanism", "import-hook", "--no-build", "--verify-rate",
+    result = run(launch.launch_cmd, "--patches", root, "--mechanism", "import-hook", "--no-build", "--verify-rate",
                  "0.01", "--stats-dir", tmp_path / "st", "--dry-run", "--", "--model-path", "m", "--port", "1")
     assert result.exit_code == 0, result.output
     out = result.output
@@ -86,21 +87,21 @@ def test_launch_dry_run_import_hook(run, tmp_path, monkeypatch):
 
 
 def test_launch_auto_picks_import_hook_without_entry_point(run, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli.hook, "plugin_available", lambda: False)
+    monkeypatch.setattr(launch.hook, "plugin_available", lambda: False)
     root = tmp_path / "p"
     write_patch(root, targets=("sglang.srt.layers.activation:silu_and_mul",))
-    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run", "--", "--model-path", "m")
+    result = run(launch.launch_cmd, "--patches", root, "--no-build", "--dry-run", "--", "--model-path", "m")
     assert result.exit_code == 0 and "via import-hook" in result.output
-    result = run(cli.launch_cmd, "--patches", root, "--mechanism", "plugin", "--no-build", "--dry-run")
+    result = run(launch.launch_cmd, "--patches", root, "--mechanism", "plugin", "--no-build", "--dry-run")
     assert result.exit_code == 1 and "plugin mechanism needs" in result.output
 
 
 def test_launch_plugin_extends_allow_list(run, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli.hook, "plugin_available", lambda: True)
+    monkeypatch.setattr(launch.hook, "plugin_available", lambda: True)
     monkeypatch.setenv("SGLANG_PLUGINS", "other")
     root = tmp_path / "p"
     write_patch(root, targets=("sglang.srt.layers.activation:silu_and_mul",))
-    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run")
+    result = run(launch.launch_cmd, "--patches", root, "--no-build", "--dry-run")
     assert result.exit_code == 0 and "via plugin" in result.output
     assert "SGLANG_PLUGINS=other,astra_sglang" in result.output
 
@@ -108,12 +109,12 @@ def test_launch_plugin_extends_allow_list(run, tmp_path, monkeypatch):
 def test_launch_errors(run, tmp_path):
     root = tmp_path / "p"
     write_patch(root, targets=("sglang.srt.layers.layernorm:not_a_kernel",))
-    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run")
+    result = run(launch.launch_cmd, "--patches", root, "--no-build", "--dry-run")
     assert result.exit_code == 1 and "not_a_kernel" in result.output
     write_patch(root, targets=("sglang.srt.layers.layernorm:rmsnorm",), enabled=False)
-    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run")
+    result = run(launch.launch_cmd, "--patches", root, "--no-build", "--dry-run")
     assert result.exit_code == 1 and "no enabled patches" in result.output
-    result = run(cli.launch_cmd, "--patches", root, "--verify-rate", "2", "--dry-run")
+    result = run(launch.launch_cmd, "--patches", root, "--verify-rate", "2", "--dry-run")
     assert result.exit_code == 2
 
 
@@ -139,5 +140,5 @@ def test_launch_refuses_a_patch_for_other_sglang_versions(run, tmp_path):
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["sglang_versions"] = ">=9.0"  # the pinned test SGLang is 0.5.17
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run")
+    result = run(launch.launch_cmd, "--patches", root, "--no-build", "--dry-run")
     assert result.exit_code == 1 and "targets sglang>=9.0, installed is 0.5.17" in result.output

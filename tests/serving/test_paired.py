@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 from stand_in import SERVER as STAND_IN, free_port_pair
 
+from astra_sglang.cli.ab import ab as ab_command
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
-from astra_sglang.cli.ab import ab as ab_command
 from astra_sglang.serving import ab as ab_mod
 from astra_sglang.serving import server as server_mod
 from astra_sglang.serving import paired as paired_mod

@@ -10,9 +10,9 @@ import sys
 
 import torch
 
-from astra_sglang.patchset.manifest import LaunchTable
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.patching.triton_launch import LaunchPatch
+from astra_sglang.patchset.manifest import LaunchTable
 from astra_sglang.triton.attention import launch as attn_launch
 from astra_sglang.triton.attention import reference as attn_reference
 from astra_sglang.triton.attention.layout import decode_slots, extend_slots

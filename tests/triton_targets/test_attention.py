@@ -13,17 +13,17 @@ from click.testing import CliRunner
 
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
-from astra_sglang.patchset.manifest import LaunchTable, PatchManifest
+from astra_sglang.optimize.tuner.attention_tune import AttnSetup, AttnTuner
+from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.patching.triton_launch import LaunchChoice, LaunchPatch
+from astra_sglang.patchset.manifest import LaunchTable, PatchManifest
 from astra_sglang.triton.attention import layout as attn_layout
 from astra_sglang.triton.attention import reference as attn_reference
 from astra_sglang.triton.attention.launch import ConfiguredKernel, LaunchInfo, configure, launch_info
 from astra_sglang.triton.attention.op import parse_table, table_name
 from astra_sglang.triton.attention.space import AttnConfig, AttnShape, neighbors, rejected, space
 from astra_sglang.triton.attention.targets import Recorder, discover, record_launch, sglang_pick
-from astra_sglang.optimize.tuner.attention_tune import AttnSetup, AttnTuner
-from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions
 
 LLAMA3 = AttnShape(32, 8, 128)
 FACTS = Facts(gpu="NVIDIA H100 80GB HBM3", smem=227 * 1024, triton="3.6.0", sglang="0.5.17", source_hash="cd" * 32)
@@ -337,8 +337,8 @@ def test_settle_measures_each_winner_at_the_other_kv_lengths():
 
 
 def test_a_key_whose_config_loses_one_final_bucket_keeps_sglangs_pick_at_all(tmp_path):
-    from astra_sglang.triton.attention.patch import collapse
     from astra_sglang.optimize.tuner.attention_run import tune_attention
+    from astra_sglang.triton.attention.patch import collapse
 
     buckets = [(64, 512), (64, 4096), (8, 4096)]
     options = TuneOptions(rounds=1, width=400, use_cache=False, patches_dir=tmp_path / "patches")

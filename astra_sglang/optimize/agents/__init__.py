@@ -16,8 +16,8 @@ population loop over a scored database of kernels, with a safety gate in front o
 """
 from astra_sglang.optimize.agents.llm import BudgetExceeded, LLMError, OpenAIModel
 from astra_sglang.optimize.agents.loop import Optimizer, resume, run
-from astra_sglang.optimize.records import LLMConfig, RunConfig, RunOutcome, Winner
 from astra_sglang.optimize.agents.scripted import ScriptedModel
+from astra_sglang.optimize.records import LLMConfig, RunConfig, RunOutcome, Winner
 from astra_sglang.optimize.winner import write_patch
 
 __all__ = ["BudgetExceeded", "LLMConfig", "LLMError", "OpenAIModel", "Optimizer", "RunConfig", "RunOutcome",

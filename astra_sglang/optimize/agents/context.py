@@ -11,8 +11,8 @@ from pydantic import BaseModel, Field
 from astra_sglang.optimize.agents.bottleneck import Bottleneck
 from astra_sglang.optimize.agents.database import ORIGINAL, Database, Entry
 from astra_sglang.optimize.agents.journal import RunLog
-from astra_sglang.optimize.records import HistoryRow, PlanSet, Shape
 from astra_sglang.optimize.pool.devices import GpuFacts
+from astra_sglang.optimize.records import HistoryRow, PlanSet, Shape
 
 MAX_PAST_PLANS = 12
 """The most recent plans the planner sees (older ones rarely change the next choice, and cost tokens)."""

@@ -12,10 +12,10 @@ import re
 
 from pydantic import BaseModel, Field
 
+from astra_sglang.harness.records import EvalResult
 from astra_sglang.optimize.agents.journal import candidate_id
 from astra_sglang.optimize.records import CodeResult
 from astra_sglang.optimize.winner import classify, passed
-from astra_sglang.harness.records import EvalResult
 
 ORIGINAL = "r00"
 """The entry of the start kernel (the run's baseline unless --baseline says otherwise)."""

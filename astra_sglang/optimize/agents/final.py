@@ -12,16 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from astra_sglang.errors import AstraError
+from astra_sglang.harness.records import EvalResult
+from astra_sglang.kernels.knobs import parse_knobs
 from astra_sglang.optimize.agents.database import Entry, shape_key
 from astra_sglang.optimize.agents.journal import write_atomic
 from astra_sglang.optimize.records import LogRecord, Transcript, Winner
-from astra_sglang.optimize.winner import FINAL_ROUND, passed, screen, select_winner
-from astra_sglang.errors import AstraError
-from astra_sglang.harness.records import EvalResult
-from astra_sglang.specs.registry import resolve_shapes
 from astra_sglang.optimize.tuner.cuda_tune import Tuning, tune
 from astra_sglang.optimize.tuner.ensemble import ORIGINAL, Member, choose, ensemble_source
-from astra_sglang.kernels.knobs import parse_knobs
+from astra_sglang.optimize.winner import FINAL_ROUND, passed, screen, select_winner
+from astra_sglang.specs.registry import resolve_shapes
 
 if TYPE_CHECKING:
     from astra_sglang.optimize.agents.steps import Steps as Optimizer

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from astra_sglang.harness.records import EvalResult
+from astra_sglang.harness.safety import UnsafeCode
 from astra_sglang.optimize.agents.database import Entry
 from astra_sglang.optimize.agents.journal import candidate_id
 from astra_sglang.optimize.agents.llm import RequestRejected
 from astra_sglang.optimize.agents.parse import ParseError, strip_code
-from astra_sglang.optimize.records import CodeResult, HistoryRow, LogRecord, Message, Shape, Transcript
 from astra_sglang.optimize.agents.roles import parse_kernel, repair_message, single_shapes
-from astra_sglang.harness.safety import UnsafeCode
-from astra_sglang.harness.records import EvalResult
+from astra_sglang.optimize.records import CodeResult, HistoryRow, LogRecord, Message, Shape, Transcript
 
 if TYPE_CHECKING:
     from astra_sglang.optimize.agents.steps import Steps as Optimizer

@@ -21,10 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
+from astra_sglang.errors import AstraError
 from astra_sglang.optimize.agents.failures import LLMError, RequestRejected
 from astra_sglang.optimize.agents.meter import BudgetExceeded, UsageMeter
 from astra_sglang.optimize.records import LLMConfig, Message, Reply, Usage
-from astra_sglang.errors import AstraError
 
 __all__ = ["BudgetExceeded", "LLMError", "OpenAIModel", "RequestRejected", "fold_system", "meter_for"]
 

@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from astra_sglang.errors import AstraError
+from astra_sglang.harness.records import EvalResult
 from astra_sglang.optimize.agents.bottleneck import Bottleneck, bottleneck
 from astra_sglang.optimize.agents.context import RoundContext, history, past_plans, source_of
 from astra_sglang.optimize.agents.database import ORIGINAL, Entry, entry_from, shape_key
@@ -27,13 +29,11 @@ from astra_sglang.optimize.agents.journal import RunLog, step_key
 from astra_sglang.optimize.agents.lineage import Lineage
 from astra_sglang.optimize.agents.prompts import StepFailed
 from astra_sglang.optimize.agents.protocols import Model, Profiler
-from astra_sglang.optimize.records import (Drafts, HistoryRow, LogRecord, PlanItem, PlanSet, ProfileSummary, RunConfig,
-                                         RunOutcome, TestPlan, Transcript)
 from astra_sglang.optimize.agents.roles import CodingAgent, PlanningAgent, ProfilingAgent, TestingAgent
 from astra_sglang.optimize.agents.steps import Steps, Stopped
+from astra_sglang.optimize.records import (Drafts, HistoryRow, LogRecord, PlanItem, PlanSet, ProfileSummary, RunConfig,
+                                           RunOutcome, TestPlan, Transcript)
 from astra_sglang.optimize.winner import passed, write_patch
-from astra_sglang.errors import AstraError
-from astra_sglang.harness.records import EvalResult
 
 GENERIC_PLAN = "Make the current best kernel faster at the shapes where it is furthest from the floor."
 

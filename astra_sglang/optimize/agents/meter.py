@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 from typing import NamedTuple
 
-from astra_sglang.optimize.records import Usage
 from astra_sglang.errors import AstraError
+from astra_sglang.optimize.records import Usage
 
 log = logging.getLogger("astra_sglang.llm")
 

@@ -11,11 +11,11 @@ from typing import Callable, TypeVar
 
 import jinja2
 
+from astra_sglang.harness.safety import UnsafeCode
 from astra_sglang.optimize.agents.failures import RequestRejected
 from astra_sglang.optimize.agents.parse import ParseError
 from astra_sglang.optimize.agents.protocols import Model
 from astra_sglang.optimize.records import Message, Transcript
-from astra_sglang.harness.safety import UnsafeCode
 from astra_sglang.paths import templates_dir
 
 T = TypeVar("T")

@@ -9,10 +9,10 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Protocol, runtime_checkable
 
-from astra_sglang.optimize.agents.meter import UsageMeter
 from astra_sglang.harness.ncu import ProfileFacts
-from astra_sglang.optimize.records import Message, Reply
 from astra_sglang.harness.records import EvalRequest, EvalResult
+from astra_sglang.optimize.agents.meter import UsageMeter
+from astra_sglang.optimize.records import Message, Reply
 
 
 @runtime_checkable

@@ -19,13 +19,13 @@ import re
 import threading
 from collections import Counter
 
-from astra_sglang.optimize.records import Message
 from astra_sglang.errors import AstraError
+from astra_sglang.kernels.knobs import configs, parse_knobs, strip_dispatch
 from astra_sglang.kernels.variants import materialize
+from astra_sglang.optimize.records import Message
 from astra_sglang.patchset.store import PatchStore
 from astra_sglang.paths import patches_dir
 from astra_sglang.specs.records import KernelSpec
-from astra_sglang.kernels.knobs import configs, parse_knobs, strip_dispatch
 
 ENTRY = "ASTRA_ENTRY {"
 WRONG = "  return ASTRA_OK;  // deliberately wrong: returns before launching anything\n"

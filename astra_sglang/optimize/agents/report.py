@@ -6,9 +6,9 @@ from pathlib import Path
 
 import jinja2
 
+from astra_sglang.harness.records import EvalResult
 from astra_sglang.optimize.agents.journal import RunLog, test_suite, write_atomic
 from astra_sglang.optimize.records import HistoryRow, Usage, Winner
-from astra_sglang.harness.records import EvalResult
 from astra_sglang.paths import templates_dir
 from astra_sglang.specs.records import KernelSpec
 

@@ -7,16 +7,16 @@ round, each on a parent from the database; the CodingAgent's candidates live in 
 """
 from __future__ import annotations
 
+from astra_sglang.harness.ncu import ProfileFacts
+from astra_sglang.harness.records import EvalResult
+from astra_sglang.harness.safety import RULES, ensure_safe
 from astra_sglang.optimize.agents.context import RoundContext
 from astra_sglang.optimize.agents.database import Entry
 from astra_sglang.optimize.agents.parse import ParseError, extract_code, extract_json, strip_code
 from astra_sglang.optimize.agents.prompts import abi_header, converse, device_header, render
 from astra_sglang.optimize.agents.protocols import Model
 from astra_sglang.optimize.records import (Message, PlanItem, PlanSet, ProfileSummary, RunConfig, Shape,
-                                         TestPlan, Transcript)
-from astra_sglang.harness.ncu import ProfileFacts
-from astra_sglang.harness.safety import RULES, ensure_safe
-from astra_sglang.harness.records import EvalResult
+                                           TestPlan, Transcript)
 from astra_sglang.specs.records import KernelSpec
 
 

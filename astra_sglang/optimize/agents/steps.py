@@ -11,16 +11,16 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from astra_sglang.errors import AstraError
+from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource
 from astra_sglang.optimize.agents.database import Database, Entry
-from astra_sglang.optimize.agents.journal import RunLog, test_suite
 from astra_sglang.optimize.agents.database import entry_of
+from astra_sglang.optimize.agents.journal import RunLog, test_suite
 from astra_sglang.optimize.agents.llm import BudgetExceeded, LLMError, RequestRejected
 from astra_sglang.optimize.agents.prompts import StepFailed
 from astra_sglang.optimize.agents.protocols import Model, Profiler
-from astra_sglang.optimize.records import CodeResult, LogRecord, RunConfig, Shape, Transcript, Usage
-from astra_sglang.errors import AstraError
-from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource
 from astra_sglang.optimize.pool.devices import GpuFacts
+from astra_sglang.optimize.records import CodeResult, LogRecord, RunConfig, Shape, Transcript, Usage
 from astra_sglang.specs.registry import get_spec
 
 

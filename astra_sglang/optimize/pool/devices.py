@@ -77,8 +77,8 @@ def probe(gpu: str | None = None) -> GpuFacts:
     """This host's GPU (or `gpu`'s), from torch in a child process; empty facts where there is none."""
     env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})}
     try:
-        proc = subprocess.run([sys.executable, "-m", "astra_sglang.optimize.pool.devices"], capture_output=True, text=True,
-                              timeout=PROBE_TIMEOUT_S, env=env)
+        proc = subprocess.run([sys.executable, "-m", "astra_sglang.optimize.pool.devices"], capture_output=True,
+                              text=True, timeout=PROBE_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:
         return GpuFacts()
     try:

@@ -7,14 +7,14 @@ import time
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
-from astra_sglang.triton.moe import configs as moe_configs
-from astra_sglang.triton.attention.space import SMEM_BYTES, AttnShape, space
-from astra_sglang.triton.attention.targets import sglang_pick, target
 from astra_sglang.optimize.tuner.attention_tune import AttnSetup, AttnTuner, Bucket
 from astra_sglang.optimize.tuner.cache import TuneCache
-from astra_sglang.triton.results import TuneResult
 from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions, search_then_check, write_outputs
 from astra_sglang.optimize.tuner.moe_tune import Batch
+from astra_sglang.triton.attention.space import SMEM_BYTES, AttnShape, space
+from astra_sglang.triton.attention.targets import sglang_pick, target
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.results import TuneResult
 
 
 def facts_here(kernel: str) -> Facts:

@@ -21,11 +21,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from astra_sglang.harness.records import EvalRequest, KernelSource
+from astra_sglang.optimize.tuner.cache import CacheKey
+from astra_sglang.optimize.tuner.moe_tune import WIN_MARGIN, MoeTuner
 from astra_sglang.triton.attention.op import PREFIX, table_name
 from astra_sglang.triton.attention.space import SMEM_BYTES, AttnConfig, AttnShape, neighbors, space
-from astra_sglang.optimize.tuner.cache import CacheKey
 from astra_sglang.triton.results import BucketResult
-from astra_sglang.optimize.tuner.moe_tune import WIN_MARGIN, MoeTuner
 
 OP = "py:astra_sglang.triton.attention.op:"
 Bucket = tuple[int, int]

@@ -22,11 +22,11 @@ from typing import Callable
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.isolate import evaluate_many
 from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource
+from astra_sglang.kernels.knobs import (Config, configs, dispatch_source, original_config, parse_knobs,
+                                        strip_dispatch)
+from astra_sglang.optimize.tuner.screen import buildable
 from astra_sglang.specs.records import KernelSpec
 from astra_sglang.specs.registry import resolve_shapes
-from astra_sglang.kernels.knobs import (Config, configs, dispatch_source, original_config, parse_knobs,
-                                      strip_dispatch)
-from astra_sglang.optimize.tuner.screen import buildable
 
 TUNE_SHAPES = "paper+quick"
 TUNE_DTYPE = "bfloat16"

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import jinja2
 
 from astra_sglang.errors import AstraError
+from astra_sglang.kernels.knobs import dim_sources
 from astra_sglang.paths import templates_dir
 from astra_sglang.specs.records import KernelSpec
-from astra_sglang.kernels.knobs import dim_sources
 
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 """astra_abi.h's AstraDType codes."""

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
-from astra_sglang.triton.moe import configs as moe_configs
 from astra_sglang.optimize.tuner.cache import TuneCache
-from astra_sglang.triton.moe.shapes import MoeShape
-from astra_sglang.optimize.tuner.report import write_report
-from astra_sglang.triton.results import TuneResult
-from astra_sglang.triton.moe.space import SMEM_BYTES, MoeConfig
 from astra_sglang.optimize.tuner.moe_tune import Batch, MoeTuner, Setup
+from astra_sglang.optimize.tuner.report import write_report
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.moe.shapes import MoeShape
+from astra_sglang.triton.moe.space import SMEM_BYTES, MoeConfig
+from astra_sglang.triton.results import TuneResult
 
 KERNEL_FILE = "kernels/ops/moe/fused_moe_triton_kernels.py"
 LAUNCHER_FILES = ("srt/layers/moe/moe_runner/triton_utils/fused_moe.py",)

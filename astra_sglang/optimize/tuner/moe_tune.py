@@ -27,8 +27,8 @@ from astra_sglang.optimize.tuner.cache import CacheKey, Measurement, TuneCache
 from astra_sglang.triton.moe.configs import Pick
 from astra_sglang.triton.moe.op import table_name
 from astra_sglang.triton.moe.shapes import MoeShape
-from astra_sglang.triton.results import BucketResult
 from astra_sglang.triton.moe.space import SMEM_BYTES, MoeConfig, neighbors, space
+from astra_sglang.triton.results import BucketResult
 
 WIN_MARGIN = 1.02
 """A config replaces SGLang's pick only when it measured at least this much faster in the search: the p10-p90

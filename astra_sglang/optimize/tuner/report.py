@@ -7,9 +7,9 @@ import jinja2
 from rich.console import Console
 from rich.table import Table
 
+from astra_sglang.optimize.tuner.moe_tune import WIN_MARGIN
 from astra_sglang.paths import templates_dir
 from astra_sglang.triton.results import TuneResult
-from astra_sglang.optimize.tuner.moe_tune import WIN_MARGIN
 
 VERDICTS = {"tuned": "tuned config", "sglang-best": "SGLang's pick (already the best)",
             "no-valid-config": "SGLang's pick (no config passed)", "not-measured": "SGLang's pick (not measured)"}

@@ -13,8 +13,8 @@ from astra_sglang.harness.records import EvalRequest, KernelSource
 from astra_sglang.patchset.manifest import ConfigFile, MeasuredShape, PatchManifest, Provenance
 from astra_sglang.triton.moe import configs as moe_configs
 from astra_sglang.triton.moe.op import table_name
-from astra_sglang.triton.results import TuneResult
 from astra_sglang.triton.moe.space import MoeConfig
+from astra_sglang.triton.results import TuneResult
 
 OP = "fused_moe"
 KIND = "triton-config"
