@@ -2,6 +2,6 @@
 pyproject.toml's package-dir maps into it. All other metadata is in pyproject.toml."""
 from setuptools import find_packages, setup
 
-DATA_PACKAGES = ["astra_sglang._extract", "astra_sglang._templates", "astra_sglang._patches"]
+DATA_PACKAGES = ["astra_sglang._specs", "astra_sglang._templates", "astra_sglang._patches"]
 
 setup(packages=find_packages(include=["astra_sglang", "astra_sglang.*"]) + DATA_PACKAGES)
