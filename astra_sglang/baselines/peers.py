@@ -1,6 +1,6 @@
 """Peers a user could pick instead of our kernels, as harness baselines (`py:MODULE:FUNC`): Liger-Kernel's
 Triton ops (written against liger-kernel 0.8.5) and torch.compile. Each takes the spec's arguments in order
-and writes its outputs in place, like ops/adapters.py.
+and writes its outputs in place, like baselines/adapters.py.
 
 Liger's public forwards return new tensors (Y, and S for the residual) where SGLang's ops write in place.
 Calling them and copying back would time 1-2 copy kernels a Liger user never runs (about doubling the

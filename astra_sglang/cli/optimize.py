@@ -1,5 +1,5 @@
 """`astra-sglang optimize`: the click command (the top-level CLI adds it with `main.add_command(optimize)`); each
-op's run is agents/op_run.py's, its start kernel agents/starts.py's."""
+op's run is optimize/run.py's, its start kernel optimize/starts.py's."""
 from __future__ import annotations
 
 import datetime as dt

@@ -14,7 +14,7 @@ from types import ModuleType
 @dataclass
 class Reference:
     kind: str
-    """"astra" (ops/reference.py, fp64), "native_method", "native_function" or "original"."""
+    """"astra" (references/small_ops.py, fp64), "native_method", "native_function" or "original"."""
     target: str
     """module:function, or module:Class for a native method."""
     note: str

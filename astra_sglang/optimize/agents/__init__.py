@@ -2,17 +2,16 @@
 population loop over a scored database of kernels, with a safety gate in front of every build.
 
 - protocols.py: Model / Evaluator / Pool / Profiler, the things the loop talks to
-- records.py: configs and the typed records between stages
+- ../records.py: configs and the typed records between stages (shared with the tuner)
 - llm.py, meter.py: the OpenAI-compatible client (protocol fallbacks, retries) and what calls cost
 - scripted.py, replay.py: deterministic models (scripted answers; template-generated kernels)
-- parse.py, safety.py: answer parsing and the static check of LLM code
+- parse.py: answer parsing (the static check of LLM code is the evaluator's: harness/safety.py)
 - prompts.py, roles.py: jinja2 prompts (harness_templates/prompts) and the roles
 - database.py, bottleneck.py, context.py: the scored database, the NCU bottleneck, what a round reads
 - steps.py, lineage.py, loop.py, final.py: memoized steps, one candidate's repairs, the rounds, the winner
-- journal.py, winner.py, report.py: the run directory, judging and writing the winner, the report
-- starts.py, op_run.py: the kernel a run starts from (the patch served for the op, the user folder's over the
-  shipped one, for the tuner); one op's run (LLM loop, tuner or resume) and its winner's patch
-- job.py, cli.py: several ops as one job, the `optimize` click command
+- journal.py, report.py: the run directory, the report (judging and writing the winner: ../winner.py)
+
+One op's run, the job and the click command are optimize/run.py, optimize/job.py and cli/optimize.py.
 """
 from astra_sglang.optimize.agents.llm import BudgetExceeded, LLMError, OpenAIModel
 from astra_sglang.optimize.agents.loop import Optimizer, resume, run

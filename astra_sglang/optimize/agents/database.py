@@ -3,7 +3,7 @@
 Not a single best: a kernel that is the fastest at some shape stays in the elites even when its geomean
 is lower, because the next round may start from it and the final per-shape dispatch may use it there
 (OpenEvolve / AlphaEvolve keep such a database; METR's best-of-k resamples from the best). Scores are the
-harness's: `EvalResult.geomean_speedup` over the rows a kernel is judged on and `agents.winner.passed`.
+harness's: `EvalResult.geomean_speedup` over the rows a kernel is judged on and `optimize.winner.passed`.
 """
 from __future__ import annotations
 

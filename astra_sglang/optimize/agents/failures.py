@@ -1,4 +1,4 @@
-"""How an LLM endpoint fails, apart from the client (agents/llm.py), so that the prompt layer can tell a
+"""How an LLM endpoint fails, apart from the client (optimize/agents/llm.py), so that the prompt layer can tell a
 rejected request from a dead endpoint without importing the client."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The end of a run: the database's diverse best kernels, each finalist that exposes knobs tuned per shape
 by the tuner (LLM + tuner), a per-shape dispatch among the finalists and the original, all of them
 evaluated again on the suite plus the acceptance gate (every shape the patch will serve), in parallel
-through the pool; the best eligible one that compute-sanitizer finds nothing in wins (agents.winner).
+through the pool; the best eligible one that compute-sanitizer finds nothing in wins (optimize.winner).
 
 The dispatch's table is built from the suite's shapes only, so the held-out shapes still test it
 honestly (they take their nearest measured shape's choice).

@@ -5,9 +5,9 @@ before any LLM call; then the TestingAgent extends the suite and the baseline is
 the PlanningAgent, shown the database's diverse best kernels, its past plans with their per-shape
 results, the GPU's facts and the best kernel's bottleneck, writes up to `plans` plans on parents it picks;
 the CodingAgent drafts `population` candidates (n samples a plan); each candidate is built, checked and
-timed through the pool and repaired in its own conversation up to `repairs` times (agents/lineage.py),
+timed through the pool and repaired in its own conversation up to `repairs` times (optimize/agents/lineage.py),
 all candidates in flight at once. A new best kernel is profiled. The rounds stop early once the best is
-within `roofline_margin` of the floor at every shape; agents/final.py picks the winner. population=1,
+within `roofline_margin` of the floor at every shape; optimize/agents/final.py picks the winner. population=1,
 plans=1, repairs=0 is the paper's Algorithm 1.
 
 Every finished step is a line of RUN_DIR/rounds.jsonl and every step first looks itself up there, so

@@ -3,7 +3,7 @@
 Each role renders its template, asks the model through `converse` and returns a typed record. The
 TestingAgent can only add shapes / trials that pass the spec's constraints; the ProfilingAgent always
 produces rule-based facts and optionally an LLM summary of them; the PlanningAgent plans several changes a
-round, each on a parent from the database; the CodingAgent's candidates live in agents/lineage.py.
+round, each on a parent from the database; the CodingAgent's candidates live in optimize/agents/lineage.py.
 """
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""Search at scale: candidates in flight on every GPU of a host, or on a Ray cluster.
+"""The evaluation pool: candidates in flight on every GPU of a host, or on a Ray cluster.
 
 - devices.py: the host's GPUs and the facts a planner is given about them
 - pool.py: LocalPool, builds on the CPU cores overlapping one evaluation worker per GPU
 - ray_pool.py: RayPool, the same interface over Ray tasks (optional extra `ray`)
 - stats.py: spans of builds and evaluations, throughput figures
 - simulate.py: simulated builds and evaluations for machines without a GPU
-- ops.py: which ops a job runs (--all, a profile's JSON)
 """
 from astra_sglang.optimize.pool.pool import LocalPool
 

@@ -4,7 +4,7 @@ nvcc and GPU time are sleeps of a stated length.
 
 Results are deterministic functions of the candidate's text: `// MARK build_fail | crash | wrong |
 speedup=X` lines decide (as in the agent tests), and so do the replay model's deliberate mutations
-(agents/replay.py: a "deliberately broken" line does not build, a "deliberately wrong" one is incorrect,
+(optimize/agents/replay.py: a "deliberately broken" line does not build, a "deliberately wrong" one is incorrect,
 as the harness finds them on a GPU); any other kernel gets a speedup from a hash of its text,
 per shape, so a population has real differences to select on. Each simulated shape has a floor (no kernel
 is more than 1.5x faster than the baseline there), reported as the roofline. Both are picklable
