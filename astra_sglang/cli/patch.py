@@ -1,4 +1,4 @@
-"""`astra-sglang patch list|enable|disable|verify` and `astra-sglang report`: the patch set on disk, and what a
+"""`astra-sglang patch list|enable|disable|record|verify` and `astra-sglang report`: the patch set on disk, and what a
 patched server did with it. Also the options every command that serves patches shares (`--patches`).
 
 The top-level CLI adds them with `register(main)`.
@@ -99,6 +99,45 @@ def enable_cmd(op, patches):
 def disable_cmd(op, patches):
     """Disable patch OP; `launch` leaves its targets alone.  Example: astra-sglang patch disable rmsnorm"""
     _set(patches, op, False)
+
+
+@patch_group.command("record")
+@click.argument("rows", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--patches", "patches", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The patch folder whose manifests take the figures (e.g. patches/ in a checkout).")
+@click.option("--gpu", required=True, help="The GPU the rows were measured on, as the manifests record it.")
+@click.option("--date", required=True, help="The day they were measured, YYYY-MM-DD.")
+@click.option("--source", default="", help="The run behind them (GPU, date, commit, command): replaces what each "
+              "manifest's notes say about `measured`.")
+@_errors
+def record_cmd(rows, patches, gpu, date, source):
+    """Record a bench run's rows (ROWS: JSONL files `bench --out` wrote) in the manifests of the patches they
+    timed against SGLang's own op: `measured`, the baseline, the provenance's GPU, date and source. What the
+    patch says about itself (kernel, defines, targets, enabled) is kept.
+
+    \b
+    Example:
+      astra-sglang patch record OUT/kernels.jsonl --patches patches --gpu "NVIDIA H100 80GB HBM3" \\
+        --date 2026-12-01 --source "H100, 2026-12-01, commit abc1234, bash benchmarks/gpu/run_all.sh OUT"
+    """
+    from astra_sglang.patchset.record import read_rows, record, timed_against_sglang
+
+    try:
+        found = read_rows(rows)
+    except ValueError as exc:
+        raise AstraError(f"{', '.join(map(str, rows))}: not bench JSONL rows ({str(exc).splitlines()[0]})") from None
+    ops = sorted({r["kernel"] for r in found if timed_against_sglang(r)})
+    if not ops:
+        raise AstraError(f"no row in {', '.join(map(str, rows))} times a shipped patch (patches/OP) against "
+                         "SGLang's own op (a py: baseline)")
+    entries = {e.op: e for e in PatchStore(patches).entries()}
+    missing = [op for op in ops if op not in entries]
+    if missing:
+        raise AstraError(f"no patch {', '.join(missing)} in {patches}")
+    for op in ops:
+        manifest = record(entries[op].manifest, found, gpu, date, source)
+        manifest.save(entries[op].folder)
+        click.echo(f"{op}: {len(manifest.measured)} measured shapes recorded in {entries[op].folder}")
 
 
 @patch_group.command("verify")

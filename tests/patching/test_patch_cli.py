@@ -1,4 +1,4 @@
-"""CLI: patch list/enable/disable/verify, report, launch --dry-run, and their error paths."""
+"""CLI: patch list/enable/disable/record/verify, report, launch --dry-run, and their error paths."""
 from __future__ import annotations
 
 import json
@@ -49,6 +49,54 @@ def test_list_empty_and_missing(run, tmp_path):
     assert "no patches" in run(cli.patch_group, "list", "--patches", tmp_path / "empty").output
     result = run(cli.patch_group, "list", "--patches", tmp_path / "missing")
     assert result.exit_code == 1 and "patch folder not found" in result.output
+
+
+def _bench_row(op, shape, speedup, candidate="patches/{op}", baseline="py:sgl_kernel:silu_and_mul"):
+    return {"type": "shape", "kernel": op, "shape": list(shape), "dtype": "bfloat16", "speedup": speedup,
+            "candidate_label": candidate.format(op=op), "baseline_label": baseline, "pct_roofline": 80.0,
+            "candidate": {"median_us": 2.0}, "baseline": {"median_us": 2.0 * speedup}, "correct": True}
+
+
+@pytest.mark.parametrize("notes, expect", [
+    ("test", "test; `measured`: H100, commit abc"),  # a clause is added where the notes have none
+    ("hand-written; `measured`: old run; kept", "hand-written; `measured`: H100, commit abc; kept"),  # replaced
+])
+def test_record_writes_the_rows_timed_against_sglang_into_the_manifest(run, patch_dir, tmp_path, notes, expect):
+    path = patch_dir / "silu_and_mul" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["provenance"]["notes"] = notes
+    path.write_text(json.dumps(manifest))
+    rows = tmp_path / "kernels.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in [
+        _bench_row("silu_and_mul", (1, 14336), 1.25), _bench_row("silu_and_mul", (7, 11), 0.9),
+        _bench_row("silu_and_mul", (64, 4096), 2.0, candidate="my.cu"),  # not the shipped patch
+        _bench_row("silu_and_mul", (64, 4096), 2.0, baseline="ours:silu_and_mul"),  # not SGLang's op
+        {"type": "summary", "kernel": "silu_and_mul"}]))
+    result = run(cli.patch_group, "record", rows, "--patches", patch_dir, "--gpu", "NVIDIA H100", "--date",
+                 "2026-12-01", "--source", "H100, commit abc")
+    assert result.exit_code == 0, result.output
+    assert "silu_and_mul: 2 measured shapes recorded" in result.output
+    saved = json.loads(path.read_text())
+    assert [(m["shape"], m["speedup"], m["baseline_us"]) for m in saved["measured"]] == [([1, 14336], 1.25, 2.5),
+                                                                                          ([7, 11], 0.9, 1.8)]
+    assert saved["baseline"] == "py:sgl_kernel:silu_and_mul" and saved["enabled"] is True
+    provenance = saved["provenance"]
+    assert (provenance["date"], provenance["gpu"], provenance["method"]) == ("2026-12-01", "NVIDIA H100", "hand")
+    assert saved["provenance"]["notes"] == expect and saved["targets"] == manifest["targets"]
+
+
+def test_record_refuses_rows_it_cannot_place(run, patch_dir, tmp_path):
+    rows = tmp_path / "kernels.jsonl"
+    rows.write_text(json.dumps(_bench_row("silu_and_mul", (1, 8), 1.1, baseline="ours:silu_and_mul")) + "\n")
+    args = ["--patches", patch_dir, "--gpu", "G", "--date", "2026-12-01"]
+    result = run(cli.patch_group, "record", rows, *args)
+    assert result.exit_code == 1 and "no row in" in result.output and "against SGLang's own op" in result.output
+    rows.write_text(json.dumps(_bench_row("rmsnorm", (1, 8), 1.1)) + "\n")
+    result = run(cli.patch_group, "record", rows, *args)
+    assert result.exit_code == 1 and "no patch rmsnorm in" in result.output
+    rows.write_text("{not json\n")
+    result = run(cli.patch_group, "record", rows, *args)
+    assert result.exit_code == 1 and "not bench JSONL rows" in result.output
 
 
 def test_enable_disable(run, patch_dir):
