@@ -68,7 +68,13 @@ def kernels(kernel: str | None) -> None:
 @click.option("--l2", type=click.Choice(["cold", "hot"]), default="cold", show_default=True,
               help="cold: inputs rotated over 2x the L2 (every launch reads DRAM); hot: one input set replayed, as "
                    "when the producer kernel has just written it.")
-def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_time, out, timeout, l2) -> None:
+@click.option("--per-call", is_flag=True, help="Instead: the patch's eager call from Python against SGLang's own "
+              "call, 1/16/64 tokens at the op's model widths, as a server calls it (needs SGLang and a GPU); --out "
+              "is a folder for per_call.{jsonl,md}.")
+@click.option("--ncu", is_flag=True, help="Instead: Nsight Compute facts of the patch and of SGLang's op at each of "
+              "--shapes, one launch each (needs ncu and a GPU); --out is a folder for ncu.{jsonl,md}.")
+def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_time, out, timeout, l2, per_call,
+          ncu) -> None:
     """Build, check and time KERNEL on every shape; print a table and write JSONL.
 
     By default the patch for KERNEL (the user folder's HOME/patches/KERNEL/ over the shipped patches/KERNEL/,
@@ -86,6 +92,8 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
       astra-sglang bench rmsnorm --baseline sglang
       astra-sglang bench silu_and_mul --baseline work/extract/silu_and_mul-sglang/kernel.cu --shapes 16x4096
       astra-sglang bench silu_and_mul --candidate my_silu.cu -D BLOCK=256 --l2 hot
+      astra-sglang bench rmsnorm --per-call
+      astra-sglang bench rmsnorm --ncu --shapes paper --out ncu-rmsnorm
     """
     from astra_sglang.baselines.defaults import baseline_side, candidate_side
     from astra_sglang.harness.inputs import canonical_dtype
@@ -97,6 +105,10 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
     if no_check and no_time:
         raise AstraError("--no-check and --no-time leave nothing to do")
     spec = get_spec(kernel)
+    if per_call and ncu:
+        raise AstraError("--per-call and --ncu are two runs: ask for one at a time")
+    if per_call or ncu:
+        sys.exit(_per_call(kernel, out) if per_call else _ncu(spec, shapes, out))
     try:
         dtype_list = [canonical_dtype(d) for d in dtypes.split(",") if d.strip()]
     except ValueError as exc:
@@ -135,6 +147,40 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
     click.echo(f"results: {path}")
     if not result.ok:
         sys.exit(1)
+
+
+def _per_call(kernel: str, out: str | None) -> int:
+    """bench --per-call: serving/per_call.py for this op's patch (the set `launch` serves)."""
+    from astra_sglang.serving.per_call import CALLS_AS, TOKENS, main as per_call
+
+    if kernel not in CALLS_AS:
+        raise AstraError(f"--per-call knows how SGLang calls {', '.join(sorted(CALLS_AS))}; not {kernel}")
+    if not _has_gpu():
+        raise AstraError("--per-call needs a CUDA GPU (it calls SGLang's op and the patched one eagerly)")
+    folder = Path(out or f"runs/per-call-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}")
+    code = per_call(folder, TOKENS, patches=None, ops=[kernel])
+    click.echo(f"results: {folder}")
+    return code
+
+
+def _ncu(spec, shapes: str, out: str | None) -> int:
+    """bench --ncu: profile/ncu_table.py for this op's patch and SGLang's op at the shapes asked for."""
+    import shutil
+
+    from astra_sglang.patchset.store import PatchStore
+    from astra_sglang.profile.ncu_table import SGLANG, main as ncu_table
+    from astra_sglang.specs.registry import resolve_shapes
+
+    if spec.name not in SGLANG:
+        raise AstraError(f"--ncu compares with SGLang's library for {', '.join(SGLANG)}; not {spec.name}")
+    if not _has_gpu() or shutil.which("ncu") is None:
+        raise AstraError("--ncu needs a CUDA GPU and Nsight Compute's ncu on PATH")
+    entry = PatchStore().get(spec.name)
+    folder = Path(out or f"runs/ncu-{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    items = [f"{spec.name}:{'x'.join(map(str, s))}" for s in resolve_shapes(spec, shapes)]
+    ncu_table(folder, items, patches=entry.folder.parent)
+    click.echo(f"results: {folder}")
+    return 0
 
 
 EAGER_HOST_BOUND = 1.5

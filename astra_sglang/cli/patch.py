@@ -145,8 +145,10 @@ def record_cmd(rows, patches, gpu, date, source):
 @PATCHES_OPTION
 @click.option("--shapes", default="quick+held_out", show_default=True, help="Shape set(s) or explicit list (16x4096,...).")
 @click.option("--no-time", is_flag=True, help="Correctness only.")
+@click.option("--sanitize", is_flag=True, help="Then compute-sanitizer memcheck and racecheck over the patch: one "
+              "launch per dtype it serves and per edge, held-out, quick and paper shape the sanitizer can afford.")
 @_errors
-def verify_cmd(op, patches, shapes, no_time):
+def verify_cmd(op, patches, shapes, no_time, sanitize):
     """Re-check patch OP against SGLang's original op on this GPU (isolated harness run).
 
     A config patch (fused_moe) is verified file by file at the batch sizes it tunes, or at --shapes given as
@@ -156,12 +158,15 @@ def verify_cmd(op, patches, shapes, no_time):
     Examples:
       astra-sglang patch verify fused_add_rmsnorm --shapes 1x4096,128x4096
       astra-sglang patch verify fused_moe --patches my-patches
+      astra-sglang patch verify rmsnorm --no-time --sanitize
     """
     import torch
 
     from astra_sglang.specs.registry import resolve_shapes
 
     entry = PatchStore(patches).get(op)
+    if sanitize and entry.manifest.kind != "cuda":
+        raise AstraError(f"--sanitize checks CUDA kernels; {op} is a {entry.manifest.kind} patch (SGLang's own kernel)")
     if not torch.cuda.is_available():
         raise AstraError("patch verify needs a CUDA GPU; none is visible here")
     from astra_sglang.harness.isolate import evaluate
@@ -195,6 +200,30 @@ def verify_cmd(op, patches, shapes, no_time):
         speed = result.geomean_speedup
         click.echo(f"{op}: {req.candidate.name()} verified on {result.gpu}"
                    + (f", geomean speedup {speed:.2f}x" if speed else ""))
+    if sanitize:
+        sanitize_patch(entry, echo=click.echo)
+
+
+SANITIZE_SHAPES = "edge+held_out+quick+paper"
+
+
+def sanitize_patch(entry, echo) -> None:
+    """compute-sanitizer (harness/sanitize.py) over a CUDA patch: AstraError on a finding, or where it cannot run."""
+    from astra_sglang.harness.sanitize import SanitizeRequest, sanitize, small_shapes
+    from astra_sglang.specs.registry import resolve_shapes
+
+    req = SanitizeRequest(kernel=entry.spec.name, source=str(entry.kernel_path), defines=dict(entry.manifest.defines),
+                          shapes=small_shapes(entry.spec, resolve_shapes(entry.spec, SANITIZE_SHAPES)),
+                          dtypes=list(entry.manifest.dtypes))
+    for report in sanitize(req):
+        said = report.detail.strip().splitlines()[0] if report.detail.strip() else ""
+        if not report.ran:
+            raise AstraError(f"compute-sanitizer {report.tool} could not check {entry.op} here: {said}")
+        if not report.ok:
+            raise AstraError(f"patch {entry.op}: compute-sanitizer {report.tool} found {report.findings} problem(s)"
+                             + (f": {said}" if said else ""))
+        echo(f"{entry.op}: compute-sanitizer {report.tool} clean over {report.launches} launches "
+             f"({len(req.shapes)} shapes x {len(req.dtypes)} dtypes)")
 
 
 def _latest_stats_dir(root: Path) -> Path:

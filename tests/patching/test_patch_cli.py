@@ -190,3 +190,49 @@ def test_launch_refuses_a_patch_for_other_sglang_versions(run, tmp_path):
     (folder / "manifest.json").write_text(json.dumps(manifest))
     result = run(launch.launch_cmd, "--patches", root, "--no-build", "--dry-run")
     assert result.exit_code == 1 and "targets sglang>=9.0, installed is 0.5.17" in result.output
+
+
+@pytest.mark.parametrize("reports, expect", [
+    ([("memcheck", True, True, 0, ""), ("racecheck", True, True, 0, "")], "racecheck clean over 40 launches"),
+    ([("memcheck", True, False, 2, "Invalid __global__ write of size 4\nat kernel+0x40")],
+     "error: patch rmsnorm: compute-sanitizer memcheck found 2 problem(s): Invalid __global__ write of size 4"),
+    ([("memcheck", False, False, 0, "compute-sanitizer not found")],
+     "error: compute-sanitizer memcheck could not check rmsnorm here: compute-sanitizer not found"),
+])
+def test_verify_sanitize_runs_the_harness_sanitizer_over_the_patch(monkeypatch, reports, expect):
+    from astra_sglang.errors import AstraError
+    from astra_sglang.harness import sanitize
+    from astra_sglang.patchset.store import PatchStore
+    from astra_sglang.paths import patches_dir
+    from astra_sglang.specs.registry import resolve_shapes
+
+    asked = []
+
+    def fake(req):
+        asked.append(req)
+        return [sanitize.SanitizerReport(tool=t, ran=ran, ok=ok, findings=n, launches=40, detail=d)
+                for t, ran, ok, n, d in reports]
+
+    monkeypatch.setattr(sanitize, "sanitize", fake)
+    entry = PatchStore(patches_dir()).get("rmsnorm")
+    said = []
+    try:
+        cli.sanitize_patch(entry, echo=said.append)
+        said = "\n".join(said)
+    except AstraError as exc:
+        said = f"error: {exc}"
+    assert expect in said
+    assert "\n" not in said if said.startswith("error:") else len(said.splitlines()) == 2  # a line per tool
+    req = asked[0]
+    assert req.kernel == "rmsnorm" and req.source == str(entry.kernel_path) and req.dtypes == entry.manifest.dtypes
+    assert req.shapes == sanitize.small_shapes(entry.spec, resolve_shapes(entry.spec, "edge+held_out+quick+paper"))
+    assert (1, 4096) in req.shapes
+
+
+def test_verify_sanitize_is_for_cuda_patches(run, tmp_path):
+    folder = write_patch(tmp_path / "patches", op="fused_moe", targets=())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest |= {"kind": "triton-config", "dtypes": ["bfloat16"]}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    result = run(cli.patch_group, "verify", "fused_moe", "--patches", tmp_path / "patches", "--sanitize")
+    assert result.exit_code == 1 and "--sanitize checks CUDA kernels; fused_moe is a triton-config patch" in result.output
