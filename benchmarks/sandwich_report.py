@@ -8,7 +8,7 @@ Usage:
 ROWS.jsonl holds `astra-sglang bench OP --shapes served --sandwich` rows (benchmarks/gpu/evaluator.sh writes
 OUT/sandwich.jsonl). For every enabled patch with rows, the served shapes (those its manifest does not already
 leave to SGLang) whose in-place speedup is below 1 - MARGIN are slow; the tool picks the defer bounds
-(`below_rows`, `min_bytes`: the patch layer's rule, patching.manifest.Defer) that leave every slow shape to
+(`below_rows`, `min_bytes`: the patch layer's rule, patchset.manifest.Defer) that leave every slow shape to
 SGLang and the fewest fast ones, merged with the manifest's own bounds; where no bound keeps a fast shape, the
 patch is disabled. It prints the decisions; with --defer it writes them into patches/<op>/manifest.json, with
 the rows as evidence (SOURCE says where they were measured: GPU, date, commit, command).
@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from astra_sglang.patching.manifest import Defer, PatchManifest
+from astra_sglang.patchset.manifest import Defer, PatchManifest
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 

@@ -222,7 +222,7 @@ def test_cli_bench_l2_mode_reaches_the_request_and_the_rows(tmp_path, monkeypatc
         return EvalResult(kernel=req.kernel, candidate="c", ok=True, build=BuildInfo(ok=True), l2=req.l2)
 
     monkeypatch.setattr(isolate, "evaluate", fake_evaluate)
-    monkeypatch.setattr("astra_sglang.cli._has_gpu", lambda: False)
+    monkeypatch.setattr("astra_sglang.cli.bench._has_gpu", lambda: False)
     out = CliRunner().invoke(main, ["bench", "silu_and_mul", "--shapes", "1x8", "--l2", "hot"])
     assert out.exit_code == 1 and "no CUDA GPU here" in out.output
     assert seen[0].l2 == "hot" and seen[0].sandwich == "off"

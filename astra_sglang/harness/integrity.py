@@ -30,7 +30,7 @@ WATCHED: dict[str, tuple[object, tuple[str, ...] | None]] = {
     "torch.Tensor": (torch.Tensor, None),
 }
 """Objects whose attributes are watched: the names listed, or (None) every attribute of the class."""
-OWN = ("astra_sglang.harness.", "astra_sglang.specs.", "astra_sglang.ops.reference")
+OWN = ("astra_sglang.harness.", "astra_sglang.specs.", "astra_sglang.references.")
 LIBRARIES = ("torch", "sglang", "sgl_kernel", "flashinfer", "triton")
 """A replacement defined in one of these is a library's own patch (SGLang patches some of torch when a baseline
 first imports it), not the candidate's."""

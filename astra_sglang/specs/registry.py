@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from astra_sglang.errors import AstraError
 from astra_sglang.paths import specs_dir, user_ops_dir, user_specs_dir
+from astra_sglang.specs.profiled import profile_shapes
 from astra_sglang.specs.records import KernelSpec
 
 SHAPE_SETS = ("quick", "paper", "models", "edge", "held_out", "all", "gate", "served")
@@ -216,23 +217,6 @@ def parse_shape_list(spec: KernelSpec, text: str) -> list[tuple[int, ...]]:
         if len(shape) != len(spec.dims):
             raise AstraError(f"shape {item!r} needs {len(spec.dims)} dims ({'x'.join(spec.dims)})")
         shapes.append(shape)
-    return shapes
-
-
-def profile_shapes(spec: KernelSpec, path: Path) -> list[tuple[int, ...]]:
-    """The shapes a live server ran `spec`'s op with, from an `astra-sglang profile` JSON (most-called first)."""
-    from astra_sglang.profile.records import Profile
-
-    if not path.is_file():
-        raise AstraError(f"shape source not found: {path}")
-    try:
-        profile = Profile.model_validate_json(path.read_text())
-    except ValueError as exc:
-        raise AstraError(f"{path} is not an astra-sglang profile: {str(exc).splitlines()[0]}") from None
-    shapes = [s for s in profile.shapes_of(spec.name) if len(s) == len(spec.dims) and spec.supports(s)]
-    if not shapes:
-        raise AstraError(f"{path} records no call of {spec.name} (profiled ops: "
-                         f"{', '.join(sorted({o.op for p in profile.phases for o in p.ops})) or 'none'})")
     return shapes
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from astra_sglang.patching.manifest import PatchManifest
+from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.paths import patches_dir
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 

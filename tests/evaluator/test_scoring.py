@@ -5,12 +5,12 @@ import json
 import pytest
 from rich.console import Console
 
-from astra_sglang.agents.records import LLMConfig, RunConfig
-from astra_sglang.agents.winner import eligible, select_winner
 from astra_sglang.harness.gpu_eval import physics
 from astra_sglang.harness.limits import COMPUTE_MARGIN, FLOOR_MARGIN, REGRESSION_FLOOR, ROOFLINE_MARGIN
 from astra_sglang.harness.records import EvalResult, SandwichTiming, ShapeResult, Timing
 from astra_sglang.harness.report import print_result, write_jsonl
+from astra_sglang.optimize.records import LLMConfig, RunConfig
+from astra_sglang.optimize.winner import eligible, select_winner
 from astra_sglang.specs.registry import GATE, all_specs, model_shapes, resolve_shapes
 
 
