@@ -9,8 +9,10 @@ from pathlib import Path
 import click
 
 from astra_sglang.errors import AstraError
-from astra_sglang.optimize.records import LLMConfig, RunOutcome
-from astra_sglang.optimize.run import RunOptions, llm_run, resume_run, summary, tuner_run
+from astra_sglang.optimize.records import LLMConfig, RoleModel, RunOutcome
+from astra_sglang.optimize.run import RunOptions, llm_run, load_settings, resume_run, summary, tuner_run
+
+EFFORTS = ("minimal", "low", "medium", "high")
 
 
 def harness_evaluator():
@@ -35,6 +37,41 @@ def llm_configured(llm: str | None, base_url: str | None, api_key: str | None) -
     return bool(llm or base_url or api_key or os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
 
 
+def parse_price(text: str) -> tuple[str, tuple[float, ...]]:
+    """MODEL=IN/OUT or MODEL=IN/CACHED/OUT (USD per 1M tokens)."""
+    model, _, numbers = text.partition("=")
+    try:
+        value = tuple(float(x) for x in numbers.split("/"))
+    except ValueError:
+        value = ()
+    if not model or len(value) not in (2, 3) or min(value) < 0:
+        raise AstraError(f"--price {text!r}: write MODEL=IN/OUT or MODEL=IN/CACHED/OUT in USD per 1M tokens")
+    return model, value
+
+
+def role_model(text: str | None, option: str) -> RoleModel | None:
+    """MODEL or MODEL@EFFORT."""
+    if not text:
+        return None
+    model, _, effort = text.partition("@")
+    if effort and effort not in EFFORTS:
+        raise AstraError(f"{option} {text!r}: the effort after @ is one of {', '.join(EFFORTS)}")
+    return RoleModel(model=model or None, reasoning_effort=effort or None)
+
+
+def llm_settings(llm, base_url, api_key, api, budget_usd, max_tokens, effort, prices, roles, file_llm) -> LLMConfig:
+    """The endpoint, models per role and prices: the settings file's, then the command line's over them."""
+    merged = dict(file_llm)
+    merged.update({k: v for k, v in dict(model=llm, base_url=base_url, budget_usd=budget_usd, max_tokens=max_tokens,
+                                         reasoning_effort=effort).items() if v is not None})
+    merged["prices"] = {**merged.get("prices", {}), **dict(parse_price(p) for p in prices)}
+    merged["roles"] = {**merged.get("roles", {}), **{r: m for r, m in roles.items() if m is not None}}
+    merged.setdefault("model", "o4-mini")
+    if api != "auto" or "api" not in merged:
+        merged["api"] = api
+    return LLMConfig(api_key=api_key, **merged)
+
+
 @click.command("optimize")
 @click.argument("kernels", nargs=-1, metavar="[KERNEL]...")
 @click.option("--all", "every", is_flag=True, help="Every op that has a spec, as one job.")
@@ -44,12 +81,28 @@ def llm_configured(llm: str | None, base_url: str | None, api_key: str | None) -
               "file (default: our own first kernel; the tuner: the op's patch, the user folder's over the shipped "
               "one).")
 @click.option("--rounds", "-r", type=int, default=None, help="Rounds R (default 5; with --resume: extend to R).")
-@click.option("--population", "-n", type=click.IntRange(min=1), default=4, show_default=True, help="Candidates per round, in flight "
-              "at once (1 with --plans 1 --repairs 0 is the paper's one-candidate loop).")
-@click.option("--plans", type=click.IntRange(min=1), default=2, show_default=True, help="Distinct plans per round; each is coded "
-              "population/plans times (n samples of one prompt).")
-@click.option("--repairs", type=click.IntRange(min=0), default=2, show_default=True, help="Repairs of a failed candidate, each with "
-              "its build log or mismatching shapes.")
+@click.option("--population", "-n", type=click.IntRange(min=1), default=None, help="Candidates a round (a planner call) "
+              "leads to, drafted at once (default 4).")
+@click.option("--plans", type=click.IntRange(min=1), default=None, help="Distinct plans a round; each is coded "
+              "population/plans times, n samples of one prompt (default 2).")
+@click.option("--repairs", type=click.IntRange(min=0), default=None, help="Repairs of a failed candidate, each with "
+              "its build log or mismatching shapes (default 2).")
+@click.option("--speed-turns", type=click.IntRange(min=0), default=None, help="Turns a correct but slow candidate (slower "
+              "than its parent, or far from the floor) gets back with its per-shape timings and metrics (default 2).")
+@click.option("--islands", type=click.IntRange(min=1), default=None, help="Sub-populations the rounds take turns on, "
+              "with migration of their best kernels (default 2).")
+@click.option("--inflight", type=click.IntRange(min=1), default=None, help="Most candidates in flight at once (default: "
+              "as many as keep the GPUs busy at the model's latency; 1 with --population 1 --plans 1 --repairs 0 "
+              "--speed-turns 0 --islands 1 is the paper's loop).")
+@click.option("--model-plan", metavar="MODEL[@EFFORT]", help="The planner's model (and reasoning effort), e.g. o3@high.")
+@click.option("--model-code", metavar="MODEL[@EFFORT]", help="The coder's model (and reasoning effort).")
+@click.option("--model-reflect", metavar="MODEL[@EFFORT]", help="The reflector's and the memory summarizer's model.")
+@click.option("--effort", type=click.Choice(EFFORTS), help="Reasoning effort of every role without its own.")
+@click.option("--price", "prices", multiple=True, metavar="MODEL=IN/OUT", help="USD per 1M prompt/completion tokens "
+              "(or IN/CACHED/OUT) of a model the price table does not know; needed for such a model with --budget-usd.")
+@click.option("--config", "settings_file", type=click.Path(exists=True, dir_okay=False), help="Settings file (TOML, or "
+              "JSON): any RunConfig field (speed_turns, islands, plateau, ncu_share, ...) and LLMConfig's under [llm] "
+              "(roles, reasoning_effort, prices); the command line wins.")
 @click.option("--gpus", metavar="LIST", help="GPUs to evaluate on, one worker each (0,1; none = no GPU); default: "
               "CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists.")
 @click.option("--ray", metavar="ADDRESS", help="Builds and evaluations as Ray tasks: auto (the cluster this machine "
@@ -82,7 +135,8 @@ def llm_configured(llm: str | None, base_url: str | None, api_key: str | None) -
 @click.option("--compile-only", is_flag=True, help="Build candidates only (machines without a GPU).")
 @click.option("--patches-dir", type=click.Path(file_okay=False), help="Also write each winner there (default: "
               "HOME/patches, which `launch` loads over the shipped set); it is always written to RUN_DIR/patch/.")
-def optimize(kernels, every, profile, start, rounds, population, plans, repairs, gpus, ray, llm, base_url, api_key,
+def optimize(kernels, every, profile, start, rounds, population, plans, repairs, speed_turns, islands, inflight,
+             model_plan, model_code, model_reflect, effort, prices, settings_file, gpus, ray, llm, base_url, api_key,
              api, out, resume_dir, single_agent, budget_usd, max_tokens, shapes, baseline, force_tuner, extracted,
              compile_only, patches_dir):
     """Optimize KERNEL (or several, --all, or a profile's ops) with Astra's agents, a population of
@@ -102,7 +156,8 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
       astra-sglang optimize silu_and_mul --llm o4-mini --gpus 0,1 --population 8
       astra-sglang optimize rmsnorm --llm o4-mini --ray auto
       astra-sglang optimize silu_and_mul --llm qwen3-coder --base-url http://localhost:30000/v1
-      astra-sglang optimize merge_attn_states_lse --population 1 --plans 1 --repairs 0 --llm o4-mini
+      astra-sglang optimize rmsnorm --llm gpt-5-mini --model-plan o3@high --budget-usd 3
+      astra-sglang optimize rmsnorm --llm my-coder --base-url http://localhost:30000/v1 --price my-coder=0.2/0.8
       astra-sglang optimize silu_and_mul --resume runs/silu_and_mul-20260101-120000
       astra-sglang optimize rmsnorm --tuner --from-extracted=flashinfer   # no hand-written kernel needed
     """
@@ -114,8 +169,14 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
     over_shipped = not patches_dir
     patches_dir = patches_dir or str(user_patches_dir())
 
-    llm_config = LLMConfig(model=llm or "o4-mini", base_url=base_url, api_key=api_key, budget_usd=budget_usd,
-                           max_tokens=max_tokens, api=api)
+    run_settings, file_llm = load_settings(settings_file) if settings_file else ({}, {})
+    given = dict(population=population, plans=plans, repairs=repairs, speed_turns=speed_turns, islands=islands,
+                 inflight=inflight)
+    run_settings.update({k: v for k, v in given.items() if v is not None})
+    roles = {"planner": role_model(model_plan, "--model-plan"), "coder": role_model(model_code, "--model-code")}
+    if (reflecting := role_model(model_reflect, "--model-reflect")) is not None:
+        roles.update(reflector=reflecting, summarizer=reflecting)
+    llm_config = llm_settings(llm, base_url, api_key, api, budget_usd, max_tokens, effort, prices, roles, file_llm)
     if resume_dir:
         ops = [] if (Path(resume_dir) / "config.json").is_file() else sorted(
             p.name for p in Path(resume_dir).iterdir() if (p / "config.json").is_file())
@@ -129,10 +190,14 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
             raise AstraError("--from names one start kernel: give one op")
         if start and extracted is not None:
             raise AstraError("--from and --from-extracted both name a start kernel: give one")
-    use_llm = llm_configured(llm, base_url, api_key) and not force_tuner and extracted is None
-    config = RunOptions(rounds=rounds, population=population, plans=plans, repairs=repairs, shapes=shapes,
-                        single_agent=single_agent, compile_only=compile_only, baseline=baseline, start=start,
-                        extracted=extracted)
+    use_llm = (llm_configured(llm, base_url, api_key) or bool(file_llm)) and not force_tuner and extracted is None
+    if use_llm and not resume_dir:
+        from astra_sglang.optimize.agents.llm import meter_for
+
+        meter_for(llm_config)  # an unpriced model with --budget-usd: one clear error before anything runs
+    config = RunOptions(rounds=rounds, shapes=shapes, single_agent=single_agent, compile_only=compile_only,
+                        baseline=baseline, start=start,
+                        extracted=extracted, settings=run_settings)
     pool = make_pool(ray, gpus)
     try:
         if resume_dir and not ops:

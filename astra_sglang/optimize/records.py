@@ -14,6 +14,26 @@ from astra_sglang.harness.records import EvalResult
 Shape = tuple[int, ...]
 
 
+Role = Literal["planner", "coder", "profiler", "tester", "reflector", "summarizer"]
+"""The agents' roles, each of which may have a model (and a reasoning effort) of its own."""
+Effort = Literal["minimal", "low", "medium", "high"]
+
+
+class RoleModel(BaseModel):
+    """One role's model, where it differs from the run's (every field left out: the run's value)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    model: str | None = None
+    """Model name sent to the endpoint for this role."""
+    reasoning_effort: Effort | None = None
+    """`reasoning_effort` sent with this role's requests (reasoning models)."""
+    base_url: str | None = None
+    """Another endpoint for this role (its API key: the run's)."""
+    temperature: float | None = None
+    """Sampling temperature of this role's requests."""
+
+
 class LLMConfig(BaseModel):
     """How to reach an OpenAI-compatible chat endpoint, and how much the run may spend on it."""
 
@@ -51,7 +71,24 @@ class LLMConfig(BaseModel):
     """Stop the run cleanly once this many prompt + completion tokens have been used."""
     prices: dict[str, tuple[float, float] | tuple[float, float, float]] = Field(default_factory=dict)
     """Extra or overriding prices, USD per 1M tokens: model -> (prompt, completion) or (prompt, cached prompt,
-    completion)."""
+    completion). With `budget_usd`, every model the run uses must have a price (listed or given here)."""
+    reasoning_effort: Effort | None = None
+    """`reasoning_effort` sent with every request (reasoning models); None = the endpoint's default."""
+    roles: dict[Role, RoleModel] = Field(default_factory=dict)
+    """Per-role models: e.g. {"planner": {"model": "o3", "reasoning_effort": "high"}, "coder": {"model":
+    "gpt-5-mini"}}; a role left out uses `model`. All roles share the run's budget."""
+
+    def for_role(self, role: Role) -> "LLMConfig":
+        """This config as one role sees it (its own model, effort, endpoint and temperature where set)."""
+        own = self.roles.get(role)
+        if own is None:
+            return self
+        update = {k: v for k, v in own.model_dump().items() if v is not None}
+        return self.model_copy(update=update)
+
+    def models(self) -> list[str]:
+        """Every model name the run may call."""
+        return list(dict.fromkeys([self.model, *(r.model for r in self.roles.values() if r.model)]))
 
 
 class RunConfig(BaseModel):
@@ -90,11 +127,47 @@ class RunConfig(BaseModel):
     llm_profile_summary: bool = True
     """Let the ProfilingAgent's LLM condense the rule-based profile facts (multi-agent mode)."""
     population: int = Field(default=4, ge=1)
-    """Candidates per round, written in parallel; 1 (with plans=1, repairs=0) is the paper's loop."""
+    """Candidates a planner call leads to, written in parallel; 1 (with plans=1, repairs=0, speed_turns=0,
+    islands=1, reflect=False) is the paper's loop."""
     plans: int = Field(default=2, ge=1)
-    """Distinct plans per round; each is coded population/plans times (`n` samples in one request)."""
+    """Distinct plans per planner call; each is coded population/plans times (`n` samples in one request)."""
     repairs: int = Field(default=2, ge=0)
     """How often a failed candidate is sent back to its coder with the build log or the mismatching shapes."""
+    speed_turns: int = Field(default=2, ge=0)
+    """How often a correct candidate that is slower than its parent, or far from the floor, is sent back to its
+    coder with its per-shape timings and metrics (a lineage does not end at its first correct kernel)."""
+    far_from_floor: float = 1.3
+    """A correct candidate whose time is above this multiple of the floor at some shape is far from it."""
+    islands: int = Field(default=2, ge=1)
+    """Sub-populations: each planner call works on one island's best kernels (round robin), so one early
+    winner does not narrow every lineage."""
+    migrate_every: int = Field(default=4, ge=1)
+    """Every this many planner calls, the other islands' best kernel is offered as a parent too."""
+    inflight: int | None = None
+    """Most candidates in flight at once; None = as many as keep the GPUs busy at the model's measured latency
+    (Little's law over the measured LLM and evaluation times), at most 16 a GPU."""
+    plateau: int = Field(default=6, ge=0)
+    """Stop once this many planner calls in a row finished without improving the best by `plateau_gain`
+    (0 = never)."""
+    plateau_gain: float = 0.01
+    """The relative gain in geomean speedup that counts as an improvement."""
+    max_rounds: int | None = None
+    """The adaptive budget's ceiling: a planner call that finds a new best late in the run grants more calls,
+    up to this many (None = 2 x rounds)."""
+    reflect: bool = True
+    """After each candidate lineage ends, the reflector writes what it teaches (the planner reads it)."""
+    memory: bool = True
+    """Read and write the lesson store across ops and runs (HOME/memory.jsonl): what worked on which kind of
+    op and GPU, with the measured gain."""
+    memory_chars: int = 12000
+    """Past plans are shown whole up to about this many characters; older ones are summarized by the model."""
+    ncu_share: float = 0.25
+    """Nsight Compute budget: profile a correct candidate (before/after its parent) while profiling has taken
+    less than this share of the evaluations' GPU time; a new best is always profiled."""
+    ncu_shapes: int = Field(default=2, ge=1)
+    """Shapes each profile covers: the one furthest from the floor and the slowest against the parent."""
+    ncu_metrics: int = Field(default=32, ge=1)
+    """Most Nsight Compute metrics a prompt carries, chosen by relevance to the bottleneck."""
     elites: int = 4
     """Size of the scored database's diverse best set: the parents a planner picks from."""
     roofline_margin: float = 0.05
@@ -123,6 +196,8 @@ class Usage(BaseModel):
     cached_tokens: int = 0
     """Of the prompt tokens, those the endpoint served from its prompt cache (priced at the cached rate)."""
     cost_usd: float = 0.0
+    estimated_tokens: int = 0
+    """Of the tokens, those estimated from characters (the server sent no usage)."""
 
     @property
     def tokens(self) -> int:
@@ -132,7 +207,8 @@ class Usage(BaseModel):
         return Usage(prompt_tokens=self.prompt_tokens + other.prompt_tokens,
                      completion_tokens=self.completion_tokens + other.completion_tokens,
                      cached_tokens=self.cached_tokens + other.cached_tokens,
-                     cost_usd=self.cost_usd + other.cost_usd)
+                     cost_usd=self.cost_usd + other.cost_usd,
+                     estimated_tokens=self.estimated_tokens + other.estimated_tokens)
 
 
 class Message(BaseModel):
@@ -184,12 +260,20 @@ class PlanItem(BaseModel):
     parent: str = ""
     """The database entry the change starts from ("" = the best)."""
     text: str
+    key: str = ""
+    """The planner's own short name for the idea (repeats are detected by it and by the text)."""
 
 
 class PlanSet(BaseModel):
-    """The PlanningAgent's plans for one round."""
+    """The PlanningAgent's plans for one round (one planner call)."""
 
     plans: list[PlanItem]
+    island: int = 0
+    """The island the round works on."""
+    migrants: list[str] = Field(default_factory=list)
+    """Other islands' best kernels offered to this round as parents (migration)."""
+    dropped: list[str] = Field(default_factory=list)
+    """Plans left out because they repeat an earlier plan, with the earlier one named."""
 
 
 class Drafts(BaseModel):
@@ -210,6 +294,8 @@ class CodeResult(BaseModel):
     """The database entry the candidate started from."""
     plan_index: int | None = None
     """Which of its round's plans it implements (None in single-agent mode)."""
+    island: int = 0
+    """The island of its round."""
     plan: str = ""
     """Single-agent mode: the plan the same answer gave."""
     shapes: list[Shape] = Field(default_factory=list)

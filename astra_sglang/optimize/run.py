@@ -1,11 +1,17 @@
 """One op's run under `optimize`: the LLM loop, the built-in tuner or a resumed run, then what becomes of its
-winner (the summary lines and the patch written, unless a patch already there measured better)."""
+winner (the summary lines and the patch written, unless a patch already there measured better). Also the
+settings file (`--config`): RunConfig's fields, and LLMConfig's under `llm`, each documented on its field."""
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+import json
+import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from astra_sglang.errors import AstraError
 from astra_sglang.optimize.records import LLMConfig, RunConfig, RunOutcome, Winner
 from astra_sglang.optimize.starts import start_source, tuner_start
 from astra_sglang.specs.records import KernelSpec
@@ -16,32 +22,62 @@ class RunOptions:
     """What the command line says about every op's run (a job runs several with the same options)."""
 
     rounds: int | None
-    population: int
-    plans: int
-    repairs: int
     shapes: str
     single_agent: bool
     compile_only: bool
     baseline: str | None
     start: str | None
     extracted: str | None = None
+    settings: dict = field(default_factory=dict)
+    """RunConfig fields from `--config`, and the command line's over them (population, plans, repairs, speed
+    turns, islands, in flight): what neither sets keeps RunConfig's default."""
+
+
+FIXED = ("kernel", "start_source", "llm")
+"""RunConfig fields a settings file cannot set: the op, its start kernel, and `llm` (merged field by field)."""
+
+
+def load_settings(path: str | Path) -> tuple[dict, dict]:
+    """A settings file (TOML, or JSON for a .json name) -> (RunConfig fields, LLMConfig fields), each checked
+    against the models, so a misspelled or ill-typed field is one clear error naming it."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text()) if path.suffix == ".json" else tomllib.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise AstraError(f"{path}: not a readable settings file ({exc})") from None
+    llm = data.pop("llm", {}) or {}
+    unknown = sorted(set(data) - set(RunConfig.model_fields) | set(data) & set(FIXED))
+    unknown += sorted(f"llm.{k}" for k in set(llm) - set(LLMConfig.model_fields) | set(llm) & {"api_key"})
+    if unknown:
+        raise AstraError(f"{path}: unknown or fixed setting(s) {', '.join(unknown)} (RunConfig / LLMConfig fields "
+                         "are listed in docs/search.md)")
+    try:
+        RunConfig(kernel="x", **data)
+        LLMConfig(**llm)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise AstraError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    return data, llm
 
 
 def llm_run(op: str, run_dir: Path, pool, llm_config: LLMConfig, opts: RunOptions, echo) -> RunOutcome:
-    from astra_sglang.optimize.agents.llm import OpenAIModel
     from astra_sglang.optimize.agents.loop import run
+    from astra_sglang.optimize.agents.models import Models
     from astra_sglang.specs.registry import get_spec
 
     spec = get_spec(op)
     start = start_source(spec, opts.start)
-    config = RunConfig(kernel=spec.name, start_source=str(start), baseline=opts.baseline or "",
-                       rounds=opts.rounds or 5, shapes=opts.shapes, population=opts.population, plans=opts.plans,
-                       repairs=opts.repairs, single_agent=opts.single_agent, compile_only=opts.compile_only,
-                       llm=llm_config)
-    echo(f"optimizing {spec.name} from {start} with {llm_config.model}: {config.population} candidates a round; "
-         f"run dir {run_dir}")
-    return run(config, run_dir, pool, OpenAIModel(llm_config), profiler=profiler(spec, opts.compile_only),
-               echo=echo)
+    fields = {"rounds": 5, "shapes": opts.shapes, **opts.settings}  # the settings file over the defaults
+    fields.update({k: v for k, v in dict(rounds=opts.rounds, baseline=opts.baseline,
+                                         single_agent=opts.single_agent or None,
+                                         compile_only=opts.compile_only or None).items() if v})
+    if opts.shapes != RunConfig.model_fields["shapes"].default:
+        fields["shapes"] = opts.shapes  # the command line over the file, where it names shapes
+    config = RunConfig(kernel=spec.name, start_source=str(start), llm=llm_config, **fields)
+    models = Models.from_config(llm_config)
+    echo(f"optimizing {spec.name} from {start} with {models.describe()}: {config.population} candidates a round, "
+         f"{config.islands} island(s); run dir {run_dir}")
+    return run(config, run_dir, pool, models, profiler=profiler(spec, opts.compile_only), echo=echo)
 
 
 def tuner_run(op: str, run_dir: Path, pool, opts: RunOptions, echo) -> RunOutcome:
@@ -77,23 +113,25 @@ def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, po
 
 def resume_run(run_dir: Path, pool, llm_config: LLMConfig, rounds: int | None, echo) -> RunOutcome:
     from astra_sglang.optimize.agents.journal import RunLog
-    from astra_sglang.optimize.agents.llm import OpenAIModel
     from astra_sglang.optimize.agents.loop import resume
+    from astra_sglang.optimize.agents.models import Models
     from astra_sglang.specs.registry import get_spec
 
     saved = RunLog.load_config(run_dir)
     given = {k: v for k, v in llm_config.model_dump(exclude_defaults=True).items()}
     merged = saved.llm.model_copy(update={**given, "api_key": llm_config.api_key})
-    overrides = {"llm": merged, **({"rounds": rounds} if rounds else {})}
-    return resume(run_dir, pool, OpenAIModel(merged), profiler=profiler(get_spec(saved.kernel), saved.compile_only),
-                  echo=echo, **overrides)
+    overrides = {"llm": merged, **({"rounds": rounds, "max_rounds": max(rounds, saved.max_rounds or 0)}
+                                   if rounds else {})}
+    return resume(run_dir, pool, Models.from_config(merged),
+                  profiler=profiler(get_spec(saved.kernel), saved.compile_only), echo=echo, **overrides)
 
 
 def profiler(spec: KernelSpec, compile_only: bool):
-    """Nsight Compute facts for the ProfilingAgent where ncu is installed (GPU runs only)."""
-    from astra_sglang.harness.ncu import NcuProfiler
+    """Nsight Compute for the agents where ncu is installed (GPU runs only): several shapes, the sections that
+    matter, the source page's hotspots (optimize/agents/ncu_deep.py)."""
+    from astra_sglang.optimize.agents.ncu_deep import DeepProfiler
 
-    return NcuProfiler(spec.name) if not compile_only and NcuProfiler.available() else None
+    return DeepProfiler(spec.name) if not compile_only and DeepProfiler.available() else None
 
 
 def summary(outcome: RunOutcome, patches_dir: str | None, echo=print, over_shipped: bool = False) -> None:

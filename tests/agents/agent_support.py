@@ -119,8 +119,32 @@ def kernel(mark: str = "", extra: str = "") -> str:
 
 
 PLAN = "1. Vectorize loads with 16-byte accesses.\n2. Use __expf in place of expf."
+IDEAS = ["Vectorize loads with 16-byte accesses", "Use __expf in place of expf", "Process two rows per block",
+         "Unroll the inner loop four times", "Launch 256 threads per block for small rows",
+         "Hoist the row pointer arithmetic out of the loop", "Use a grid-stride loop over rows",
+         "Read the gate and up halves with one aligned access each", "Keep the activation in fp32 registers",
+         "Skip the bounds check on full vectors"]
+
+
+def plans(n: int) -> list[str]:
+    """n plans in prose that do not repeat each other (a repeated plan is left out by the planner's check)."""
+    return [f"1. {IDEAS[i]}." if i < len(IDEAS) else f"1. {IDEAS[i % len(IDEAS)]}.\n2. "
+            f"{IDEAS[(i // len(IDEAS) + i) % len(IDEAS)]}." for i in range(n)]
+
+
+class FreshPlans:
+    """A default planning answer that never repeats an earlier one."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, body=None) -> str:
+        self.count += 1
+        return plans(self.count)[-1]
 TESTS = '```json\n{"shapes": [[7, 4100], [1, 128], [3, 5, 7], [0, 4]], "trials": 4, "rationale": "tails"}\n```'
 SUMMARY = "- memory bound at large shapes\n- latency bound at 1 token"
+REFLECTION = "Vectorizing paid off at the large shapes; the one-token shape stays launch bound."
+DIGEST = "- round 1: vectorized loads measured 1.2x; the scalar tail was needed for odd widths"
 
 
 @pytest.fixture
@@ -128,6 +152,7 @@ def fake():
     servers = []
 
     def start(scripts, defaults=None):
+        defaults = {"reflection": REFLECTION, "memory": DIGEST, **(defaults or {})}
         server = FakeOpenAI(RoleScript(scripts, defaults)).__enter__()
         servers.append(server)
         return server
@@ -144,13 +169,21 @@ def llm_config(server, **kw) -> LLMConfig:
 
 
 def run_config(**kw) -> RunConfig:
-    """The paper's loop (one candidate a round, no repairs) unless the test asks for a population."""
+    """The paper's loop (one candidate a round, no repairs or speed turns, one island, one lineage in flight, no
+    reflection or lesson store, a fixed number of rounds) unless the test asks for a population."""
     kw.setdefault("population", 1)
     kw.setdefault("plans", 1)
     kw.setdefault("repairs", 0)
+    kw.setdefault("speed_turns", 0)
+    kw.setdefault("islands", 1)
+    kw.setdefault("inflight", 1)
+    kw.setdefault("reflect", False)
+    kw.setdefault("memory", False)
+    kw.setdefault("plateau", 0)
     kw.setdefault("kernel", "silu_and_mul")
     kw.setdefault("start_source", str(kernels_dir() / "silu_and_mul.cu"))
     kw.setdefault("shapes", "quick")
     kw.setdefault("dtypes", ["bfloat16"])
     kw.setdefault("rounds", 2)
+    kw.setdefault("max_rounds", kw["rounds"])  # no rounds granted for a late new best
     return RunConfig(**kw)

@@ -40,7 +40,8 @@ class Stall:
 
 Action = Union[Answer, Fail, Stall, str]
 ROLES = {"TestingAgent": "testing", "ProfilingAgent": "profiling", "PlanningAgent": "planning",
-         "CodingAgent": "coding", "CUDA performance engineer": "single"}
+         "CodingAgent": "coding", "CUDA performance engineer": "single", "ReflectionAgent": "reflection",
+         "MemoryAgent": "memory"}
 # What SGLang 0.5.17 answers on chat when the tokenizer has no chat template (transformers' ValueError, as 400)
 NO_TEMPLATE = ("Cannot use chat template functions because tokenizer.chat_template is not set and no template "
                "argument was passed! For information about writing templates and setting the "
@@ -79,7 +80,8 @@ def words(body: dict) -> int:
 
 
 class RoleScript:
-    """Answers per role, in order; a role whose script is used up repeats its `default` (or fails 500)."""
+    """Answers per role, in order; a role whose script is used up repeats its `default` (or fails 500). A
+    default may be a function of the request body (a fresh answer each time)."""
 
     def __init__(self, scripts: dict[str, list[Action]], defaults: dict[str, Action] | None = None):
         self.scripts = {k: list(v) for k, v in scripts.items()}
@@ -92,7 +94,8 @@ class RoleScript:
         queue = self.scripts.get(role, [])
         if queue:
             return queue.pop(0)
-        return self.defaults.get(role, Fail(500))
+        default = self.defaults.get(role, Fail(500))
+        return default(body) if callable(default) else default
 
 
 class FakeOpenAI:

@@ -84,10 +84,10 @@ def test_budgets_raise_before_the_next_request():
             model.complete(HI)
         assert len(server.requests) == 1
     scripted = ScriptedModel(["x" * 4000] * 3, name="o4-mini", config=LLMConfig(budget_usd=0.008))
-    scripted.complete(HI)
-    scripted.complete(HI)
-    with pytest.raises(BudgetExceeded, match=r"budget spent: \$"):
+    scripted.complete(HI)  # $0.0044: a second answer like it would pass the budget, so it is never asked
+    with pytest.raises(BudgetExceeded, match=r"budget spent: \$0.0044 of \$0.0080 .*this request ~\$0.0044"):
         scripted.complete(HI)
+    assert scripted.usage.cost_usd <= 0.008
 
 
 def test_cached_prompt_tokens_are_priced_as_such_and_logged(tmp_path):

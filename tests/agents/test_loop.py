@@ -2,7 +2,7 @@
 import json
 
 import pytest
-from agent_support import PLAN, SUMMARY, TESTS, Killed, StandIn, kernel, llm_config, run_config
+from agent_support import PLAN, SUMMARY, TESTS, FreshPlans, Killed, StandIn, kernel, llm_config, plans, run_config
 from fake_openai import Answer, Fail, Stall
 
 from astra_sglang.optimize.agents.journal import RunLog
@@ -18,7 +18,7 @@ def rounds(run_dir):
 
 
 def test_good_run(fake, tmp_path):
-    server = fake({"testing": [TESTS], "planning": [PLAN] * 2,
+    server = fake({"testing": [TESTS], "planning": plans(2),
                    "coding": [kernel("speedup=1.2"), kernel("speedup=1.4")]}, {"profiling": SUMMARY})
     evaluator = StandIn()
     outcome = run(run_config(), tmp_path / "run", evaluator, OpenAIModel(llm_config(server)))
@@ -59,7 +59,7 @@ def test_malformed_then_unsafe_answers_are_fed_back(fake, tmp_path):
     transcript = json.loads((tmp_path / "r" / "transcripts" / "r01-code-c0a0.json").read_text())
     assert len(transcript["errors"]) == 1
     # unsafe code twice: the candidate gives up (one repair), it is logged as unsafe, the run goes on
-    server = fake({"testing": [TESTS], "planning": [PLAN] * 2,
+    server = fake({"testing": [TESTS], "planning": plans(2),
                    "coding": [kernel("speedup=2", 'static void f() { system("id"); }\n')] * 2 + [kernel("speedup=1.3")]},
                   {"profiling": SUMMARY})
     outcome = run(run_config(repairs=1), tmp_path / "u", StandIn(), OpenAIModel(llm_config(server)))
@@ -69,7 +69,7 @@ def test_malformed_then_unsafe_answers_are_fed_back(fake, tmp_path):
 
 
 def test_build_fail_crash_wrong_and_held_out(fake, tmp_path):
-    server = fake({"testing": [TESTS], "planning": [PLAN] * 5,
+    server = fake({"testing": [TESTS], "planning": plans(5),
                    "coding": [kernel("build_fail"), kernel("crash"), kernel("wrong"),
                               kernel("speedup=1.5", "// MARK heldout_wrong\n"), kernel("speedup=1.2")]},
                   {"profiling": SUMMARY})
@@ -78,14 +78,14 @@ def test_build_fail_crash_wrong_and_held_out(fake, tmp_path):
     assert status == {0: "ok", 1: "build", 2: "crash", 3: "wrong", 4: "ok", 5: "ok"}
     # round 4 is fastest on the suite but wrong on held-out shapes: round 5 wins
     assert outcome.winner.round == 5 and outcome.winner.speedup == pytest.approx(1.2)
-    plans = [r for r in server.requests if "PlanningAgent" in r["messages"][0]["content"]]
-    assert "r01-c0-a0 (from r00): build (nvcc failed)" in plans[1]["messages"][-1]["content"]
-    assert "illegal memory access" in plans[2]["messages"][-1]["content"]
-    assert "incorrect" in plans[3]["messages"][-1]["content"]
+    asked = [r for r in server.requests if "PlanningAgent" in r["messages"][0]["content"]]
+    assert "r01-c0-a0 (from r00): build (nvcc failed)" in asked[1]["messages"][-1]["content"]
+    assert "illegal memory access" in asked[2]["messages"][-1]["content"]
+    assert "incorrect" in asked[3]["messages"][-1]["content"]
 
 
 def test_rate_limits_and_timeouts_inside_the_loop(fake, tmp_path):
-    server = fake({"testing": [Fail(429, 0), TESTS], "planning": [Stall(1.2, Answer(PLAN)), PLAN],
+    server = fake({"testing": [Fail(429, 0), TESTS], "planning": [Stall(1.2, Answer(PLAN)), plans(2)[1]],
                    "coding": [Fail(500), kernel("speedup=1.3")]}, {"profiling": SUMMARY})
     outcome = run(run_config(rounds=1), tmp_path / "r", StandIn(), OpenAIModel(llm_config(server, timeout_s=0.5)))
     assert outcome.winner.round == 1 and not outcome.stop_reason
@@ -101,16 +101,18 @@ def test_endpoint_down_stops_cleanly(fake, tmp_path):
 
 
 def test_budget_stop_and_cost_accounting(fake, tmp_path):
-    server = fake({"testing": [TESTS]}, {"profiling": SUMMARY, "planning": PLAN, "coding": kernel("speedup=1.1")})
-    model = OpenAIModel(llm_config(server, budget_usd=0.02))  # 0.0033 a call -> 7 calls
+    server = fake({"testing": [TESTS]}, {"profiling": SUMMARY, "planning": FreshPlans(), "coding": kernel("speedup=1.1")})
+    model = OpenAIModel(llm_config(server, budget_usd=0.02))  # $0.0033 a call
     outcome = run(run_config(rounds=5), tmp_path / "r", StandIn(), model)
-    assert len(server.requests) == 7 and outcome.stop_reason.startswith("budget spent")
-    assert outcome.usage.cost_usd == pytest.approx(7 * 0.0033) and outcome.winner is not None
+    calls = len(server.requests)
+    assert outcome.stop_reason.startswith("budget spent") and outcome.winner is not None
+    # a hard stop: no request is sent that is expected to pass the budget, so the run never spends more
+    assert outcome.usage.cost_usd == pytest.approx(calls * 0.0033) and 0.02 - 2 * 0.0033 < outcome.usage.cost_usd <= 0.02
     assert "stopped early: budget spent" in (tmp_path / "r" / "report.md").read_text()
 
 
 def test_resume_after_kill_loses_no_round(fake, tmp_path):
-    server = fake({"testing": [TESTS], "planning": [PLAN] * 3,
+    server = fake({"testing": [TESTS], "planning": plans(3),
                    "coding": [kernel("speedup=1.2"), kernel("speedup=1.3", "// MARK kill\n"), kernel("speedup=1.5")]},
                   {"profiling": SUMMARY})
     run_dir = tmp_path / "r"
@@ -129,7 +131,7 @@ def test_resume_after_kill_loses_no_round(fake, tmp_path):
     # resuming a finished run asks nothing and returns the same winner; extending it runs one more round
     again = resume(run_dir, StandIn(), ScriptedModel([]))
     assert again.winner.round == 3
-    more = resume(run_dir, StandIn(), ScriptedModel([PLAN, kernel("speedup=1.6"), SUMMARY], name="o4-mini"), rounds=4)
+    more = resume(run_dir, StandIn(), ScriptedModel([plans(4)[3], kernel("speedup=1.6"), SUMMARY], name="o4-mini"), rounds=4)
     assert more.winner.round == 4
 
 

@@ -4,7 +4,7 @@ import importlib.util
 import shutil
 
 import pytest
-from agent_support import PLAN, TESTS, kernel, run_config
+from agent_support import TESTS, kernel, plans, run_config
 
 from astra_sglang.optimize.agents.journal import RunLog
 from astra_sglang.optimize.agents.loop import run
@@ -25,7 +25,7 @@ def real_evaluate():
 def test_compile_only_with_the_real_harness(tmp_path):
     evaluate = real_evaluate()
     broken = kernel("x", "__device__ half3 nope;\n")
-    model = ScriptedModel([TESTS, PLAN, broken, PLAN, kernel("speedup=1.1")], name="o4-mini")
+    model = ScriptedModel([TESTS, plans(2)[0], broken, plans(2)[1], kernel("speedup=1.1")], name="o4-mini")
     outcome = run(run_config(rounds=2, compile_only=True, timeout_s=300), tmp_path / "r", evaluate, model)
     status = {r.round: r.payload["status"] for r in RunLog(tmp_path / "r").of_role("round")}
     assert status == {0: "compiled", 1: "build", 2: "compiled"}, status

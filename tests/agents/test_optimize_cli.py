@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from agent_support import PLAN, SUMMARY, TESTS, Killed, StandIn, kernel
+from agent_support import SUMMARY, TESTS, FreshPlans, Killed, StandIn, kernel, plans
 
 from astra_sglang.cli import optimize as cli
 from astra_sglang.errors import AstraError
@@ -31,12 +31,13 @@ def invoke(args, evaluator, monkeypatch):
 
 
 def test_llm_run_and_resume(fake, tmp_path, monkeypatch):
-    server = fake({"testing": [TESTS], "planning": [PLAN] * 2,
+    server = fake({"testing": [TESTS], "planning": plans(2),
                    "coding": [kernel("speedup=1.2", "// MARK kill\n"), kernel("speedup=1.3")]}, {"profiling": SUMMARY})
     out = tmp_path / "run"
     args = ["silu_and_mul", "--rounds", "2", "--llm", "o4-mini", "--base-url", server.base_url, "--api-key", "k",
             "--out", str(out), "--shapes", "quick", "--patches-dir", str(tmp_path / "patches"),
-            "--population", "1", "--plans", "1", "--repairs", "0"]
+            "--population", "1", "--plans", "1", "--repairs", "0", "--speed-turns", "0", "--islands", "1",
+            "--inflight", "1"]
     result = invoke(args, StandIn(kill_on="kill"), monkeypatch)
     assert isinstance(result.exception, Killed)
     result = invoke(["silu_and_mul", "--resume", str(out), "--base-url", server.base_url, "--api-key", "k",
@@ -83,7 +84,7 @@ def test_start_source_resolution(tmp_path):
 
 
 def test_several_ops_as_one_job(fake, tmp_path, monkeypatch):
-    server = fake({}, {"testing": TESTS, "planning": PLAN, "coding": kernel("speedup=1.2"), "profiling": SUMMARY})
+    server = fake({}, {"testing": TESTS, "planning": FreshPlans(), "coding": kernel("speedup=1.2"), "profiling": SUMMARY})
     out = tmp_path / "job"
     args = ["silu_and_mul", "rmsnorm", "--rounds", "1", "--llm", "o4-mini", "--base-url", server.base_url,
             "--api-key", "k", "--out", str(out), "--shapes", "quick", "--population", "1", "--plans", "1"]
@@ -103,7 +104,7 @@ def test_ops_from_a_profile(fake, tmp_path, monkeypatch):
     listed = tmp_path / "list.json"  # a bare list of op names is a profile too
     listed.write_text('["fused_add_rmsnorm"]')
     assert ops_from_profile(listed) == (["fused_add_rmsnorm"], [])
-    server = fake({}, {"testing": TESTS, "planning": PLAN, "coding": kernel("speedup=1.1"), "profiling": SUMMARY})
+    server = fake({}, {"testing": TESTS, "planning": FreshPlans(), "coding": kernel("speedup=1.1"), "profiling": SUMMARY})
     args = ["--from-profile", str(profile), "--rounds", "1", "--llm", "m", "--base-url", server.base_url, "--api-key",
             "k", "--out", str(tmp_path / "job"), "--shapes", "quick", "--population", "1", "--plans", "1"]
     result = invoke(args, StandIn(), monkeypatch)
@@ -155,7 +156,7 @@ def test_pool_options_reach_the_pool(fake, tmp_path, monkeypatch):
         return LocalPool(gpus=[], evaluator=evaluator)
 
     monkeypatch.setattr(search, "make_pool", make_pool)
-    server = fake({}, {"testing": TESTS, "planning": PLAN, "coding": kernel("speedup=1.2"), "profiling": SUMMARY})
+    server = fake({}, {"testing": TESTS, "planning": FreshPlans(), "coding": kernel("speedup=1.2"), "profiling": SUMMARY})
     args = ["silu_and_mul", "--rounds", "1", "--llm", "m", "--base-url", server.base_url, "--api-key", "k",
             "--out", str(tmp_path / "r"), "--shapes", "quick", "--ray", "auto", "--gpus", "0,1"]
     assert invoke(args, StandIn(), monkeypatch).exit_code == 0

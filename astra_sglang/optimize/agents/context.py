@@ -1,7 +1,8 @@
-"""What the agents read at the start of a round: the scored database's diverse best kernels, every past
-plan with the per-shape results of the candidates written for it, the GPU's facts, the structured
-bottleneck of the best kernel and its profile, and the build's C++ standard (read from the harness's
-flags, so the prompt cannot drift from the build)."""
+"""What the agents read: the planner's view at the start of a round (its island's diverse best kernels, the
+run's memory of plans and what their candidates measured, lessons from earlier runs, the GPU's facts, the best
+kernel's bottleneck and profile), and the coder's view of the parent it starts from (the parent's profile and
+bottleneck, how the metrics moved from it to its best child, the failures already seen on it). The build's
+C++ standard is read from the harness's flags, so no prompt can drift from the build."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,13 +10,16 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from astra_sglang.optimize.agents.bottleneck import Bottleneck
-from astra_sglang.optimize.agents.database import ORIGINAL, Database, Entry
+from astra_sglang.optimize.agents.database import Database, Entry
 from astra_sglang.optimize.agents.journal import RunLog
+from astra_sglang.optimize.agents.memory import PastPlan
+from astra_sglang.optimize.agents.ncu_deep import Hotspot
+from astra_sglang.optimize.agents.store import Lesson
 from astra_sglang.optimize.pool.devices import GpuFacts
-from astra_sglang.optimize.records import HistoryRow, PlanSet, Shape
+from astra_sglang.optimize.records import HistoryRow, Shape
 
-MAX_PAST_PLANS = 12
-"""The most recent plans the planner sees (older ones rarely change the next choice, and cost tokens)."""
+MAX_FAILURES = 8
+"""The most recent failures on a parent the coder is shown (older ones are rarely new information)."""
 
 
 def cxx_standard() -> str:
@@ -25,15 +29,6 @@ def cxx_standard() -> str:
     return next((f for f in BASE_FLAGS if f.startswith("-std=")), "-std=c++17")
 
 
-class PastPlan(BaseModel):
-    round: int
-    index: int
-    parent: str
-    text: str
-    outcomes: list[Entry] = Field(default_factory=list)
-    """The candidates written for it (their last attempt each)."""
-
-
 class RoundContext(BaseModel):
     round: int
     rounds: int
@@ -41,8 +36,17 @@ class RoundContext(BaseModel):
     """The best kernel so far (the start kernel until a candidate beats it)."""
     source: str
     """The best kernel's source."""
+    island: int = 0
+    islands: int = 1
     elites: list[Entry] = Field(default_factory=list)
+    """The island's diverse best kernels (and migrants from the others), the parents to choose from."""
+    migrants: list[str] = Field(default_factory=list)
+    """Other islands' best kernels offered this round (every `migrate_every` rounds)."""
+    digest: str = ""
+    """The summarizer's digest of the oldest plans (when the whole story is too long)."""
     plans: list[PastPlan] = Field(default_factory=list)
+    lessons: list[Lesson] = Field(default_factory=list)
+    """What earlier runs learned on this op or this kind of op, on this GPU first."""
     history: list[HistoryRow] = Field(default_factory=list)
     """Every finished candidate, in order (single-agent mode's view)."""
     keys: list[str] = Field(default_factory=list)
@@ -51,6 +55,7 @@ class RoundContext(BaseModel):
     bottleneck: Bottleneck | None = None
     profile: str = ""
     """The ProfilingAgent's summary of the best kernel."""
+    hotspots: list[Hotspot] = Field(default_factory=list)
     shapes: list[Shape] = Field(default_factory=list)
     dtypes: list[str] = Field(default_factory=list)
     std: str = Field(default_factory=cxx_standard)
@@ -62,26 +67,28 @@ class RoundContext(BaseModel):
         return [e.id for e in self.elites]
 
 
-def last_attempts(db: Database) -> list[Entry]:
-    """Each candidate slot's latest attempt (a repaired candidate is one candidate)."""
-    latest: dict[str, Entry] = {}
-    for entry in db.entries.values():
-        slot = entry.id.rsplit("-a", 1)[0]
-        if entry.id != ORIGINAL and (slot not in latest or entry.attempts > latest[slot].attempts):
-            latest[slot] = entry
-    return sorted(latest.values(), key=lambda e: e.id)  # in id order, not in the order threads finished
+class CoderContext(BaseModel):
+    """The parent a plan starts from, as the coder sees it."""
+
+    parent: Entry
+    source: str
+    profile: str = ""
+    """The parent's profile: rule-based facts and the metrics that matter for its bottleneck."""
+    bottleneck: Bottleneck | None = None
+    hotspots: list[Hotspot] = Field(default_factory=list)
+    child: str = ""
+    """The parent's best profiled child, whose metrics `changes` compares with the parent's."""
+    changes: list[str] = Field(default_factory=list)
+    failures: list[str] = Field(default_factory=list)
+    """Attempts already written on this parent that failed, with why."""
 
 
-def past_plans(log: RunLog, db: Database, before: int) -> list[PastPlan]:
-    out = []
-    finished = last_attempts(db)
-    for rec in log.of_role("plan"):
-        if not 0 < rec.round < before:
-            continue
-        for i, item in enumerate(PlanSet.model_validate(rec.payload).plans):
-            outcomes = [e for e in finished if e.round == rec.round and e.plan == i]
-            out.append(PastPlan(round=rec.round, index=i, parent=item.parent, text=item.text[:600], outcomes=outcomes))
-    return out[-MAX_PAST_PLANS:]
+def failures_on(db: Database, parent: str) -> list[str]:
+    """Every failed attempt that started from `parent`, newest last, at most MAX_FAILURES."""
+    failed = sorted((e for e in db.entries.values() if e.parent == parent and not e.ok and e.status != "compiled"),
+                    key=lambda e: (e.round, e.id))
+    return [f"{e.id}: {e.status}" + (f" ({' '.join(e.detail.split())[:240]})" if e.detail else "")
+            for e in failed[-MAX_FAILURES:]]
 
 
 def history(log: RunLog) -> list[HistoryRow]:

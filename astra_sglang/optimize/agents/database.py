@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 
 from pydantic import BaseModel, Field
 
@@ -37,6 +38,7 @@ class Entry(BaseModel):
     parent: str = ""
     plan: int | None = None
     """Index of the plan (in its round's PlanSet) it was written for."""
+    island: int = 0
     attempts: int = 1
     speedup: float | None = None
     """The harness's geomean speedup, for an entry that passed."""
@@ -57,7 +59,7 @@ def fingerprint(text: str) -> str:
 
 
 def entry_from(id: str, round: int, source: str, text: str, result: EvalResult | None, error: str = "",
-               parent: str = "", plan: int | None = None, attempts: int = 1) -> Entry:
+               parent: str = "", plan: int | None = None, attempts: int = 1, island: int = 0) -> Entry:
     row = classify(round, result, error)
     shapes, headroom = {}, {}
     if result is not None and passed(result):
@@ -72,16 +74,18 @@ def entry_from(id: str, round: int, source: str, text: str, result: EvalResult |
                 elif s.pct_roofline:
                     headroom[key] = 100.0 / s.pct_roofline
     return Entry(id=id, round=round, source=source, status=row.status, detail=row.detail, parent=parent, plan=plan,
-                 attempts=attempts, speedup=row.speedup, shapes=shapes, headroom=headroom,
+                 island=island, attempts=attempts, speedup=row.speedup, shapes=shapes, headroom=headroom,
                  fingerprint=fingerprint(text))
 
 
 class Database:
     def __init__(self) -> None:
         self.entries: dict[str, Entry] = {}
+        self._lock = threading.Lock()  # candidates enter from threads of their own
 
     def add(self, entry: Entry) -> Entry:
-        self.entries[entry.id] = entry
+        with self._lock:
+            self.entries = {**self.entries, entry.id: entry}  # readers iterate a snapshot, never a growing dict
         return entry
 
     def get(self, id: str) -> Entry | None:
@@ -97,10 +101,13 @@ class Database:
         ranked = self.correct()
         return ranked[0] if ranked else self.entries.get(ORIGINAL)
 
-    def elites(self, k: int, include_original: bool = True) -> list[Entry]:
+    def elites(self, k: int, include_original: bool = True, island: int | None = None,
+               migrants: tuple[str, ...] = ()) -> list[Entry]:
         """Up to k diverse best entries: the best geomean, then each shape's fastest kernel (best geomean
-        first), then the next best geomeans; one entry per distinct source."""
-        ranked = [e for e in self.correct() if include_original or e.id != ORIGINAL]
+        first), then the next best geomeans; one entry per distinct source. With `island`, only that island's
+        entries, the original and the `migrants` (other islands' kernels offered to it)."""
+        ranked = [e for e in self.correct() if (include_original or e.id != ORIGINAL) and
+                  (island is None or e.island == island or e.id == ORIGINAL or e.id in migrants)]
         chosen: list[Entry] = []
         seen: set[str] = set()
 
@@ -131,4 +138,5 @@ class Database:
 def entry_of(round: int, slot: int, attempt: int, code: CodeResult, result: EvalResult | None) -> Entry:
     text = open(code.candidate).read() if code.candidate else ""
     return entry_from(candidate_id(round, slot, attempt), round, code.candidate or "", text, result,
-                      error=code.error, parent=code.parent, plan=code.plan_index, attempts=attempt + 1)
+                      error=code.error, parent=code.parent, plan=code.plan_index, attempts=attempt + 1,
+                      island=code.island)

@@ -111,7 +111,7 @@ def finish(opt: "Optimizer") -> Winner | None:
     by_index = {i: finals[f.label] for i, f in enumerate(finalists)}
     while by_index:  # the best eligible finalist that compute-sanitizer finds nothing in
         winner = select_winner(opt.spec.name, by_index, {i: f.path for i, f in enumerate(finalists)}, opt.config,
-                               opt.model.name if opt.model else "", opt.log.dir.name)
+                               opt.models("coder").name if opt.models else "", opt.log.dir.name)
         if winner is None:
             return None
         screened = screen(winner, opt.spec, opt.echo)

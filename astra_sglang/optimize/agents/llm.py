@@ -8,7 +8,8 @@ It learns the endpoint's protocol from its 400 answers and keeps what it learned
   is lowered to that limit;
 - a request that does not fit the model's context: the cap is lowered to what fits (a prompt that alone is
   too long fails that step only: RequestRejected);
-- `n` refused, or fewer choices returned: the other samples are separate requests, in parallel.
+- `n` refused, or fewer choices returned: the other samples are separate requests, in parallel;
+- `reasoning_effort` refused: it is left out.
 Transient failures (429, 5xx, timeouts, lost connections) are retried with backoff; anything else is an
 LLMError, which stops the run cleanly. Every call leaves a cost line (meter.py).
 """
@@ -23,14 +24,17 @@ from typing import Callable
 
 from astra_sglang.errors import AstraError
 from astra_sglang.optimize.agents.failures import LLMError, RequestRejected
-from astra_sglang.optimize.agents.meter import BudgetExceeded, UsageMeter
+from astra_sglang.optimize.agents.meter import BudgetExceeded, UsageMeter, estimate_tokens
 from astra_sglang.optimize.records import LLMConfig, Message, Reply, Usage
 
 __all__ = ["BudgetExceeded", "LLMError", "OpenAIModel", "RequestRejected", "fold_system", "meter_for"]
 
 
 def meter_for(config: LLMConfig) -> UsageMeter:
-    return UsageMeter(config.model, config.budget_usd, config.max_tokens, config.prices)
+    """The run's meter: its limits and prices; with a dollar budget, every model of the run must be priced."""
+    meter = UsageMeter(config.budget_usd, config.max_tokens, config.prices)
+    meter.require_prices(config.models())
+    return meter
 
 
 def fold_system(messages: list[Message]) -> list[Message]:
@@ -53,6 +57,7 @@ class Protocol:
     cap_param: str = "max_completion_tokens"
     n: bool = True
     cap: int | None = None
+    effort: bool = True
 
 
 _TEMPLATE = re.compile(r"chat[ _]?template", re.I)
@@ -64,6 +69,7 @@ _CAP = re.compile(r"(unsupported|unrecogni[sz]ed|not supported|unknown|unexpecte
 _AT_MOST = re.compile(r"at most (\d+) (?:completion |output |new )?tokens", re.I)
 _CONTEXT = re.compile(r"maximum context length (?:is |of )?(\d+) tokens", re.I)
 _INPUT = re.compile(r"(\d+) tokens from the input|\((\d+) in the messages", re.I)
+_EFFORT = re.compile(r"reasoning[_ ]effort", re.I)
 _TOO_LONG = re.compile(r"input \((\d+) tokens\) is longer than the model's context|prompt is too long", re.I)
 STOP = ["\n### User", "\n### System"]
 """Where a completion-endpoint answer ends (the turn markers of completion.j2)."""
@@ -72,13 +78,14 @@ STOP = ["\n### User", "\n### System"]
 class OpenAIModel:
     """Chat (or plain) completions over the `openai` package against any OpenAI-compatible endpoint."""
 
-    def __init__(self, config: LLMConfig, sleep: Callable[[float], None] = time.sleep):
+    def __init__(self, config: LLMConfig, sleep: Callable[[float], None] = time.sleep, meter: UsageMeter | None = None):
+        """`meter`: the run's, shared by the models of its roles (default: one of this model's own)."""
         try:
             import openai
         except ImportError:
             raise AstraError("the openai package is missing: pip install openai") from None
         self._openai, self.config, self.name, self._sleep = openai, config, config.model, sleep
-        self.meter = meter_for(config)
+        self.meter = meter or meter_for(config)
         self.protocol = Protocol(chat=config.api != "completions", system_role=config.system_role,
                                  cap=config.max_completion_tokens)
         self._client = openai.OpenAI(
@@ -110,12 +117,13 @@ class OpenAIModel:
     # -- one request ------------------------------------------------------------------------------
     def _request(self, messages: list[Message], n: int, tag: str) -> list[Reply]:
         attempt = adaptations = 0
+        chars = sum(len(m.content) for m in messages)
         while True:
-            self.meter.check()
             start = time.perf_counter()
             try:
-                response = self._send(messages, n)
-                break
+                with self.meter.admit(self.name, chars, n):  # charged before the hold on the budget ends
+                    response = self._send(messages, n)
+                    return self._replies(messages, response, n, tag, time.perf_counter() - start)
             except self._openai.BadRequestError as exc:
                 adaptations += 1
                 if adaptations > 6 or not self._adapt(str(exc), n):
@@ -127,7 +135,6 @@ class OpenAIModel:
                     raise LLMError(f"{self.name}: {type(exc).__name__}: {str(exc)[:300]}") from exc
                 self._sleep(self._delay(attempt, exc))
                 attempt += 1
-        return self._replies(response, n, tag, time.perf_counter() - start)
 
     def _send(self, messages: list[Message], n: int):
         p = self.protocol
@@ -138,6 +145,8 @@ class OpenAIModel:
             kwargs[p.cap_param if p.chat else "max_tokens"] = p.cap
         if n > 1:
             kwargs["n"] = n
+        if p.chat and p.effort and self.config.reasoning_effort:
+            kwargs["reasoning_effort"] = self.config.reasoning_effort
         if p.chat:
             sent = messages if p.system_role else fold_system(messages)
             return self._client.chat.completions.create(messages=[m.model_dump() for m in sent], **kwargs)
@@ -151,6 +160,8 @@ class OpenAIModel:
         most = _AT_MOST.search(text)
         if p.chat and self.config.api == "auto" and _TEMPLATE.search(text):
             p.chat = False
+        elif p.effort and self.config.reasoning_effort and _EFFORT.search(text):
+            p.effort = False
         elif p.chat and p.system_role and _SYSTEM.search(text):
             p.system_role = False
         elif most and p.cap is not None and int(most.group(1)) < p.cap:  # the model's own output limit
@@ -174,18 +185,24 @@ class OpenAIModel:
             return RequestRejected(f"{self.name}: the prompt does not fit the model's context: {text[:300]}")
         return LLMError(f"{self.name}: {type(exc).__name__}: {text[:300]}")
 
-    def _replies(self, response, n: int, tag: str, seconds: float) -> list[Reply]:
+    def _replies(self, messages: list[Message], response, n: int, tag: str, seconds: float) -> list[Reply]:
+        choices = response.choices or []
+        texts = [(c.message.content if self.protocol.chat else c.text) or "" for c in choices]
         usage = getattr(response, "usage", None)
         details = getattr(usage, "prompt_tokens_details", None)
-        used = self.meter.charge(getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0,
-                                 getattr(details, "cached_tokens", 0) or 0)
-        self.meter.record(used, tag, "chat" if self.protocol.chat else "completions", seconds, n)
-        if not response.choices:
+        prompt, completion = getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0
+        estimated = not (prompt or completion)  # a server that sends no usage still spends the run's budget
+        if estimated:
+            prompt = estimate_tokens("".join(m.content for m in messages))
+            completion = sum(estimate_tokens(t) for t in texts)
+        used = self.meter.charge(self.name, prompt, completion, getattr(details, "cached_tokens", 0) or 0, estimated)
+        self.meter.record(used, tag, self.name, "chat" if self.protocol.chat else "completions", seconds, n)
+        if not choices:
             raise LLMError(f"{self.name}: the endpoint returned no choices")
-        shares = split_usage(used, len(response.choices))
+        shares = split_usage(used, len(choices))
         model = getattr(response, "model", "") or ""
-        return [Reply(content=(c.message.content if self.protocol.chat else c.text) or "", usage=share, model=model,
-                      finish_reason=c.finish_reason or "") for c, share in zip(response.choices, shares)]
+        return [Reply(content=text, usage=share, model=model, finish_reason=c.finish_reason or "")
+                for c, text, share in zip(choices, texts, shares)]
 
     def _transient(self, exc: Exception) -> bool:
         o = self._openai
@@ -212,4 +229,5 @@ def split_usage(used: Usage, k: int) -> list[Usage]:
         return total // k + (total % k if i == 0 else 0)
 
     return [Usage(prompt_tokens=part(used.prompt_tokens, i), completion_tokens=part(used.completion_tokens, i),
-                  cached_tokens=part(used.cached_tokens, i), cost_usd=used.cost_usd / k) for i in range(k)]
+                  cached_tokens=part(used.cached_tokens, i), cost_usd=used.cost_usd / k,
+                  estimated_tokens=part(used.estimated_tokens, i)) for i in range(k)]

@@ -1,23 +1,31 @@
 """What the LLM calls of a run cost: a small price table, the run's running totals and limits, one log
 line per call.
 
-Prompt tokens the endpoint served from its prompt cache (`usage.prompt_tokens_details.cached_tokens`) are
-priced at the cached rate. An unknown model costs 0 but its tokens still count, so `--max-tokens` works
-with any endpoint. BudgetExceeded is raised before a request once a limit is reached; the loop turns it
-into a clean stop.
+One meter serves every model of a run (a model per role shares the run's budget), and prices each call
+by the model that answered it. Prompt tokens the endpoint served from its prompt cache
+(`usage.prompt_tokens_details.cached_tokens`) are priced at the cached rate. A model without a listed
+price needs one (`--price MODEL=IN/OUT`) when the run has a dollar budget; without a budget it costs 0
+but its tokens still count, so `--max-tokens` works with any endpoint. Where a server sends no usage,
+the tokens are estimated from the characters (4 a token) and the cost line says so.
+
+The stop is hard: before a request, the meter admits it only if what is spent, plus what requests
+already in flight are expected to cost, plus this one's expected cost stays within the limits
+(BudgetExceeded otherwise, which the loop turns into a clean stop).
 """
 from __future__ import annotations
 
 import datetime as dt
 import logging
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from astra_sglang.errors import AstraError
 from astra_sglang.optimize.records import Usage
 
 log = logging.getLogger("astra_sglang.llm")
+CHARS_PER_TOKEN = 4
 
 
 class Price(NamedTuple):
@@ -58,51 +66,121 @@ def as_price(value: tuple[float, ...]) -> Price:
     raise AstraError(f"a price is (prompt, completion) or (prompt, cached, completion) USD per 1M tokens: {value!r}")
 
 
-def price_of(model: str, overrides: dict[str, tuple[float, ...]] | None = None) -> Price:
+def listed_price(model: str, overrides: dict[str, tuple[float, ...]] | None = None) -> Price | None:
+    """The model's price from the overrides or the table (by prefix: dated names), None where unknown."""
     table = {**PRICES, **{k: as_price(v) for k, v in (overrides or {}).items()}}
     if model in table:
         return table[model]
     name = model.rsplit("/", 1)[-1]  # "openai/o4-mini" as some gateways spell it
     matches = [k for k in table if name == k or name.startswith(k + "-")]
-    return table[max(matches, key=len)] if matches else FREE
+    return table[max(matches, key=len)] if matches else None
+
+
+def price_of(model: str, overrides: dict[str, tuple[float, ...]] | None = None) -> Price:
+    return listed_price(model, overrides) or FREE
+
+
+def estimate_tokens(text: str) -> int:
+    return len(text) // CHARS_PER_TOKEN + 1
 
 
 class UsageMeter:
-    """Running totals for one run, with its limits; safe to share between the threads of a population."""
+    """Running totals for one run (every model of it), with its limits; safe to share between threads."""
 
-    def __init__(self, model: str, budget_usd: float | None = None, max_tokens: int | None = None,
+    def __init__(self, budget_usd: float | None = None, max_tokens: int | None = None,
                  prices: dict[str, tuple[float, ...]] | None = None, spent: Usage | None = None):
-        self.model, self.budget_usd, self.max_tokens = model, budget_usd, max_tokens
-        self.price = price_of(model, prices)
+        self.budget_usd, self.max_tokens, self.prices = budget_usd, max_tokens, dict(prices or {})
         self.total = spent or Usage()
         self.log_path: Path | None = None
         """Where each call's cost line is appended (the run directory's llm.log); None = the logger only."""
         self._lock = threading.Lock()
+        self._reserved: dict[int, tuple[float, int]] = {}
+        self._calls = 0
+        self._seconds = 0.0
+        self._completion = 0
 
-    def charge(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:
-        cached = min(max(cached_tokens, 0), prompt_tokens)
-        cost = ((prompt_tokens - cached) * self.price.prompt + cached * self.price.cached
-                + completion_tokens * self.price.completion) / 1e6
-        used = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached,
-                     cost_usd=cost)
+    def require_prices(self, models: list[str]) -> None:
+        """With a dollar budget every model needs a price: an unpriced one would make the budget meaningless."""
+        if self.budget_usd is None:
+            return
+        missing = [m for m in models if listed_price(m, self.prices) is None]
+        if missing:
+            raise AstraError(f"no price known for {', '.join(missing)}: pass --price {missing[0]}=IN/OUT (USD per "
+                             "1M prompt/completion tokens), or run without --budget-usd")
+
+    def price(self, model: str) -> Price:
+        return price_of(model, self.prices)
+
+    def _expected(self, model: str, prompt_tokens: int) -> tuple[float, int]:
+        completion = self._completion // self._calls if self._calls else 0  # the mean answer so far
+        p = self.price(model)
+        return (prompt_tokens * p.prompt + completion * p.completion) / 1e6, prompt_tokens + completion
+
+    @contextmanager
+    def admit(self, model: str, prompt_chars: int, n: int = 1) -> Iterator[None]:
+        """Hold a request's expected cost while it is in flight; BudgetExceeded where it would pass a limit."""
+        cost, tokens = self._expected(model, prompt_chars // CHARS_PER_TOKEN)
+        cost, tokens = cost * n, tokens * n
         with self._lock:
-            self.total = self.total + used
-        return used
+            spent = self.total
+            held = sum(c for c, _ in self._reserved.values()), sum(t for _, t in self._reserved.values())
+            if self.budget_usd is not None and spent.cost_usd >= self.budget_usd:
+                raise BudgetExceeded(f"budget spent: ${spent.cost_usd:.4f} of ${self.budget_usd:.4f}")
+            if self.max_tokens is not None and spent.tokens >= self.max_tokens:
+                raise BudgetExceeded(f"token budget spent: {spent.tokens} of {self.max_tokens} tokens")
+            if self.budget_usd is not None and spent.cost_usd + held[0] + cost > self.budget_usd:
+                raise BudgetExceeded(f"budget spent: ${spent.cost_usd:.4f} of ${self.budget_usd:.4f} "
+                                     f"(${held[0]:.4f} in flight, this request ~${cost:.4f})")
+            if self.max_tokens is not None and spent.tokens + held[1] + tokens > self.max_tokens:
+                raise BudgetExceeded(f"token budget spent: {spent.tokens} of {self.max_tokens} tokens "
+                                     f"({held[1]} in flight, this request ~{tokens})")
+            key = id(object()) ^ len(self._reserved) ^ threading.get_ident()
+            while key in self._reserved:
+                key += 1
+            self._reserved[key] = (cost, tokens)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._reserved.pop(key, None)
 
     def check(self) -> None:
-        """Raise BudgetExceeded if a limit is already reached (called before every request)."""
+        """Raise BudgetExceeded if a limit is already reached."""
         total = self.total
         if self.budget_usd is not None and total.cost_usd >= self.budget_usd:
             raise BudgetExceeded(f"budget spent: ${total.cost_usd:.4f} of ${self.budget_usd:.4f}")
         if self.max_tokens is not None and total.tokens >= self.max_tokens:
             raise BudgetExceeded(f"token budget spent: {total.tokens} of {self.max_tokens} tokens")
 
-    def record(self, used: Usage, tag: str, endpoint: str, seconds: float, n: int = 1) -> str:
+    def charge(self, model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
+               estimated: bool = False) -> Usage:
+        cached = min(max(cached_tokens, 0), prompt_tokens)
+        p = self.price(model)
+        cost = ((prompt_tokens - cached) * p.prompt + cached * p.cached + completion_tokens * p.completion) / 1e6
+        used = Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cached_tokens=cached,
+                     cost_usd=cost, estimated_tokens=prompt_tokens + completion_tokens if estimated else 0)
+        with self._lock:
+            self.total = self.total + used
+            self._completion += completion_tokens
+        return used
+
+    def mean_seconds(self) -> float | None:
+        """Mean seconds of this run's requests so far (None before the first): the scheduler's model latency."""
+        with self._lock:
+            return self._seconds / self._calls if self._calls else None
+
+    def record(self, used: Usage, tag: str, model: str, endpoint: str, seconds: float, n: int = 1) -> str:
         """The call's cost line: to the logger and, when set, to `log_path`."""
-        line = (f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ} {tag or '-'} {self.model} {endpoint}"
+        with self._lock:
+            self._calls += 1
+            self._seconds += seconds
+        unpriced = listed_price(model, self.prices) is None
+        line = (f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ} {tag or '-'} {model} {endpoint}"
                 f"{f' n={n}' if n > 1 else ''}: {used.prompt_tokens} prompt ({used.cached_tokens} cached) + "
-                f"{used.completion_tokens} completion tokens, ${used.cost_usd:.5f}; run total "
-                f"{self.total.tokens} tokens ${self.total.cost_usd:.4f}; {seconds:.1f} s")
+                f"{used.completion_tokens} completion tokens, ${used.cost_usd:.5f}"
+                f"{' (unpriced model)' if unpriced else ''}"
+                f"{' (estimated from characters: the server sent no usage)' if used.estimated_tokens else ''}"
+                f"; run total {self.total.tokens} tokens ${self.total.cost_usd:.4f}; {seconds:.1f} s")
         log.info(line)
         if self.log_path is not None:
             with self._lock, open(self.log_path, "a") as f:

@@ -7,6 +7,7 @@ role's parser and, when the parser raises ParseError or UnsafeCode, feeds the me
 from __future__ import annotations
 
 import functools
+import re
 from typing import Callable, TypeVar
 
 import jinja2
@@ -51,6 +52,34 @@ def abi_header() -> str:
 def device_header() -> str:
     """Helpers a kernel may include: conversions, one-access vector loads/stores, PDL, warp sum, launch."""
     return (templates_dir() / "astra_device.cuh").read_text()
+
+
+def declarations(text: str, keep: int = 90) -> str:
+    """C++ declarations with their comments: a function body longer than `keep` characters becomes `{ ... }`;
+    namespaces, structs and classes are entered so their members get the same treatment."""
+    out, i = [], 0
+    while (j := text.find("{", i)) >= 0:
+        head, depth, k = text[i:j], 0, j
+        for k in range(j, len(text)):  # the matching brace
+            depth += {"{": 1, "}": -1}.get(text[k], 0)
+            if depth == 0:
+                break
+        function = re.search(r"\)\s*(const\s*)?(noexcept\s*)?$", head) is not None
+        if function and k + 1 - j > keep:
+            out.append(head + "{ ... }")
+        elif not function and re.search(r"\b(namespace|struct|class)\b[^;{]*$", head):
+            out.append(head + "{")
+            k = j  # descend into it
+        else:
+            out.append(text[i:k + 1])
+        i = k + 1
+    return "".join(out) + text[i:]
+
+
+@functools.cache
+def device_digest() -> str:
+    """The device helpers as the coder needs them: what exists and how to call it, not how it is written."""
+    return declarations(device_header())
 
 
 class StepFailed(Exception):

@@ -51,6 +51,10 @@ class Pool(Protocol):
         """fn(*args) alone on a GPU, as an evaluation would be (a profiler run)."""
         ...
 
+    def pending(self) -> int:
+        """Requests submitted and not answered yet: fewer than the GPUs means a GPU is about to idle."""
+        ...
+
 
 class Profiler(Protocol):
     """Optional hardware profile of a candidate (e.g. ncu metrics) beyond the harness's numbers."""

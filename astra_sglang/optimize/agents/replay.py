@@ -87,8 +87,12 @@ class KernelReplay:
             return '```json\n{"shapes": [], "trials": 3, "rationale": "the suite already covers the edges"}\n```'
         if "ProfilingAgent" in head:
             return "- the rule-based facts above say where the time goes"
+        if "ReflectionAgent" in head:
+            return "The launch configuration decides the time at these shapes; the knob values it tried are listed."
+        if "MemoryAgent" in head:
+            return "- earlier plans tried launch configurations of the knobs; the best are listed above"
         if "PlanningAgent" in head:
-            return self._plans(messages[-1].content)
+            return self._plans(messages[-1].content, self._pick(messages))
         h = self._pick(messages)
         source = self.variants[h % len(self.variants)]
         if len(messages) <= 2:  # a first draft (a repair continues the conversation)
@@ -98,10 +102,17 @@ class KernelReplay:
                 source = _mutate(source, WRONG)
         return f"Here is the kernel.\n\n```cuda\n{source}```\n"
 
-    def _plans(self, prompt: str) -> str:
+    def _plans(self, prompt: str, h: int) -> str:
+        """Plans that name a knob configuration each (distinct words: no plan repeats another), on the parents
+        offered in turn."""
         wanted = int(m.group(1)) if (m := re.search(r"at most (\d+) plans", prompt)) else 1
         offered = re.search(r'"parent" is one of: ([^.\n]+)\.', prompt)
-        parent = offered.group(1).split(",")[0].strip() if offered else ""
-        plans = [{"parent": parent, "plan": f"{i + 1}. Try another launch configuration of the knobs (variant "
-                                            f"family {i + 1}), keeping the vectorized path."} for i in range(wanted)]
+        parents = [p.strip() for p in offered.group(1).split(",")] if offered else [""]
+        plans = []
+        for i in range(wanted):
+            config = self.variants[(h + 7 * i) % len(self.variants)].rsplit("// replayed variant: ", 1)[-1]
+            config = config.split("\n", 1)[0]
+            plans.append({"parent": parents[(h + i) % len(parents)], "key": f"knobs {config}",
+                          "plan": f"{i + 1}. Launch with the knob configuration {config} and keep the vectorized "
+                                  "path."})
         return "```json\n" + json.dumps({"plans": plans}) + "\n```"

@@ -3,17 +3,19 @@
 Each role renders its template, asks the model through `converse` and returns a typed record. The
 TestingAgent can only add shapes / trials that pass the spec's constraints; the ProfilingAgent always
 produces rule-based facts and optionally an LLM summary of them; the PlanningAgent plans several changes a
-round, each on a parent from the database; the CodingAgent's candidates live in optimize/agents/lineage.py.
+round, each on a parent from its island's best kernels, and repeats of earlier plans are left out; the
+CodingAgent's candidates live in optimize/agents/lineage.py, the reflector in optimize/agents/reflect.py.
 """
 from __future__ import annotations
 
 from astra_sglang.harness.ncu import ProfileFacts
 from astra_sglang.harness.records import EvalResult
 from astra_sglang.harness.safety import RULES, ensure_safe
-from astra_sglang.optimize.agents.context import RoundContext
-from astra_sglang.optimize.agents.database import Entry
+from astra_sglang.optimize.agents.context import CoderContext, RoundContext
+from astra_sglang.optimize.agents.memory import PastPlan, find_repeat
 from astra_sglang.optimize.agents.parse import ParseError, extract_code, extract_json, strip_code
-from astra_sglang.optimize.agents.prompts import abi_header, converse, device_header, render
+from astra_sglang.optimize.agents.profiling import profile_facts
+from astra_sglang.optimize.agents.prompts import abi_header, converse, device_digest, device_header, render
 from astra_sglang.optimize.agents.protocols import Model
 from astra_sglang.optimize.records import (Message, PlanItem, PlanSet, ProfileSummary, RunConfig, Shape,
                                            TestPlan, Transcript)
@@ -74,64 +76,18 @@ class TestingAgent:
         return converse(self.model, messages, parse, self.config.parse_retries, transcript, tag="r00 testing")
 
 
-def profile_facts(result: EvalResult, facts: ProfileFacts | None = None) -> list[str]:
-    """Rule-based findings from one evaluation (no LLM): failures, roofline, latency, registers."""
-    out: list[str] = []
-    if result.stage != "done" or not result.ok:
-        out.append(f"evaluation stopped at {result.stage}: {result.reason or 'failed'}")
-    wrong = [s for s in result.shapes if s.correct is False]
-    if wrong:
-        out.append("incorrect on " + ", ".join(f"{'x'.join(map(str, s.shape))}/{s.dtype}"
-                                               f"{f' ({s.reason})' if s.reason else ''}" for s in wrong[:6]))
-    timed = [s for s in result.shapes if s.candidate is not None]
-    if result.geomean_speedup:
-        out.append(f"geomean speedup vs baseline {result.geomean_speedup:.3f}x over {len(timed)} timed cases")
-    slower = [s for s in timed if s.speedup and s.speedup < 0.98]
-    if slower:
-        out.append("slower than the baseline on " + ", ".join(
-            f"{'x'.join(map(str, s.shape))}/{s.dtype} ({s.speedup:.2f}x)" for s in slower[:6]))
-    roof = [s for s in timed if s.pct_roofline is not None]
-    if roof:
-        low = sorted(roof, key=lambda s: s.pct_roofline)[:3]
-        out.append("furthest from the memory roofline: " + ", ".join(
-            f"{'x'.join(map(str, s.shape))}/{s.dtype} at {s.pct_roofline:.0f}%" for s in low))
-        if all(s.pct_roofline >= 85 for s in roof):
-            out.append("every timed shape is within 15% of the memory roofline: little headroom left")
-    floor = result.empty_kernel_us
-    latency = [s for s in timed if floor and s.candidate.median_us < 3 * floor]
-    if latency:
-        out.append(f"{len(latency)} case(s) take under 3x an empty kernel ({floor:.2f} us): launch/latency bound, "
-                   "so fewer blocks, less setup and fewer dependent steps matter more than bandwidth")
-    regs = (facts.registers if facts and facts.registers is not None else None) or (
-        result.build.registers if result.build else None)
-    spills = (facts.spill_bytes if facts and facts.spill_bytes is not None else None) or (
-        result.build.spill_bytes if result.build else None)
-    if regs is not None:
-        out.append(f"{regs} registers per thread" + (" (high: limits occupancy)" if regs > 128 else ""))
-    if spills:
-        out.append(f"spills {spills} bytes to local memory")
-    ncu = facts.ncu if facts else {}
-    # The metrics a plan turns on first (bandwidth, occupancy, stalls), then the rest, 16 at most.
-    key = [next((i for i, w in enumerate(NCU_FIRST) if w in name), len(NCU_FIRST)) for name in ncu]
-    for _, name in sorted(zip(key, ncu))[:16]:
-        out.append(f"ncu {name} = {ncu[name]:g}")
-    return out or ["no measurements (compile-only run)"]
-
-
-NCU_FIRST = ("profiled shape", "DRAM Throughput", "Memory Throughput", "Duration", "Achieved Occupancy",
-             "Theoretical Occupancy", "Registers Per Thread", "Warp Cycles Per Issued", "Stall", "L2 Hit Rate")
-
-
 class ProfilingAgent:
     def __init__(self, model: Model | None, spec: KernelSpec, config: RunConfig):
         self.model, self.spec, self.config = model, spec, config
 
     def summarize(self, round: int, result: EvalResult, facts: ProfileFacts | None, dtypes: list[str],
-                  transcript: Transcript) -> ProfileSummary:
-        found = profile_facts(result, facts)
+                  transcript: Transcript, kind: str = "unknown", written: bool = True) -> ProfileSummary:
+        """The rule-based facts (with the ncu metrics that matter for `kind`), and where `written`, the model's
+        reading of them."""
+        found = profile_facts(result, facts, kind, self.config.ncu_metrics)
         summary = ProfileSummary(facts=found, text="\n".join(f"- {f}" for f in found))
         timed = any(s.candidate is not None for s in result.shapes)
-        if self.model is None or not self.config.llm_profile_summary or not timed:
+        if self.model is None or not self.config.llm_profile_summary or not timed or not written:
             return summary
         messages = render("profiling_summary.j2", spec=self.spec, dtypes=dtypes, round=round, result=result,
                           facts=found, max_lines=8)
@@ -148,33 +104,56 @@ class ProfilingAgent:
 
 
 class PlanningAgent:
-    """Plans a round: up to `plans` distinct changes, each on a parent from the database's elites."""
+    """Plans a round: up to `plans` distinct changes, each on a parent from its island's elites. A plan that
+    repeats an earlier one (the same key on the same parent, or nearly the same words) is left out; an answer of
+    repeats only goes back to the planner with the earlier plans named."""
 
     def __init__(self, model: Model, spec: KernelSpec, config: RunConfig):
         self.model, self.spec, self.config = model, spec, config
 
-    def plan(self, ctx: RoundContext, transcript: Transcript) -> PlanSet:
+    def _items(self, ctx: RoundContext, text: str) -> list[PlanItem]:
+        try:
+            data = extract_json(text, required=("plans",))
+        except ParseError:
+            prose = strip_code(text)
+            if len(prose) < 10:
+                raise
+            return [PlanItem(parent=ctx.best.id, text=prose[:4000])]  # one plan in prose
+        plans = []
+        for item in (data["plans"] if isinstance(data["plans"], list) else [])[: ctx.plans_wanted]:
+            text = str(item.get("plan", "")).strip() if isinstance(item, dict) else str(item).strip()
+            parent = str(item.get("parent", "")) if isinstance(item, dict) else ""
+            key = str(item.get("key", "")).strip()[:80] if isinstance(item, dict) else ""
+            if len(text) >= 10:
+                plans.append(PlanItem(parent=parent if parent in ctx.parents else ctx.best.id, text=text[:4000],
+                                      key=key))
+        if not plans:
+            raise ParseError('"plans" must be a list of {"parent": ID, "key": "short-name", "plan": "numbered '
+                             'changes"} objects')
+        return plans
+
+    def plan(self, ctx: RoundContext, transcript: Transcript, earlier: list[PastPlan]) -> PlanSet:
         def parse(text: str) -> PlanSet:
-            try:
-                data = extract_json(text, required=("plans",))
-            except ParseError:
-                prose = strip_code(text)
-                if len(prose) < 10:
-                    raise
-                return PlanSet(plans=[PlanItem(parent=ctx.best.id, text=prose[:4000])])  # one plan in prose
-            items = data["plans"] if isinstance(data["plans"], list) else []
-            plans = []
-            for item in items[: ctx.plans_wanted]:
-                text = str(item.get("plan", "")).strip() if isinstance(item, dict) else str(item).strip()
-                parent = str(item.get("parent", "")) if isinstance(item, dict) else ""
-                if len(text) >= 10:
-                    plans.append(PlanItem(parent=parent if parent in ctx.parents else ctx.best.id, text=text[:4000]))
-            if not plans:
-                raise ParseError('"plans" must be a list of {"parent": ID, "plan": "numbered changes"} objects')
-            return PlanSet(plans=plans)
+            kept, dropped = [], []
+            for item in self._items(ctx, text):
+                seen = find_repeat(item, earlier + kept_as_past(kept))
+                if seen is None:
+                    kept.append(item)
+                else:
+                    dropped.append(f"{item.key or item.text[:60]!r} on {item.parent} repeats round {seen.round} plan "
+                                   f"{seen.index} on {seen.parent}")
+            if not kept:
+                raise ParseError("every plan repeats an earlier one (" + "; ".join(dropped) + "). Propose different "
+                                 "changes: the earlier plans and what they measured are listed above.")
+            return PlanSet(plans=kept, island=ctx.island, migrants=list(ctx.migrants), dropped=dropped)
 
         return converse(self.model, render("planning.j2", spec=self.spec, ctx=ctx), parse,
                         self.config.parse_retries, transcript, tag=f"r{ctx.round:02d} planning")
+
+
+def kept_as_past(items: list[PlanItem]) -> list[PastPlan]:
+    """Plans of the same answer, so that two of them cannot repeat each other either."""
+    return [PastPlan(round=0, index=i, parent=x.parent, text=x.text, key=x.key) for i, x in enumerate(items)]
 
 
 def parse_kernel(text: str) -> str:
@@ -190,22 +169,15 @@ class CodingAgent:
     def __init__(self, model: Model, spec: KernelSpec, config: RunConfig):
         self.model, self.spec, self.config = model, spec, config
 
-    def prompt(self, ctx: RoundContext, plan: PlanItem, parent: Entry, parent_source: str) -> list[Message]:
-        return render("coding.j2", spec=self.spec, ctx=ctx, plan=plan.text, parent=parent, parent_source=parent_source,
-                      abi=abi_header(), device=device_header(), rules=RULES)
+    def prompt(self, ctx: RoundContext, plan: PlanItem, coder: CoderContext) -> list[Message]:
+        return render("coding.j2", spec=self.spec, std=ctx.std, dtypes=ctx.dtypes, gpu=ctx.gpu, round=ctx.round,
+                      rounds=ctx.rounds, plan=plan.text, coder=coder, abi=abi_header(), device=device_digest(),
+                      rules=RULES)
 
     def single_prompt(self, ctx: RoundContext) -> list[Message]:
         """Paper Table 3 ablation: one prompt plans, tests and codes."""
         return render("single_agent.j2", spec=self.spec, ctx=ctx, abi=abi_header(), device=device_header(),
                       rules=RULES, max_shapes=self.config.max_test_shapes)
-
-
-def repair_message(candidate: str, result: EvalResult | None, error: str) -> list[Message]:
-    """What a failed attempt is told: the parse / safety error, the build log, the mismatching shapes or
-    the crash, as one user message that continues the candidate's conversation."""
-    return render("repair.j2", candidate=candidate, result=result, error=error,
-                  log=(result.build.log[-3000:] if result is not None and result.build is not None else ""),
-                  wrong=[s for s in result.shapes if s.correct is False][:12] if result is not None else [])
 
 
 def single_shapes(spec: KernelSpec, text: str, shapes: list[Shape], config: RunConfig) -> list[Shape]:

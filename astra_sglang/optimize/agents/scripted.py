@@ -2,7 +2,8 @@
 
 It stands in for an endpoint in tests and in the agent-loop benchmark (no external LLM): tokens are
 estimated (4 characters a token) and priced like the named model, so budgets and cost lines work, and an
-optional fixed latency per request makes a run's timing resemble a real endpoint's.
+optional fixed latency per request makes a run's timing resemble a real endpoint's. Every request is
+kept in `calls` (with its step tag in `tags`), so a test reads exactly what each role was shown.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from typing import Callable, Iterable
 
 from astra_sglang.optimize.agents.llm import LLMError
-from astra_sglang.optimize.agents.meter import UsageMeter
+from astra_sglang.optimize.agents.meter import UsageMeter, estimate_tokens
 from astra_sglang.optimize.records import LLMConfig, Message, Reply, Usage
 
 Script = Iterable[str] | Callable[[list[Message]], str]
@@ -23,14 +24,15 @@ class ScriptExhausted(LLMError):
 
 class ScriptedModel:
     def __init__(self, script: Script, name: str = "scripted", config: LLMConfig | None = None,
-                 latency_s: float = 0.0):
+                 latency_s: float = 0.0, meter: UsageMeter | None = None):
         self.name, self.latency_s = name, latency_s
-        config = (config or LLMConfig()).model_copy(update={"model": name})
-        self.meter = UsageMeter(name, config.budget_usd, config.max_tokens, config.prices)
+        config = config or LLMConfig()
+        self.meter = meter or UsageMeter(config.budget_usd, config.max_tokens, config.prices)
         self._fn = script if callable(script) else None
         self._answers = [] if callable(script) else list(script)
         self._lock = threading.Lock()
         self.calls: list[list[Message]] = []
+        self.tags: list[str] = []
 
     @property
     def usage(self) -> Usage:
@@ -41,19 +43,20 @@ class ScriptedModel:
 
     def sample(self, messages: list[Message], n: int, tag: str = "") -> list[Reply]:
         """n answers, as one request (the latency is paid once)."""
-        self.meter.check()
         start = time.perf_counter()
-        with self._lock:  # answers are handed out in request order, whatever thread asks
-            self.calls.append(list(messages))
-            texts = [self._next(messages) for _ in range(n)]
-        if self.latency_s:
-            time.sleep(self.latency_s)
-        prompt = sum(len(m.content) for m in messages) // 4 + 1
-        replies = []
-        for i, text in enumerate(texts):
-            used = self.meter.charge(prompt if i == 0 else 0, len(text) // 4 + 1)
-            self.meter.record(used, tag, "scripted", time.perf_counter() - start)
-            replies.append(Reply(content=text, usage=used, model=self.name, finish_reason="stop"))
+        with self.meter.admit(self.name, sum(len(m.content) for m in messages), n):
+            with self._lock:  # answers are handed out in request order, whatever thread asks
+                self.calls.append(list(messages))
+                self.tags.append(tag)
+                texts = [self._next(messages) for _ in range(n)]
+            if self.latency_s:
+                time.sleep(self.latency_s)
+            prompt = estimate_tokens("".join(m.content for m in messages))
+            replies = []
+            for i, text in enumerate(texts):
+                used = self.meter.charge(self.name, prompt if i == 0 else 0, estimate_tokens(text))
+                self.meter.record(used, tag, self.name, "scripted", time.perf_counter() - start)
+                replies.append(Reply(content=text, usage=used, model=self.name, finish_reason="stop"))
         return replies
 
     def _next(self, messages: list[Message]) -> str:

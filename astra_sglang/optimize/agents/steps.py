@@ -1,15 +1,15 @@
 """The run's step machinery, shared by every stage of the loop: each step is memoized in the run log (a
 resumed run finds it there and redoes nothing), a budget or endpoint failure inside a step is logged with
 what the step spent and stops the run, a prompt the model cannot take fails only its step. The scored
-database and the evaluation requests live here too: every candidate of a round uses them from its own
-thread.
+database, the models of the roles, the lesson store and the evaluation requests live here too: every
+candidate uses them from its own thread.
 """
 from __future__ import annotations
 
 import shutil
 import threading
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource
@@ -17,8 +17,10 @@ from astra_sglang.optimize.agents.database import Database, Entry
 from astra_sglang.optimize.agents.database import entry_of
 from astra_sglang.optimize.agents.journal import RunLog, test_suite
 from astra_sglang.optimize.agents.llm import BudgetExceeded, LLMError, RequestRejected
+from astra_sglang.optimize.agents.models import Models
 from astra_sglang.optimize.agents.prompts import StepFailed
 from astra_sglang.optimize.agents.protocols import Model, Profiler
+from astra_sglang.optimize.agents.store import LessonStore
 from astra_sglang.optimize.pool.devices import GpuFacts
 from astra_sglang.optimize.records import CodeResult, LogRecord, RunConfig, Shape, Transcript, Usage
 from astra_sglang.specs.registry import get_spec
@@ -29,11 +31,29 @@ class Stopped(Exception):
 
 
 class Steps:
-    """What every stage of a run shares: config, pool, model, log, database."""
+    """What every stage of a run shares: config, pool, models, log, database, lesson store."""
 
-    def __init__(self, config: RunConfig, run_dir: str | Path, pool, model: Model | None,
+    # The stages the Optimizer (optimize/agents/loop.py) adds; declared here so the modules of those stages
+    # can name the run they belong to without importing the loop that imports them.
+    profiling: Any
+    """roles.ProfilingAgent: the rule-based facts and the written reading of a profile."""
+    profiles: Any
+    """profiles.Profiles: which candidates ncu looks at, and what the prompts read of it."""
+    memory: Any
+    """memory.Memory: the planner's view of the run's past plans."""
+    lineages: Any
+    """The executor lineages run in (the population's)."""
+    active: int
+    """Lineages in flight."""
+    drafting: int
+    """Rounds whose plans or drafts are still being written."""
+
+    def __init__(self, config: RunConfig, run_dir: str | Path, pool, model: Model | Models | None,
                  profiler: Profiler | None = None, echo: Callable[[str], None] = lambda _: None):
-        self.config, self.model, self.profiler, self.echo = config, model, profiler, echo
+        self.models = Models.of(model)
+        """The model of each role (one model: every role's)."""
+        self.model = self.models.default if self.models else None
+        self.config, self.profiler, self.echo = config, profiler, echo
         self._own_pool = not hasattr(pool, "submit")  # a bare evaluator: one worker, no prebuild
         if self._own_pool:
             from astra_sglang.optimize.pool.pool import LocalPool
@@ -49,9 +69,10 @@ class Steps:
             if not config.start_source or not Path(config.start_source).is_file():
                 raise AstraError(f"start source not found: {config.start_source!r}")
             shutil.copyfile(config.start_source, self.baseline)
-        if model is not None:
-            model.meter.total = self.log.spent()
-            model.meter.log_path = self.log.dir / "llm.log"
+        if self.models is not None:
+            self.models.meter.total = self.log.spent()
+            self.models.meter.log_path = self.log.dir / "llm.log"
+        self.store = LessonStore()
         self.db = Database()
         self.gpu = GpuFacts()
         self.stop = ""

@@ -83,12 +83,26 @@ class LocalPool:
         self._facts: GpuFacts | None = None
         self._facts_lock = threading.Lock()
         self._cancelled = False
+        self._pending = 0
 
     # -- public ------------------------------------------------------------------------------------
     def submit(self, req: EvalRequest) -> Future:
         future: Future = Future()
+        with self._lock:
+            self._pending += 1
+        future.add_done_callback(self._answered)
         self._builds.submit(self._build, req, future)
         return future
+
+    def pending(self) -> int:
+        """Requests submitted and not answered yet (building, waiting for a GPU, or on one). Fewer than one per
+        GPU means a GPU is about to idle: the agent loop asks for more candidates then."""
+        with self._lock:
+            return self._pending
+
+    def _answered(self, _: Future) -> None:
+        with self._lock:
+            self._pending -= 1
 
     def map(self, reqs: list[EvalRequest]) -> list[EvalResult]:
         return [f.result() for f in [self.submit(r) for r in reqs]]

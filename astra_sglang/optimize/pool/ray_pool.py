@@ -10,6 +10,7 @@ directory exactly as a local run does.
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -103,9 +104,23 @@ class RayPool:
             raise AstraError(f"the Ray cluster at {address} has no GPU resources: evaluations need num_gpus=1")
         self._stats = PoolStats(lanes=[], gpus=self.gpus)
         self._facts: GpuFacts | None = None
+        self._count, self._pending = threading.Lock(), 0
 
     def submit(self, req: EvalRequest) -> Future:
-        return self._waiters.submit(self._run, req)
+        with self._count:
+            self._pending += 1
+        future = self._waiters.submit(self._run, req)
+        future.add_done_callback(self._answered)
+        return future
+
+    def pending(self) -> int:
+        """Requests submitted and not answered yet (LocalPool.pending)."""
+        with self._count:
+            return self._pending
+
+    def _answered(self, _: Future) -> None:
+        with self._count:
+            self._pending -= 1
 
     def map(self, reqs: list[EvalRequest]) -> list[EvalResult]:
         return [f.result() for f in [self.submit(r) for r in reqs]]
