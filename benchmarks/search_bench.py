@@ -6,14 +6,20 @@ Pool arms (no LLM): fresh knob variants of the op's shipped kernel, each a new s
   pool-1gpu    the pool: builds on the CPU cores ahead of one GPU worker
   pool-2gpu    the pool on two GPUs (when the host has two)
 Loop arms (the full agent loop, a scripted model replaying template-generated kernels with a fixed latency
-per request, or --llm): the paper's loop (1 candidate a round, no repairs) against the population loop
-(--population candidates a round per GPU, 2 plans, 1 repair), on one GPU and on two.
+per request, or --llm): the paper's loop (1 candidate a round, no repairs, one lineage in flight) against
+the asynchronous population (RunConfig's defaults: rounds start whenever the GPUs would run dry, repairs,
+speed turns, two islands, reflection), on one GPU and on two. A loop arm runs until its time is up, then
+stops the run (what is in flight finishes).
 Per arm: evaluations per GPU-hour, median seconds per evaluation, GPU busy share and each GPU's share of
-the evaluations; loop arms add rounds per hour and fast_p (KernelBench's share of candidates that are
-correct and faster than the baseline by p, over every answer the coder gave).
+the evaluations; loop arms add rounds per hour, drafts per hour (every kernel the coder wrote: first
+drafts, repairs and speed turns), the mean prompt tokens per role (4 characters a token, from the scripted
+model's recorded requests) and fast_p (KernelBench's share of candidates that are correct and faster than
+the baseline by p, over every answer the coder gave).
 
 Usage: python3 benchmarks/search_bench.py --out DIR [--budget 390] [--latency 5] [--op silu_and_mul]
        python3 benchmarks/search_bench.py --simulate --out DIR   # CPU: simulated builds and GPU time
+       python3 benchmarks/search_bench.py --simulate --latency 30 --sim-eval-s 12 --sim-build-s 10 \
+           --arms loop-population-1gpu,loop-population-2gpu --budget 1800 --out DIR   # docs/search.md's figures
 Writes DIR/search.jsonl (one row per arm) and DIR/search.md, prints the table last; the arms' candidates
 and run directories go to --work (default DIR/work). On a GPU: benchmarks/gpu/search_bench.sh.
 """
@@ -32,6 +38,7 @@ from astra_sglang.harness.records import EvalRequest, KernelSource
 from astra_sglang.optimize.agents.database import ORIGINAL
 from astra_sglang.optimize.agents.llm import OpenAIModel
 from astra_sglang.optimize.agents.loop import Optimizer
+from astra_sglang.optimize.agents.population import Population
 from astra_sglang.optimize.agents.replay import KernelReplay, variants
 from astra_sglang.optimize.agents.scripted import ScriptedModel
 from astra_sglang.optimize.pool.devices import visible_gpus
@@ -60,6 +67,10 @@ class Row(BaseModel):
     gpu_shares: dict[str, float]
     rounds: int | None = None
     rounds_per_hour: float | None = None
+    drafts_per_hour: float | None = None
+    """Kernels the coder wrote per hour: first drafts, repairs and speed turns."""
+    prompt_tokens: dict[str, int] | None = None
+    """Mean prompt tokens a request, per role (scripted model only: 4 characters a token)."""
     candidates: int | None = None
     correct: float | None = None
     fast_p: dict[str, float] | None = None
@@ -140,37 +151,58 @@ class Bench:
             stats = pool.stats()
         return throughput_row(arm, gpus, stats.evaluations, began, time.time(), note="builds ahead of the GPUs")
 
-    def loop(self, name: str, gpus: list[str], seconds: float, population: int, plans: int, repairs: int) -> Row:
-        config = RunConfig(kernel=self.spec.name, start_source=str(kernels_dir() / f"{self.spec.name}.cu"),
-                           shapes=self.args.shapes, dtypes=self.args.dtypes.split(","), rounds=10_000,
-                           population=population, plans=plans, repairs=repairs, llm_profile_summary=True)
+    def loop(self, name: str, gpus: list[str], seconds: float, paper: bool) -> Row:
+        common = dict(kernel=self.spec.name, start_source=str(kernels_dir() / f"{self.spec.name}.cu"),
+                      shapes=self.args.shapes, dtypes=self.args.dtypes.split(","), rounds=10_000, plateau=0)
+        config = RunConfig(**common, population=1, plans=1, repairs=0, speed_turns=0, islands=1, inflight=1,
+                           reflect=False, memory=False) if paper else \
+            RunConfig(**common, population=self.args.population, memory=False)
         model = OpenAIModel(LLMConfig(model=self.args.llm, base_url=self.args.base_url)) if self.args.llm else \
             ScriptedModel(KernelReplay(self.spec), name="replay", latency_s=self.args.latency)
         profiler = None
         if self.args.ncu and not self.args.simulate:
-            from astra_sglang.harness.ncu import NcuProfiler
+            from astra_sglang.optimize.agents.ncu_deep import DeepProfiler
 
-            profiler = NcuProfiler(self.spec.name) if NcuProfiler.available() else None
+            profiler = DeepProfiler(self.spec.name) if DeepProfiler.available() else None
         with self.pool(gpus) as pool:
-            deadline = time.time() + seconds
             opt = Optimizer(config, self.work / name, pool, model, profiler)
             opt.prepare()  # the baseline, the TestingAgent, the baseline's profile: once a run, not measured
-            began, r, last = time.time(), 1, 0.0
-            while not opt.stop and (r == 1 or time.time() + last < deadline):  # no round that would overrun
-                start = time.time()
-                opt.round(r)
-                last, r = time.time() - start, r + 1
+            began = time.time()
+            Population(opt, deadline=began + seconds).run()
             ended = time.time()
             stats = pool.stats()
         entries = [e for e in opt.db.entries.values() if e.id != ORIGINAL]
+        rounds = sum(1 for r in opt.log.of_role("round") if r.round > 0)
         n = max(len(entries), 1)
         fast = {f"fast_{p}": round(sum(e.ok and (e.speedup or 0) > p for e in entries) / n, 3) for p in FAST_P}
-        return throughput_row(name, gpus, stats.evaluations, began, ended, rounds=r - 1,
-                              rounds_per_hour=round((r - 1) * 3600 / (ended - began), 1), candidates=len(entries),
+        how = "the paper's loop" if paper else (f"population {config.population} a round, {config.plans} plans, "
+                                                 f"{config.repairs} repairs, {config.speed_turns} speed turns, "
+                                                 f"{config.islands} islands")
+        return throughput_row(name, gpus, stats.evaluations, began, ended, rounds=rounds,
+                              rounds_per_hour=round(rounds * 3600 / (ended - began), 1),
+                              drafts_per_hour=round(len(entries) * 3600 / (ended - began), 1),
+                              prompt_tokens=prompt_tokens(model), candidates=len(entries),
                               correct=round(sum(e.ok for e in entries) / n, 3), fast_p=fast,
                               best=max((e.speedup or 0 for e in entries if e.ok), default=None),
-                              note=f"population {population}, {plans} plan(s), {repairs} repair(s); "
-                                   + (self.args.llm or f"scripted model, {self.args.latency:g} s a request"))
+                              note=f"{how}; " + (self.args.llm or f"scripted model, {self.args.latency:g} s a request"))
+
+
+ROLES = {"TestingAgent": "tester", "ProfilingAgent": "profiler", "PlanningAgent": "planner", "CodingAgent": "coder",
+         "ReflectionAgent": "reflector", "MemoryAgent": "summarizer"}
+
+
+def prompt_tokens(model) -> dict[str, int] | None:
+    """Mean prompt tokens a request per role, the coder's first drafts apart from its later turns."""
+    calls = getattr(model, "calls", None)
+    if not calls:
+        return None
+    by: dict[str, list[int]] = {}
+    for messages in calls:
+        role = next((r for marker, r in ROLES.items() if marker in messages[0].content[:300]), "other")
+        if role == "coder":
+            role = "coder draft" if len(messages) <= 2 else "coder turn"
+        by.setdefault(role, []).append(sum(len(m.content) for m in messages) // 4 + 1)
+    return {role: round(statistics.mean(v)) for role, v in sorted(by.items())}
 
 
 DEFAULT_ARMS = "sequential,pool-1gpu,pool-2gpu,loop-paper,loop-population-1gpu"
@@ -178,12 +210,12 @@ DEFAULT_ARMS = "sequential,pool-1gpu,pool-2gpu,loop-paper,loop-population-1gpu"
 
 
 def arms(bench: Bench) -> list[tuple[str, callable]]:
-    g, pop = bench.gpus, bench.args.population
+    g = bench.gpus
     out = {"sequential": lambda s: bench.sequential(s), "pool-1gpu": lambda s: bench.pooled(g[:1], s),
            "pool-2gpu": lambda s: bench.pooled(g[:2], s),
-           "loop-paper": lambda s: bench.loop("loop-paper", g[:1], s, 1, 1, 0),
-           "loop-population-1gpu": lambda s: bench.loop("loop-population-1gpu", g[:1], s, pop, 2, 1),
-           "loop-population-2gpu": lambda s: bench.loop("loop-population-2gpu", g[:2], s, 2 * pop, 2, 1)}
+           "loop-paper": lambda s: bench.loop("loop-paper", g[:1], s, True),
+           "loop-population-1gpu": lambda s: bench.loop("loop-population-1gpu", g[:1], s, False),
+           "loop-population-2gpu": lambda s: bench.loop("loop-population-2gpu", g[:2], s, False)}
     wanted = [a for a in (bench.args.arms or DEFAULT_ARMS).split(",") if len(g) > 1 or "2gpu" not in a]
     unknown = [a for a in wanted if a not in out]
     if unknown:
@@ -195,7 +227,8 @@ def table(rows: list[Row]) -> str:
     ref = {"pool": next((r.per_gpu_hour for r in rows if r.arm == "sequential"), None),
            "loop": next((r.per_gpu_hour for r in rows if r.arm == "loop-paper"), None)}
     lines = ["| arm | GPUs | wall s | evals | evals / GPU-hour | throughput vs sequential | median s / eval | "
-             "GPU busy | GPU shares | rounds / hour | correct | fast_1.0 | fast_1.1 | best |", "|---" * 14 + "|"]
+             "GPU busy | GPU shares | rounds / hour | drafts / hour | correct | fast_1.0 | fast_1.1 | best |",
+             "|---" * 15 + "|"]
     for r in rows:
         base = ref["loop" if r.arm.startswith("loop") else "pool"]
         fp = r.fast_p or {}
@@ -204,6 +237,7 @@ def table(rows: list[Row]) -> str:
             f"{r.per_gpu_hour * r.gpus / base:.2f}x" if base else "-", f"{r.median_eval_s or 0:.1f}",
             f"{r.busy_share:.0%}", " ".join(f"{k}:{v:.0%}" for k, v in r.gpu_shares.items()),
             f"{r.rounds_per_hour:.0f}" if r.rounds_per_hour is not None else "-",
+            f"{r.drafts_per_hour:.0f}" if r.drafts_per_hour is not None else "-",
             f"{r.correct:.0%}" if r.correct is not None else "-", f"{fp.get('fast_1.0', 0):.0%}" if fp else "-",
             f"{fp.get('fast_1.1', 0):.0%}" if fp else "-", f"{r.best:.3f}x" if r.best else "-"]) + " |")
     return "\n".join(lines)
@@ -225,7 +259,7 @@ def main(argv=None) -> list[Row]:
     p.add_argument("--op", default="silu_and_mul")
     p.add_argument("--shapes", default="quick")
     p.add_argument("--dtypes", default="bfloat16")
-    p.add_argument("--population", type=int, default=4, help="loop arms: candidates a round per GPU")
+    p.add_argument("--population", type=int, default=4, help="population arms: candidates a round")
     p.add_argument("--latency", type=float, default=5.0, help="scripted model: seconds per request")
     p.add_argument("--llm", help="a real model instead of the scripted one (OPENAI_API_KEY / --base-url)")
     p.add_argument("--base-url")

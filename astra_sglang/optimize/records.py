@@ -145,7 +145,7 @@ class RunConfig(BaseModel):
     """Every this many planner calls, the other islands' best kernel is offered as a parent too."""
     inflight: int | None = None
     """Most candidates in flight at once; None = as many as keep the GPUs busy at the model's measured latency
-    (Little's law over the measured LLM and evaluation times), at most 16 a GPU."""
+    (Little's law over the measured LLM and evaluation times), at most 32 a GPU."""
     plateau: int = Field(default=6, ge=0)
     """Stop once this many planner calls in a row finished without improving the best by `plateau_gain`
     (0 = never)."""

@@ -67,9 +67,10 @@ class StandIn:
     speedup=X (small=X / large=X per shape size), kill. No marker = the baseline (1.0x). A generated
     per-shape dispatch is timed shape by shape as the member it picks there (or declined: the original)."""
 
-    def __init__(self, kill_on: str | None = None):
+    def __init__(self, kill_on: str | None = None, library: bool = False):
         self.calls: list[EvalRequest] = []
-        self.kill_on = kill_on
+        self.kill_on, self.library = kill_on, library
+        """library: the build names the candidate's source as its library (a file a profiler stand-in can read)."""
 
     def __call__(self, req: EvalRequest) -> EvalResult:
         self.calls.append(req)
@@ -81,7 +82,7 @@ class StandIn:
         if "build_fail" in marks:
             return EvalResult(**base, stage="build", reason="nvcc failed",
                               build=BuildInfo(ok=False, log="kernel.cu(12): error: identifier \"half3\" is undefined"))
-        build = BuildInfo(ok=True, registers=40, spill_bytes=0)
+        build = BuildInfo(ok=True, registers=40, spill_bytes=0, library=req.candidate.path if self.library else "")
         if req.compile_only:
             return EvalResult(**base, ok=True, stage="done", build=build,
                               shapes=[ShapeResult(shape=s, dtype=d) for s in req.shapes for d in req.dtypes])
@@ -187,3 +188,104 @@ def run_config(**kw) -> RunConfig:
     kw.setdefault("rounds", 2)
     kw.setdefault("max_rounds", kw["rounds"])  # no rounds granted for a late new best
     return RunConfig(**kw)
+
+
+NCU = Path(__file__).parent / "fixtures" / "ncu"
+
+
+class FixtureProfiler:
+    """DeepProfiler's shape (`profile_entry`) without ncu: the committed details and source pages
+    (fixtures/ncu), parsed by the loop's own parsers; a candidate's `// MARK dram=X` line sets its DRAM
+    throughput (% of peak) at every shape, so a parent and its child differ where a test wants them to."""
+
+    def __init__(self):
+        self.profiled: list[str] = []
+
+    @staticmethod
+    def available() -> bool:
+        return True
+
+    def profile_entry(self, library, shapes, keep_dir=None):
+        from astra_sglang.harness.ncu_csv import attribute, parse_ncu_launches
+        from astra_sglang.optimize.agents.database import shape_key
+        from astra_sglang.optimize.agents.ncu_deep import CandidateProfile, parse_source_page
+
+        self.profiled.append(library)
+        per_shape, _ = attribute(parse_ncu_launches((NCU / "details.csv").read_text()), 2)
+        marks = dict(m.split("=", 1) for m in marks_of(Path(library).read_text()) if "=" in m)
+        out = {}
+        for (shape, dtype), facts in zip(shapes, per_shape * len(shapes)):
+            facts = dict(facts)
+            if "dram" in marks:
+                facts["GPU Speed Of Light Throughput: DRAM Throughput (%)"] = float(marks["dram"])
+            out[shape_key(shape, dtype)] = facts
+        return CandidateProfile(shapes=out, hotspots=parse_source_page((NCU / "source.csv").read_text()),
+                                registers=32, spill_bytes=0, seconds=0.5)
+
+
+class FakePool:
+    """The Pool protocol with `gpus` slots: each evaluation holds a slot for `seconds` and is answered by a
+    StandIn; spans of the evaluations are kept, as LocalPool's stats are."""
+
+    def __init__(self, gpus: int = 1, seconds: float = 0.05, evaluator=None):
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        from astra_sglang.optimize.pool.stats import PoolStats
+
+        self.gpus = [str(i) for i in range(gpus)]
+        self.seconds, self.evaluator = seconds, evaluator or StandIn()
+        self._slots = threading.Semaphore(gpus)
+        self._threads = ThreadPoolExecutor(max_workers=64)
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._stats = PoolStats(lanes=self.gpus)
+        self.most_in_flight = 0
+
+    def _evaluate(self, req):
+        import time
+
+        from astra_sglang.optimize.pool.stats import Span
+
+        with self._slots:
+            start = time.time()
+            time.sleep(self.seconds)
+            result = self.evaluator(req)
+            with self._lock:
+                self._stats.evaluations.append(Span(lane="0", start=start, end=time.time()))
+        return result
+
+    def submit(self, req):
+        with self._lock:
+            self._pending += 1
+            self.most_in_flight = max(self.most_in_flight, self._pending)
+        future = self._threads.submit(self._evaluate, req)
+
+        def done(_):
+            with self._lock:
+                self._pending -= 1
+
+        future.add_done_callback(done)
+        return future
+
+    def map(self, reqs):
+        return [f.result() for f in [self.submit(r) for r in reqs]]
+
+    def exclusive(self, fn, *args):
+        return self._threads.submit(fn, *args)
+
+    def pending(self) -> int:
+        with self._lock:
+            return self._pending
+
+    def stats(self):
+        with self._lock:
+            return self._stats.model_copy(deep=True)
+
+    def gpu_facts(self):
+        from astra_sglang.optimize.pool.devices import GpuFacts
+
+        return GpuFacts(name="FakeGPU", arch="sm_90")
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=True)

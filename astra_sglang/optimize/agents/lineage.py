@@ -39,6 +39,9 @@ class Lineage:
         self.opt, self.round, self.slot = opt, round, slot
         self.prompt, self.draft, self.parent, self.plan_index = prompt, draft, parent, plan_index
         self.plan, self.island = plan, island
+        self.measured = lambda: None
+        """Called once the lineage will ask the GPU for nothing more (its reflection is still to come): the
+        population then counts it out of what keeps the GPUs busy."""
 
     def key(self, attempt: int) -> str:
         return f"c{self.slot}a{attempt}"
@@ -63,6 +66,7 @@ class Lineage:
             if follow is None:
                 break
             repairs, speeds = (repairs - 1, speeds) if follow[0] == "repair" else (repairs, speeds - 1)
+        self.measured()
         best = max((e for e in attempts if e.ok), key=lambda e: (e.speedup or 0, -e.attempts), default=entry)
         parent = opt.db.get(self.parent)
         reflection = reflect(opt, self.round, self.slot, self.plan, parent, attempts, best)

@@ -165,11 +165,18 @@ class Optimizer(Steps):
         return entries
 
     def _lineage(self, lineage: Lineage) -> Entry | None:
+        counted = [True]
+
+        def release() -> None:
+            with self._count:
+                if counted[0]:
+                    self.active, counted[0] = self.active - 1, False
+
+        lineage.measured = release
         try:
             return lineage.run()
         finally:
-            with self._count:
-                self.active -= 1
+            release()
 
     def _groups(self, r: int):
         """(plan index, parent, prompt, plan, drafts) per plan of round r; drafts asked in parallel."""

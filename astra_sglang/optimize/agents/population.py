@@ -5,15 +5,17 @@ rounds is offered the other islands' best kernels.
 
 When to plan: every lineage alternates between waiting on the model (about L seconds a turn, the meter's mean)
 and waiting on a GPU (about E seconds an evaluation, the pool's median), so G GPUs stay busy with about
-G x (L + E) / E lineages in flight (Little's law; 25% slack), counting the drafts a round still being planned
-will bring. A round is also started at once when the pool has fewer requests than GPUs and no round is being
-planned. At most `inflight` lineages run at once (default 16 a GPU).
+G x (L + E) / E lineages in flight (Little's law; 50% slack), counting the drafts a round still being planned
+will bring, plus one round an island in the pipe (a round brings its lineages two model calls after it
+starts). A round is also started at once when the pool has fewer requests than GPUs and no round is being
+planned. At most `inflight` lineages run at once (default 32 a GPU).
 
 When to stop: the rounds budget (`rounds`, extended by a quarter each time a late round finds a new best, up
 to `max_rounds`); a plateau (`plateau` rounds closed in a row without a `plateau_gain` gain); the floor; a
 dollar budget that the rounds in flight are expected to spend (no new round starts; the meter's hard stop
-remains); or the caller's deadline. Rounds already running always finish, so the run log stays whole and a
-resumed run (optimize/agents/journal.py) redoes only what was cut off.
+remains); or the caller's deadline (the benchmark's: the run stops then). Rounds already running finish (after a
+stop they ask the model nothing more), so the run log stays whole and a resumed run (optimize/agents/journal.py)
+redoes only what was cut off.
 """
 from __future__ import annotations
 
@@ -33,7 +35,9 @@ if TYPE_CHECKING:
 DEFAULT_LLM_S = 30.0
 DEFAULT_EVAL_S = 10.0
 """Latencies assumed until the run has measured its own."""
-PER_GPU = 16
+PER_GPU = 32
+SLACK = 1.5
+"""Lineages beyond Little's law's count: turns end in parse errors, lineages end, evaluations queue unevenly."""
 
 
 def gpu_count(pool) -> int:
@@ -64,17 +68,20 @@ class Population:
         return (meter.mean_seconds() if meter else None) or DEFAULT_LLM_S
 
     def target(self) -> int:
-        """Lineages in flight that keep every GPU busy at the measured latencies."""
+        """Lineages in flight that keep every GPU busy at the measured latencies (at most `inflight`)."""
         e, l = max(self.eval_seconds(), 0.05), self.llm_seconds()
-        return min(self.cap, max(self.gpus + 1, math.ceil(1.25 * self.gpus * (l + e) / e)))
+        return min(self.cap, max(self.gpus + 1, math.ceil(SLACK * self.gpus * (l + e) / e)))
 
     def should_plan(self) -> bool:
+        """Plan when the lineages in flight, with those the rounds being planned will bring, fall short of the
+        target plus one round a island in the pipe (a round brings its lineages two model calls later)."""
         opt = self.opt
-        coming = opt.active + opt.drafting * opt.config.population
-        if opt.active + opt.drafting >= self.cap or opt.drafting >= max(opt.config.islands, 1) + self.gpus:
+        target = self.target()
+        if opt.active + opt.drafting >= self.cap or opt.drafting >= max(opt.config.islands, target // 4):
             return False  # inflight=1 is the paper's loop: each round plans after the last one's result
         idle = getattr(opt.pool, "pending", lambda: 0)() < self.gpus and opt.drafting == 0
-        return idle or coming < self.target()
+        coming = opt.active + opt.drafting * opt.config.population
+        return idle or coming < target + opt.config.population * opt.config.islands
 
     # -- stops ----------------------------------------------------------------------------------------
     def affordable(self, running: int) -> bool:
@@ -130,8 +137,11 @@ class Population:
                 if at_floor is not None:
                     opt.halt(f"{at_floor.id} is within {opt.config.roofline_margin:.0%} of the floor at every shape")
                     break
+                if self.deadline is not None and time.time() >= self.deadline:
+                    opt.halt("time is up: the caller's deadline passed")
+                    break
                 money = self.affordable(len(running))
-                more = next_r <= self.budget and (self.deadline is None or time.time() < self.deadline) and money
+                more = next_r <= self.budget and money
                 if not money and not running:
                     meter = opt.models.meter
                     opt.halt(f"budget spent: ${meter.total.cost_usd:.4f} of ${meter.budget_usd:.4f} (another round "

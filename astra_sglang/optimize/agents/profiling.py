@@ -23,22 +23,25 @@ RELEVANT = {
 
 
 def choose_metrics(ncu: dict[str, float], kind: str = "unknown", limit: int = 32) -> list[tuple[str, float]]:
-    """Up to `limit` metrics: the few every reading needs, then those of the bottleneck's kind, then those of the
-    other kinds, then the rest; ncu's section order within a rank."""
+    """Up to `limit` metrics: the few every reading needs, then those of the bottleneck's kind (in the order of its
+    words: what says most about that kind first), then those of the other kinds, then the rest."""
     words = RELEVANT.get(kind, ())
     others = tuple(w for k, ws in RELEVANT.items() if k != kind for w in ws)
 
-    def rank(name: str) -> int:
+    def rank(name: str) -> tuple[int, int]:
+        """(tier, the first matching word's place in its list): the kind's own words in their order."""
         if name.startswith("profiled shape"):
-            return 0
+            return 0, 0
         if any(w in name for w in ALWAYS):
-            return 1
-        if any(w in name for w in words):
-            return 2
-        return 3 if any(w in name for w in others) else 4
+            return 1, 0
+        for tier, group in ((2, words), (3, others)):
+            found = next((i for i, w in enumerate(group) if w in name), None)
+            if found is not None:
+                return tier, found
+        return 4, 0
 
-    order = sorted(range(len(ncu)), key=lambda i: (rank(list(ncu)[i]), i))
     names = list(ncu)
+    order = sorted(range(len(names)), key=lambda i: (*rank(names[i]), i))
     return [(names[i], ncu[names[i]]) for i in order[:limit]]
 
 
@@ -93,9 +96,9 @@ def _relative(row: ShapeResult, parent: Entry | None) -> float:
 
 def pick_shapes(result: EvalResult, parent: Entry | None, count: int,
                 also: list[str] = ()) -> list[tuple[tuple[int, ...], str]]:
-    """The shapes a profile should cover, one dtype (bfloat16 where timed): the one furthest from the floor, the
-    one that lost most against the parent, then `also` (the parent's profiled shapes: before/after), then the
-    largest."""
+    """The shapes a profile should cover, one dtype (bfloat16 where timed): `also` first (the parent's profiled
+    shapes, so before/after compare like with like), then the one furthest from the floor, the one that lost
+    most against the parent, and the largest; `count` of them, and at least one beyond `also`."""
     timed = [s for s in result.shapes if s.candidate is not None and s.speedup]
     dtype = "bfloat16" if any(s.dtype == "bfloat16" for s in timed) else (timed[0].dtype if timed else "")
     rows = [s for s in timed if s.dtype == dtype]
@@ -105,15 +108,15 @@ def pick_shapes(result: EvalResult, parent: Entry | None, count: int,
     def headroom(s: ShapeResult) -> float:
         return s.candidate.median_us / s.floor_us if s.floor_us else 100.0 / (s.pct_roofline or 100.0)
 
-    order = [max(rows, key=headroom), min(rows, key=lambda s: _relative(s, parent))]
-    order += [s for key in also for s in rows if shape_key(s.shape, s.dtype) == key]
-    order.append(max(rows, key=lambda s: s.min_bytes or s.candidate.median_us))
+    shared = [s for key in also for s in rows if shape_key(s.shape, s.dtype) == key]
+    order = [*shared, max(rows, key=headroom), min(rows, key=lambda s: _relative(s, parent)),
+             max(rows, key=lambda s: s.min_bytes or s.candidate.median_us)]
     chosen: list[tuple[tuple[int, ...], str]] = []
     for s in order:
         pair = (tuple(s.shape), s.dtype)
         if pair not in chosen:
             chosen.append(pair)
-    return chosen[:max(count, len(also))]
+    return chosen[:max(count, len(shared) + 1)]
 
 
 def metric_changes(before: dict[str, float], after: dict[str, float], kind: str = "unknown",

@@ -1,0 +1,67 @@
+"""Speed feedback inside a lineage: a correct candidate slower than its parent, or far from the floor, goes back to
+its coder with its per-shape timings against the parent's and the floor, and the metrics that moved, for up to
+`speed_turns` more turns; the lineage's result is its best attempt; a resumed run asks nothing twice."""
+import pytest
+from agent_support import DIGEST, REFLECTION, SUMMARY, TESTS, FixtureProfiler, StandIn, kernel, run_config
+
+from astra_sglang.optimize.agents.journal import RunLog
+from astra_sglang.optimize.agents.loop import run
+from astra_sglang.optimize.agents.scripted import ScriptedModel
+
+PLAN = "1. Vectorize the loads with 16-byte accesses and keep a scalar tail."
+
+
+class Coder:
+    """The planner's one plan; the coder's answers in order; every other role its fixed answer."""
+
+    def __init__(self, *answers):
+        self.answers, self.turns = list(answers), []
+
+    def __call__(self, messages):
+        head = messages[0].content[:300]
+        for marker, answer in (("TestingAgent", TESTS), ("ProfilingAgent", SUMMARY), ("ReflectionAgent", REFLECTION),
+                               ("MemoryAgent", DIGEST), ("PlanningAgent", PLAN)):
+            if marker in head:
+                return answer
+        if len(messages) > 2:
+            self.turns.append(messages[-1].content)
+        return self.answers.pop(0)
+
+
+def test_a_slower_then_far_candidate_gets_speed_turns(tmp_path):
+    coder = Coder(kernel("speedup=0.9", "// MARK dram=40\n"), kernel("speedup=1.1"), kernel("speedup=2.5"))
+    config = run_config(rounds=1, speed_turns=2, repairs=1, ncu_share=1e9)
+    outcome = run(config, tmp_path / "r", StandIn(library=True), ScriptedModel(coder, name="o4-mini"),
+                  profiler=FixtureProfiler())
+    slower, far = coder.turns
+    assert slower.startswith("Candidate r01-c0-a0 is correct (0.900x the baseline), but it is slower than its parent "
+                             "r00 (0.900x against 1.000x).")
+    assert "| shape | dtype | this us | parent us | vs parent | floor us | x the floor |" in slower
+    assert "| 1x14336 | bfloat16 | 11.11 | 10.00 | 0.90x |" in slower  # this candidate's time against the parent's
+    assert "Nsight Compute, parent -> this candidate at " in slower
+    assert "GPU Speed Of Light Throughput: DRAM Throughput (%): 48.31 -> 40" in slower
+    assert "Where its warps stall" in slower and "(1 more speed turn(s) after this one)" in slower
+    assert "far from the floor at 6 shape(s) (worst " in far and "more than 1.30x)" in far
+    assert "(0 more speed turn(s) after this one)" in far
+    cand = RunLog(tmp_path / "r").find(1, "cand", "c0").payload
+    assert cand["id"] == "r01-c0-a2" and cand["attempts"] == 3 and cand["speedup"] == pytest.approx(2.5)
+    assert outcome.winner.candidate == "r01-c0-a2"
+    again = ScriptedModel(Coder(), name="o4-mini")  # a resumed run: every turn is in the log
+    assert run(config, tmp_path / "r", StandIn(library=True), again).winner.candidate == "r01-c0-a2"
+    assert again.calls == []
+
+
+def test_speed_turns_are_bounded_and_the_best_attempt_stays(tmp_path):
+    coder = Coder(kernel("speedup=1.2"), kernel("speedup=1.05"))  # the turn made it worse
+    outcome = run(run_config(rounds=1, speed_turns=1), tmp_path / "r", StandIn(), ScriptedModel(coder, name="o4-mini"))
+    assert len(coder.turns) == 1 and "far from the floor" in coder.turns[0]  # 1.2x: 2.08x the floor
+    cand = RunLog(tmp_path / "r").find(1, "cand", "c0").payload
+    assert cand["id"] == "r01-c0-a0" and cand["attempts"] == 2 and outcome.winner.candidate == "r01-c0-a0"
+
+
+def test_a_failed_speed_turn_is_repaired_and_a_kernel_at_the_floor_ends_the_lineage(tmp_path):
+    coder = Coder(kernel("speedup=1.2"), kernel("build_fail"), kernel("speedup=2.5"))
+    run(run_config(rounds=1, speed_turns=1, repairs=1), tmp_path / "r", StandIn(), ScriptedModel(coder, name="o4-mini"))
+    assert "far from the floor" in coder.turns[0] and "does not compile" in coder.turns[1]
+    attempts = [r.key for r in RunLog(tmp_path / "r").of_role("code")]
+    assert attempts == ["c0a0", "c0a1", "c0a2"]  # draft, speed turn, repair: the repaired kernel is at the floor
