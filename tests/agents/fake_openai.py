@@ -6,7 +6,8 @@ HTTP error (429 with Retry-After, 500), or a stall past the client's timeout fol
 `Server` describes which protocol the endpoint speaks, to play the servers the client must survive:
 SGLang serving a model with a plain tokenizer (no chat template: 400 on chat, completions work), a
 model without a system role, a server that refuses `max_completion_tokens`, one that ignores or refuses
-`n`, and a small context window (SGLang's 400 with the token counts).
+`n`, a small context window (SGLang's 400 with the token counts), one that sends no usage, and one that
+refuses `reasoning_effort`.
 """
 from __future__ import annotations
 
@@ -59,6 +60,10 @@ class Server:
     n: Literal["yes", "ignore", "refuse"] = "yes"
     context_len: int | None = None
     """Prompt words + requested tokens above this: SGLang's 400 naming both counts."""
+    usage: bool = True
+    """False: answers carry no usage (some servers send none)."""
+    reasoning_effort: bool = True
+    """False: a request with `reasoning_effort` is refused (a model or server that knows no such argument)."""
 
 
 def head(body: dict) -> str:
@@ -163,6 +168,8 @@ class FakeOpenAI:
             return "System role not supported"
         if chat and not k.max_completion_tokens and "max_completion_tokens" in body:
             return "Unrecognized request argument supplied: max_completion_tokens"
+        if not k.reasoning_effort and "reasoning_effort" in body:
+            return "Unrecognized request argument supplied: reasoning_effort"
         if k.n == "refuse" and int(body.get("n") or 1) > 1:
             return "n > 1 is not supported by this model"
         cap = body.get("max_completion_tokens") or body.get("max_tokens") or 0
@@ -189,7 +196,8 @@ class FakeOpenAI:
             choices = [{"index": i, "finish_reason": "stop", "text": a.text, "logprobs": None}
                        for i, a in enumerate(answers)]
         return {"id": f"cmpl-{len(self.requests)}", "object": "chat.completion" if chat else "text_completion",
-                "created": int(time.time()), "model": body.get("model", "fake"), "choices": choices, "usage": usage}
+                "created": int(time.time()), "model": body.get("model", "fake"), "choices": choices,
+                **({"usage": usage} if self.kind.usage else {})}
 
     @property
     def base_url(self) -> str:

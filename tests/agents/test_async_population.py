@@ -1,0 +1,86 @@
+"""The asynchronous population over a fake pool (the Pool protocol, GPU slots that take time): rounds overlap (no
+barrier), islands take turns and migrate, a plateau stops the run, a late new best extends the rounds budget, and
+a run killed with rounds in flight resumes where it stopped."""
+import pytest
+from agent_support import (DIGEST, REFLECTION, SUMMARY, TESTS, FakePool, Killed, StandIn, kernel, plans,
+                           run_config)
+
+from astra_sglang.optimize.agents.journal import RunLog
+from astra_sglang.optimize.agents.loop import resume, run
+from astra_sglang.optimize.agents.scripted import ScriptedModel
+
+
+class Roles:
+    """Fresh plans (never repeats) on the first parent offered, the coder's answers in order (the last one
+    repeated), fixed answers for the other roles."""
+
+    def __init__(self, *kernels):
+        self.kernels, self.planned = list(kernels), 0
+
+    def __call__(self, messages):
+        head = messages[0].content[:300]
+        for marker, answer in (("TestingAgent", TESTS), ("ProfilingAgent", SUMMARY), ("ReflectionAgent", REFLECTION),
+                               ("MemoryAgent", DIGEST)):
+            if marker in head:
+                return answer
+        if "PlanningAgent" in head:
+            self.planned += 1
+            return plans(self.planned)[-1]
+        return self.kernels.pop(0) if len(self.kernels) > 1 else self.kernels[0]
+
+
+def order(log: RunLog, round: int, role: str) -> int:
+    return next(i for i, r in enumerate(log.records) if r.round == round and r.role == role)
+
+
+def test_rounds_overlap_on_islands_that_migrate(tmp_path):
+    roles = Roles(*(kernel(f"speedup={1 + i / 100}") for i in range(1, 40)))
+    config = run_config(rounds=6, max_rounds=6, population=2, islands=2, migrate_every=2, inflight=None)
+    pool = FakePool(gpus=1, seconds=0.3)
+    outcome = run(config, tmp_path / "r", pool, ScriptedModel(roles, name="o4-mini", latency_s=0.2))
+    log = RunLog(tmp_path / "r")
+    assert sorted(r.round for r in log.of_role("round")) == [0, 1, 2, 3, 4, 5, 6] and outcome.winner is not None
+    assert order(log, 2, "plan") < order(log, 1, "round")  # round 2 was planned while round 1 was still measured
+    islands = {r.round: r.payload["island"] for r in log.of_role("plan")}
+    assert islands == {1: 0, 2: 1, 3: 0, 4: 1, 5: 0, 6: 1}
+    entries = {(r.round, r.key): r.payload["island"] for r in log.of_role("code")}
+    assert set(entries.values()) == {0, 1}
+    migrated = [r for r in log.of_role("plan") if r.round % 2 == 0 and r.payload["migrants"]]
+    assert migrated, "a migration round offers the other island's best kernel"
+    plan = log.load_transcript(migrated[0].round, "plan").messages[-2].content
+    assert "migrated from the other islands and may be a parent too" in plan
+    pool.close()
+
+
+def test_a_plateau_stops_the_run(tmp_path):
+    config = run_config(rounds=20, max_rounds=20, plateau=3)
+    outcome = run(config, tmp_path / "r", StandIn(), ScriptedModel(Roles(kernel("speedup=1.0")), name="o4-mini"))
+    assert outcome.stop_reason == "plateau: 3 rounds in a row without a 1% gain (best 1.000x)"
+    assert outcome.rounds_done == 3
+
+
+def test_a_late_new_best_extends_the_rounds(tmp_path):
+    lines = []
+    roles = Roles(kernel("speedup=1.1"), kernel("speedup=1.1"), kernel("speedup=1.1"), kernel("speedup=1.3"),
+                  kernel("speedup=1.3"))
+    outcome = run(run_config(rounds=4, max_rounds=8), tmp_path / "r", StandIn(), ScriptedModel(roles, name="o4-mini"),
+                  echo=lines.append)
+    assert outcome.rounds_done == 5 and outcome.winner.speedup == pytest.approx(1.3)
+    assert "new best late in the run (r04-c0-a0, 1.300x): 5 rounds now" in lines
+
+
+def test_a_run_killed_with_rounds_in_flight_resumes(tmp_path):
+    answers = [kernel("speedup=1.1"), kernel("speedup=1.2", "// MARK kill\n"), kernel("speedup=1.3")] + \
+        [kernel(f"speedup={1.3 + i / 100}") for i in range(1, 20)]
+    config = run_config(rounds=4, max_rounds=4, population=1, islands=2, inflight=None)
+    first = ScriptedModel(Roles(*answers), name="o4-mini", latency_s=0.1)
+    with pytest.raises(Killed):
+        run(config, tmp_path / "r", FakePool(seconds=0.2, evaluator=StandIn(kill_on="kill")), first)
+    log = RunLog(tmp_path / "r")
+    cut = {r.round for r in log.of_role("plan")} - {r.round for r in log.of_role("round")}
+    assert cut, "the kill left a round unfinished"
+    again = ScriptedModel(Roles(kernel("speedup=1.4")), name="o4-mini")
+    outcome = resume(tmp_path / "r", FakePool(seconds=0.01), again)
+    closed = sorted(r.round for r in RunLog(tmp_path / "r").of_role("round"))
+    assert closed == [0, 1, 2, 3, 4] and outcome.winner is not None
+    assert not any(tag.endswith("planning") and int(tag[1:3]) in cut for tag in again.tags)  # answered ones not asked
