@@ -10,8 +10,8 @@ will bring, plus one round an island in the pipe (a round brings its lineages tw
 starts). A round is also started at once when the pool has fewer requests than GPUs and no round is being
 planned. At most `inflight` lineages run at once (default 32 a GPU).
 
-When to stop: the rounds budget (`rounds`, extended by a quarter each time a late round finds a new best, up
-to `max_rounds`); a plateau (`plateau` rounds closed in a row without a `plateau_gain` gain); the floor; a
+When to stop: the rounds budget (`rounds`, extended by a quarter each time a round in its last quarter finds a new
+best, up to `max_rounds`); a plateau (`plateau` rounds closed in a row without a `plateau_gain` gain); the floor; a
 dollar budget that the rounds in flight are expected to spend (no new round starts; the meter's hard stop
 remains); or the caller's deadline (the benchmark's: the run stops then). Rounds already running finish (after a
 stop they ask the model nothing more), so the run log stays whole and a resumed run (optimize/agents/journal.py)
@@ -100,8 +100,8 @@ class Population:
         cfg = self.opt.config
         if now > self.best * (1 + cfg.plateau_gain):
             self.best, self.flat = now, 0
-            extend = max(1, cfg.rounds // 4)
-            if r > self.budget - extend and self.budget < self.ceiling:
+            extend = cfg.rounds // 4  # a quarter more (none for a run of fewer than 4 rounds)
+            if extend and r > self.budget - extend and self.budget < self.ceiling:
                 self.budget = min(self.ceiling, self.budget + extend)
                 self.opt.echo(f"new best late in the run ({best.id}, {now:.3f}x): {self.budget} rounds now")
         else:
