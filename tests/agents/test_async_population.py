@@ -84,3 +84,15 @@ def test_a_run_killed_with_rounds_in_flight_resumes(tmp_path):
     closed = sorted(r.round for r in RunLog(tmp_path / "r").of_role("round"))
     assert closed == [0, 1, 2, 3, 4] and outcome.winner is not None
     assert not any(tag.endswith("planning") and int(tag[1:3]) in cut for tag in again.tags)  # answered ones not asked
+
+
+def test_a_deadline_ends_each_part_of_a_run_cleanly(tmp_path):
+    """deadline_s: the rounds stop cleanly after that long, and a resumed run gets as long again (the GPU
+    script's two calls)."""
+    config = run_config(rounds=500, max_rounds=500, deadline_s=1.0)
+    model = ScriptedModel(Roles(kernel("speedup=1.0")), name="o4-mini", latency_s=0.1)
+    first = run(config, tmp_path / "r", StandIn(), model)
+    assert first.stop_reason == "time is up: the rounds' deadline passed" and 1 <= first.rounds_done < 500
+    again = resume(tmp_path / "r", StandIn(), ScriptedModel(Roles(kernel("speedup=1.0")), name="o4-mini",
+                                                             latency_s=0.1))
+    assert again.stop_reason == first.stop_reason and again.rounds_done > first.rounds_done

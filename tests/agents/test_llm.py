@@ -180,3 +180,15 @@ def test_a_cap_above_the_models_output_limit_is_lowered():
         model = OpenAIModel(llm_config(server))
         assert model.complete(HI).content == "ok"
     assert server.requests[0]["max_completion_tokens"] == 16384 and model.protocol.cap_param == "max_completion_tokens"
+
+
+def test_requests_in_flight_together_learn_the_protocol_once():
+    """Eight requests sent at once to a server without a chat template are all refused on chat; each retries on
+    what the first refusal taught (completions), none fails."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with serve([Answer(f"a{i}") for i in range(8)], Server(chat_template=False)) as server:
+        model = OpenAIModel(llm_config(server))
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            answers = list(pool.map(lambda _: model.complete(SYS).content, range(8)))
+    assert sorted(answers) == [f"a{i}" for i in range(8)] and all("prompt" in b for b in server.requests)

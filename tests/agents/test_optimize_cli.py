@@ -10,6 +10,7 @@ from agent_support import SUMMARY, TESTS, FreshPlans, Killed, StandIn, kernel, p
 
 from astra_sglang.cli import optimize as cli
 from astra_sglang.errors import AstraError
+from astra_sglang.optimize.agents.journal import RunLog
 from astra_sglang.optimize import starts
 from astra_sglang.optimize.records import Winner
 from astra_sglang.optimize.selection import ops_from_profile
@@ -225,3 +226,31 @@ def test_without_patches_dir_the_winner_goes_to_the_user_folder_unless_the_shipp
         assert f"kept the existing {shipped / 'silu_and_mul'}" in result.output and not written.exists()
     else:
         assert f"patch written to {home / 'patches' / 'silu_and_mul'}" in result.output and written.is_file()
+
+
+def test_a_timed_job_of_two_ops_against_a_noisy_server_resumes(tmp_path, monkeypatch):
+    """benchmarks/gpu/sglang_llm_loop.sh's flow on the CPU: a server with no chat template answering noise, two
+    ops as one job whose rounds stop after `deadline_s` (a settings file), then the job resumed for as long
+    again; both parts end cleanly, with a priced cost line per call."""
+    from fake_openai import FakeOpenAI, Server
+
+    noise = " ".join(["lorem", "ipsum", "dolor"] * 300)
+    settings = tmp_path / "settings.toml"
+    settings.write_text("plateau = 0\ndeadline_s = 2\nrounds = 500\nmax_rounds = 500\n")
+    job = tmp_path / "job"
+    with FakeOpenAI(lambda body: noise, Server(chat_template=False, context_len=20000)) as server:
+        common = ["--llm", "dummy", "--base-url", server.base_url, "--api-key", "none", "--budget-usd", "20",
+                  "--price", "dummy=0.10/0.40", "--patches-dir", str(tmp_path / "p")]
+        first = invoke(["silu_and_mul", "rmsnorm", *common, "--config", str(settings), "--shapes", "quick",
+                        "--out", str(job)], StandIn(), monkeypatch)
+        assert first.exit_code == 0, first.output
+        counts = {op: len((job / op / "llm.log").read_text().splitlines()) for op in ("silu_and_mul", "rmsnorm")}
+        second = invoke(["--resume", str(job), *common], StandIn(), monkeypatch)
+        assert second.exit_code == 0, second.output
+    for op in ("silu_and_mul", "rmsnorm"):
+        stops = [r.summary for r in RunLog(job / op).of_role("stop")]
+        assert stops == ["time is up: the rounds' deadline passed"] * 2
+        calls = (job / op / "llm.log").read_text().splitlines()
+        assert len(calls) > counts[op] > 0 and all(" completions" in c and "dummy" in c for c in calls)
+        assert all("(unpriced model)" not in c for c in calls)
+    assert "| rmsnorm | no winner |" in (job / "job.md").read_text()

@@ -19,7 +19,8 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from astra_sglang.errors import AstraError
@@ -88,6 +89,7 @@ class OpenAIModel:
         self.meter = meter or meter_for(config)
         self.protocol = Protocol(chat=config.api != "completions", system_role=config.system_role,
                                  cap=config.max_completion_tokens)
+        self._learning = threading.Lock()
         self._client = openai.OpenAI(
             api_key=config.api_key or os.environ.get("OPENAI_API_KEY") or "none",
             base_url=config.base_url or os.environ.get("OPENAI_BASE_URL") or None,
@@ -120,13 +122,16 @@ class OpenAIModel:
         chars = sum(len(m.content) for m in messages)
         while True:
             start = time.perf_counter()
+            sent = replace(self.protocol)
             try:
                 with self.meter.admit(self.name, chars, n):  # charged before the hold on the budget ends
-                    response = self._send(messages, n)
+                    response = self._send(messages, n, sent)
                     return self._replies(messages, response, n, tag, time.perf_counter() - start)
             except self._openai.BadRequestError as exc:
                 adaptations += 1
-                if adaptations > 6 or not self._adapt(str(exc), n):
+                with self._learning:  # requests in flight at once may all be refused for the same reason
+                    learned = self.protocol != sent or self._adapt(str(exc), n)
+                if adaptations > 6 or not learned:
                     raise self._rejected(exc) from exc
                 if not self.protocol.n:
                     n = 1
@@ -136,8 +141,7 @@ class OpenAIModel:
                 self._sleep(self._delay(attempt, exc))
                 attempt += 1
 
-    def _send(self, messages: list[Message], n: int):
-        p = self.protocol
+    def _send(self, messages: list[Message], n: int, p: Protocol):
         kwargs: dict = {"model": self.name}
         if self.config.temperature is not None:
             kwargs["temperature"] = self.config.temperature

@@ -13,7 +13,7 @@ planned. At most `inflight` lineages run at once (default 32 a GPU).
 When to stop: the rounds budget (`rounds`, extended by a quarter each time a round in its last quarter finds a new
 best, up to `max_rounds`); a plateau (`plateau` rounds closed in a row without a `plateau_gain` gain); the floor; a
 dollar budget that the rounds in flight are expected to spend (no new round starts; the meter's hard stop
-remains); or the caller's deadline (the benchmark's: the run stops then). Rounds already running finish (after a
+remains); or a deadline (`deadline_s`, or the benchmark's): the run stops then. Rounds already running finish (after a
 stop they ask the model nothing more), so the run log stays whole and a resumed run (optimize/agents/journal.py)
 redoes only what was cut off.
 """
@@ -48,8 +48,9 @@ def gpu_count(pool) -> int:
 
 class Population:
     def __init__(self, opt: "Optimizer", deadline: float | None = None):
-        self.opt, self.deadline = opt, deadline
         cfg = opt.config
+        self.opt = opt
+        self.deadline = deadline or (time.time() + cfg.deadline_s if cfg.deadline_s else None)
         self.budget, self.ceiling = cfg.rounds, cfg.max_rounds or 2 * cfg.rounds
         self.gpus = gpu_count(opt.pool)
         self.cap = cfg.inflight or PER_GPU * self.gpus
@@ -138,7 +139,7 @@ class Population:
                     opt.halt(f"{at_floor.id} is within {opt.config.roofline_margin:.0%} of the floor at every shape")
                     break
                 if self.deadline is not None and time.time() >= self.deadline:
-                    opt.halt("time is up: the caller's deadline passed")
+                    opt.halt("time is up: the rounds' deadline passed")
                     break
                 money = self.affordable(len(running))
                 more = next_r <= self.budget and money
