@@ -81,20 +81,22 @@ def llm_settings(llm, base_url, api_key, api, budget_usd, max_tokens, effort, pr
               "file (default: our own first kernel; the tuner: the op's patch, the user folder's over the shipped "
               "one).")
 @click.option("--rounds", "-r", type=int, default=None, help="Rounds R (default 5; with --resume: extend to R).")
-@click.option("--population", "-n", type=click.IntRange(min=1), default=None, help="Candidates a round (a planner call) "
-              "leads to, drafted at once (default 4).")
+@click.option("--population", "-n", type=click.IntRange(min=1), default=None,
+              help="Candidates a round (a planner call) leads to, drafted at once (default 4).")
 @click.option("--plans", type=click.IntRange(min=1), default=None, help="Distinct plans a round; each is coded "
               "population/plans times, n samples of one prompt (default 2).")
 @click.option("--repairs", type=click.IntRange(min=0), default=None, help="Repairs of a failed candidate, each with "
               "its build log or mismatching shapes (default 2).")
-@click.option("--speed-turns", type=click.IntRange(min=0), default=None, help="Turns a correct but slow candidate (slower "
-              "than its parent, or far from the floor) gets back with its per-shape timings and metrics (default 2).")
+@click.option("--speed-turns", type=click.IntRange(min=0), default=None, help="Turns a correct but slow candidate "
+              "(slower than its parent, or far from the floor) gets back with its per-shape timings and metrics "
+              "(default 2).")
 @click.option("--islands", type=click.IntRange(min=1), default=None, help="Sub-populations the rounds take turns on, "
               "with migration of their best kernels (default 2).")
-@click.option("--inflight", type=click.IntRange(min=1), default=None, help="Most candidates in flight at once (default: "
-              "as many as keep the GPUs busy at the model's latency; 1 with --population 1 --plans 1 --repairs 0 "
-              "--speed-turns 0 --islands 1 is the paper's loop).")
-@click.option("--model-plan", metavar="MODEL[@EFFORT]", help="The planner's model (and reasoning effort), e.g. o3@high.")
+@click.option("--inflight", type=click.IntRange(min=1), default=None, help="Most candidates in flight at once "
+              "(default: as many as keep the GPUs busy at the model's latency; 1 with --population 1 --plans 1 "
+              "--repairs 0 --speed-turns 0 --islands 1 is the paper's loop).")
+@click.option("--model-plan", metavar="MODEL[@EFFORT]",
+              help="The planner's model (and reasoning effort), e.g. o3@high.")
 @click.option("--model-code", metavar="MODEL[@EFFORT]", help="The coder's model (and reasoning effort).")
 @click.option("--model-reflect", metavar="MODEL[@EFFORT]", help="The reflector's and the memory summarizer's model.")
 @click.option("--effort", type=click.Choice(EFFORTS), help="Reasoning effort of every role without its own.")

@@ -101,13 +101,15 @@ def test_endpoint_down_stops_cleanly(fake, tmp_path):
 
 
 def test_budget_stop_and_cost_accounting(fake, tmp_path):
-    server = fake({"testing": [TESTS]}, {"profiling": SUMMARY, "planning": FreshPlans(), "coding": kernel("speedup=1.1")})
+    server = fake({"testing": [TESTS]},
+                  {"profiling": SUMMARY, "planning": FreshPlans(), "coding": kernel("speedup=1.1")})
     model = OpenAIModel(llm_config(server, budget_usd=0.02))  # $0.0033 a call
     outcome = run(run_config(rounds=5), tmp_path / "r", StandIn(), model)
     calls = len(server.requests)
     assert outcome.stop_reason.startswith("budget spent") and outcome.winner is not None
     # a hard stop: no request is sent that is expected to pass the budget, so the run never spends more
-    assert outcome.usage.cost_usd == pytest.approx(calls * 0.0033) and 0.02 - 2 * 0.0033 < outcome.usage.cost_usd <= 0.02
+    assert outcome.usage.cost_usd == pytest.approx(calls * 0.0033)
+    assert 0.02 - 2 * 0.0033 < outcome.usage.cost_usd <= 0.02
     assert "stopped early: budget spent" in (tmp_path / "r" / "report.md").read_text()
 
 
@@ -131,7 +133,8 @@ def test_resume_after_kill_loses_no_round(fake, tmp_path):
     # resuming a finished run asks nothing and returns the same winner; extending it runs one more round
     again = resume(run_dir, StandIn(), ScriptedModel([]))
     assert again.winner.round == 3
-    more = resume(run_dir, StandIn(), ScriptedModel([plans(4)[3], kernel("speedup=1.6"), SUMMARY], name="o4-mini"), rounds=4)
+    more = resume(run_dir, StandIn(), ScriptedModel([plans(4)[3], kernel("speedup=1.6"), SUMMARY], name="o4-mini"),
+                  rounds=4)
     assert more.winner.round == 4
 
 

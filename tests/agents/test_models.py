@@ -17,7 +17,8 @@ from astra_sglang.optimize.records import LLMConfig, Message, RoleModel
 
 
 def test_a_model_and_an_effort_per_role(fake, tmp_path):
-    server = fake({"testing": [TESTS]}, {"profiling": SUMMARY, "planning": FreshPlans(), "coding": kernel("speedup=1.2")})
+    server = fake({"testing": [TESTS]},
+                  {"profiling": SUMMARY, "planning": FreshPlans(), "coding": kernel("speedup=1.2")})
     config = llm_config(server).model_copy(update={"model": "gpt-5-mini", "roles": {
         "planner": RoleModel(model="o3", reasoning_effort="high"), "reflector": RoleModel(model="gpt-5-nano")}})
     models = Models.from_config(config)
@@ -45,8 +46,10 @@ def test_an_unknown_model_needs_a_price_with_a_budget(fake, tmp_path):
     with pytest.raises(AstraError, match=r"no price known for my-coder: pass --price my-coder=IN/OUT"):
         meter_for(LLMConfig(model="gpt-5", budget_usd=1.0, roles={"coder": RoleModel(model="my-coder")}))
     meter_for(LLMConfig(model="my-coder"))  # no budget: unpriced models only count tokens
-    server = fake({"testing": [TESTS]}, {"profiling": SUMMARY, "planning": FreshPlans(), "coding": kernel("speedup=1.1")})
-    config = llm_config(server, budget_usd=0.01, prices={"my-coder": (2.0, 4.0)}).model_copy(update={"model": "my-coder"})
+    server = fake({"testing": [TESTS]},
+                  {"profiling": SUMMARY, "planning": FreshPlans(), "coding": kernel("speedup=1.1")})
+    config = llm_config(server, budget_usd=0.01, prices={"my-coder": (2.0, 4.0)})
+    config = config.model_copy(update={"model": "my-coder"})
     outcome = run(run_config(rounds=10, max_rounds=10), tmp_path / "r", StandIn(), Models.from_config(config))
     assert outcome.stop_reason.startswith("budget spent")  # a hard stop, for a model the table does not know
     assert outcome.usage.cost_usd == pytest.approx(len(server.requests) * 0.004) and outcome.usage.cost_usd <= 0.01
@@ -65,10 +68,12 @@ def test_tokens_are_estimated_where_the_server_sends_no_usage(tmp_path):
 def test_the_command_lines_models_prices_and_settings_file(fake, tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setattr(cli, "harness_evaluator", lambda: StandIn())
-    server = fake({}, {"testing": TESTS, "planning": FreshPlans(), "coding": kernel("speedup=1.2"), "profiling": SUMMARY})
+    server = fake({}, {"testing": TESTS, "planning": FreshPlans(), "coding": kernel("speedup=1.2"),
+                       "profiling": SUMMARY})
     base = ["silu_and_mul", "--base-url", server.base_url, "--api-key", "k", "--shapes", "quick", "--rounds", "1",
             "--patches-dir", str(tmp_path / "p")]
-    refused = CliRunner().invoke(cli.optimize, [*base, "--llm", "my-coder", "--budget-usd", "1", "--out", str(tmp_path / "a")])
+    refused = CliRunner().invoke(cli.optimize, [*base, "--llm", "my-coder", "--budget-usd", "1",
+                                                "--out", str(tmp_path / "a")])
     assert refused.exit_code == 1 and "no price known for my-coder" in str(refused.exception)
     assert server.requests == [] and not (tmp_path / "a").exists()  # nothing ran
     settings = tmp_path / "agents.toml"
@@ -85,7 +90,8 @@ def test_the_command_lines_models_prices_and_settings_file(fake, tmp_path, monke
                                                 "temperature": None}
     sent = {(role_of(b), b["model"], b.get("reasoning_effort")) for b in server.requests}
     assert ("planning", "o3", "high") in sent and ("coding", "my-coder", "low") in sent
-    for args, message in ((["--price", "oops"], "write MODEL=IN/OUT"), (["--model-plan", "o3@max"], "the effort after @"),
+    for args, message in ((["--price", "oops"], "write MODEL=IN/OUT"),
+                          (["--model-plan", "o3@max"], "the effort after @"),
                           (["--config", str(tmp_path / "bad.toml")], "unknown or fixed setting(s) kernel, speed_turn")):
         (tmp_path / "bad.toml").write_text('speed_turn = 1\nkernel = "x"\n')
         bad = CliRunner().invoke(cli.optimize, [*base, "--llm", "o4-mini", *args, "--out", str(tmp_path / "c")])

@@ -67,7 +67,8 @@ def test_a_profile_covers_the_shapes_that_matter():
                            candidate=Timing(median_us=us, p10_us=us, p90_us=us), floor_us=floor)
 
     result = EvalResult(kernel="silu_and_mul", candidate="c", ok=True, stage="done",
-                        shapes=[row((1, 128), 5.0, 0, 1.0), row((64, 4096), 9.0, 0, 8.0), row((512, 4096), 8.0, 0, 7.9)])
+                        shapes=[row((1, 128), 5.0, 0, 1.0), row((64, 4096), 9.0, 0, 8.0),
+                                row((512, 4096), 8.0, 0, 7.9)])
     parent = Entry(id="r01-c0-a0", round=1, source="", status="ok", speedup=1.5,
                    shapes={"1x128/bfloat16": 2.0, "64x4096/bfloat16": 1.0, "512x4096/bfloat16": 1.6})
     chosen = pick_shapes(result, parent, 2)

@@ -85,7 +85,8 @@ def test_start_source_resolution(tmp_path):
 
 
 def test_several_ops_as_one_job(fake, tmp_path, monkeypatch):
-    server = fake({}, {"testing": TESTS, "planning": FreshPlans(), "coding": kernel("speedup=1.2"), "profiling": SUMMARY})
+    server = fake({}, {"testing": TESTS, "planning": FreshPlans(), "coding": kernel("speedup=1.2"),
+                       "profiling": SUMMARY})
     out = tmp_path / "job"
     args = ["silu_and_mul", "rmsnorm", "--rounds", "1", "--llm", "o4-mini", "--base-url", server.base_url,
             "--api-key", "k", "--out", str(out), "--shapes", "quick", "--population", "1", "--plans", "1"]
@@ -105,7 +106,8 @@ def test_ops_from_a_profile(fake, tmp_path, monkeypatch):
     listed = tmp_path / "list.json"  # a bare list of op names is a profile too
     listed.write_text('["fused_add_rmsnorm"]')
     assert ops_from_profile(listed) == (["fused_add_rmsnorm"], [])
-    server = fake({}, {"testing": TESTS, "planning": FreshPlans(), "coding": kernel("speedup=1.1"), "profiling": SUMMARY})
+    server = fake({}, {"testing": TESTS, "planning": FreshPlans(), "coding": kernel("speedup=1.1"),
+                       "profiling": SUMMARY})
     args = ["--from-profile", str(profile), "--rounds", "1", "--llm", "m", "--base-url", server.base_url, "--api-key",
             "k", "--out", str(tmp_path / "job"), "--shapes", "quick", "--population", "1", "--plans", "1"]
     result = invoke(args, StandIn(), monkeypatch)
@@ -157,7 +159,8 @@ def test_pool_options_reach_the_pool(fake, tmp_path, monkeypatch):
         return LocalPool(gpus=[], evaluator=evaluator)
 
     monkeypatch.setattr(search, "make_pool", make_pool)
-    server = fake({}, {"testing": TESTS, "planning": FreshPlans(), "coding": kernel("speedup=1.2"), "profiling": SUMMARY})
+    server = fake({}, {"testing": TESTS, "planning": FreshPlans(), "coding": kernel("speedup=1.2"),
+                       "profiling": SUMMARY})
     args = ["silu_and_mul", "--rounds", "1", "--llm", "m", "--base-url", server.base_url, "--api-key", "k",
             "--out", str(tmp_path / "r"), "--shapes", "quick", "--ray", "auto", "--gpus", "0,1"]
     assert invoke(args, StandIn(), monkeypatch).exit_code == 0

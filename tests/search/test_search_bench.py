@@ -12,7 +12,8 @@ def test_simulated_search_bench(tmp_path, bench_script):
     assert set(by["pool-2gpu"].gpu_shares) == {"0", "1"} and min(by["pool-2gpu"].gpu_shares.values()) > 0
     assert all(r.evaluations > 0 and r.median_eval_s for r in rows if not r.arm.startswith("loop"))
     for arm in ("loop-paper", "loop-population-1gpu"):
-        assert by[arm].candidates >= 1 and by[arm].drafts_per_hour > 0 and set(by[arm].fast_p) == {"fast_1.0", "fast_1.1"}
+        assert by[arm].candidates >= 1 and by[arm].drafts_per_hour > 0
+        assert set(by[arm].fast_p) == {"fast_1.0", "fast_1.1"}
         assert by[arm].prompt_tokens["coder draft"] > 1000 and "planner" in by[arm].prompt_tokens
     assert by["loop-paper"].rounds >= 1 and by["loop-population-1gpu"].candidates >= 4  # a population round
     saved = [json.loads(x) for x in (tmp_path / "search.jsonl").read_text().splitlines()]
