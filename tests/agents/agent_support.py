@@ -289,3 +289,14 @@ class FakePool:
 
     def close(self) -> None:
         self._threads.shutdown(wait=True)
+
+
+def fixed_answer(messages) -> str | None:
+    """The scripted answer of a role a test does not script itself (testing, profiling, reflecting, summarizing);
+    None for the planner and the coder."""
+    head = messages[0].content[:300]
+    for marker, answer in (("TestingAgent", TESTS), ("ProfilingAgent", SUMMARY), ("ReflectionAgent", REFLECTION),
+                           ("MemoryAgent", DIGEST)):
+        if marker in head:
+            return answer
+    return None

@@ -2,8 +2,7 @@
 barrier), islands take turns and migrate, a plateau stops the run, a late new best extends the rounds budget, and
 a run killed with rounds in flight resumes where it stopped."""
 import pytest
-from agent_support import (DIGEST, REFLECTION, SUMMARY, TESTS, FakePool, Killed, StandIn, kernel, plans,
-                           run_config)
+from agent_support import FakePool, Killed, StandIn, fixed_answer, kernel, plans, run_config
 
 from astra_sglang.optimize.agents.journal import RunLog
 from astra_sglang.optimize.agents.loop import resume, run
@@ -18,12 +17,9 @@ class Roles:
         self.kernels, self.planned = list(kernels), 0
 
     def __call__(self, messages):
-        head = messages[0].content[:300]
-        for marker, answer in (("TestingAgent", TESTS), ("ProfilingAgent", SUMMARY), ("ReflectionAgent", REFLECTION),
-                               ("MemoryAgent", DIGEST)):
-            if marker in head:
-                return answer
-        if "PlanningAgent" in head:
+        if (fixed := fixed_answer(messages)) is not None:
+            return fixed
+        if "PlanningAgent" in messages[0].content[:300]:
             self.planned += 1
             return plans(self.planned)[-1]
         return self.kernels.pop(0) if len(self.kernels) > 1 else self.kernels[0]

@@ -5,7 +5,7 @@ helpers as declarations; the planner sees every plan whole with each candidate's
 lesson, and what earlier runs learned."""
 import json
 
-from agent_support import DIGEST, REFLECTION, SUMMARY, TESTS, FixtureProfiler, StandIn, kernel, run_config
+from agent_support import REFLECTION, FixtureProfiler, StandIn, fixed_answer, kernel, run_config
 
 from astra_sglang.optimize.agents.loop import run
 from astra_sglang.optimize.agents.prompts import device_digest, device_header
@@ -21,16 +21,9 @@ SECOND = "1. Process two rows per block at the small shapes so that fewer blocks
 def script(answers):
     """role -> answer, the planner's and the coder's in order."""
     def answer(messages):
-        head = messages[0].content[:300]
-        if "TestingAgent" in head:
-            return TESTS
-        if "ProfilingAgent" in head:
-            return SUMMARY
-        if "ReflectionAgent" in head:
-            return REFLECTION
-        if "MemoryAgent" in head:
-            return DIGEST
-        role = "planning" if "PlanningAgent" in head else "coding"
+        if (fixed := fixed_answer(messages)) is not None:
+            return fixed
+        role = "planning" if "PlanningAgent" in messages[0].content[:300] else "coding"
         return answers[role].pop(0)
     return answer
 

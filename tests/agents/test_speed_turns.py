@@ -2,7 +2,7 @@
 its coder with its per-shape timings against the parent's and the floor, and the metrics that moved, for up to
 `speed_turns` more turns; the lineage's result is its best attempt; a resumed run asks nothing twice."""
 import pytest
-from agent_support import DIGEST, REFLECTION, SUMMARY, TESTS, FixtureProfiler, StandIn, kernel, run_config
+from agent_support import FixtureProfiler, StandIn, fixed_answer, kernel, run_config
 
 from astra_sglang.optimize.agents.journal import RunLog
 from astra_sglang.optimize.agents.loop import run
@@ -18,11 +18,10 @@ class Coder:
         self.answers, self.turns = list(answers), []
 
     def __call__(self, messages):
-        head = messages[0].content[:300]
-        for marker, answer in (("TestingAgent", TESTS), ("ProfilingAgent", SUMMARY), ("ReflectionAgent", REFLECTION),
-                               ("MemoryAgent", DIGEST), ("PlanningAgent", PLAN)):
-            if marker in head:
-                return answer
+        if (fixed := fixed_answer(messages)) is not None:
+            return fixed
+        if "PlanningAgent" in messages[0].content[:300]:
+            return PLAN
         if len(messages) > 2:
             self.turns.append(messages[-1].content)
         return self.answers.pop(0)
