@@ -17,6 +17,23 @@ def _model_dims(model_path: str, tp: int):
     return ModelDims.from_config(config, tp) if config.is_file() else None
 
 
+def _url(value: str | None) -> str | None:
+    """--url as http(s)://HOST[:PORT] (a bare host:port gets http://); click's usage error otherwise."""
+    from urllib.parse import urlparse
+
+    if value is None:
+        return None
+    url = value if "://" in value else f"http://{value}"
+    parsed = urlparse(url)
+    try:
+        parsed.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise click.BadParameter(f"{value!r} is no server URL; give http://HOST:PORT, e.g. http://127.0.0.1:30000")
+    return url.rstrip("/")
+
+
 def _option(args: list[str], name: str) -> str | None:
     for i, arg in enumerate(args):
         if arg == name and i + 1 < len(args):
@@ -39,10 +56,12 @@ def _engagement(stats_dir: Path) -> dict[str, dict[str, int]]:
 
 
 @click.command()
-@click.option("--url", help="Profile a running server (e.g. http://127.0.0.1:30000) instead of starting one.")
+@click.option("--url", callback=lambda ctx, param, value: _url(value),
+              help="Profile a running server (e.g. http://127.0.0.1:30000) instead of starting one.")
 @click.option("--workload", type=click.Choice(["decode", "prefill", "both"]), default="both", show_default=True,
               help="decode: 64 concurrent requests, 256 tokens in / 512 out; prefill: 16 concurrent, 2048 in / 8 out.")
-@click.option("--steps", default=30, show_default=True, help="Scheduler steps recorded per workload.")
+@click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True,
+              help="Scheduler steps recorded per workload.")
 @click.option("--patched", is_flag=True, help="Start the server with the enabled patches (as `launch` does).")
 @click.option("--patches", type=click.Path(file_okay=False, path_type=Path), help="Patch folder (default: the shipped one with HOME/patches over it).")
 @click.option("--compare", "base", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -53,11 +72,11 @@ def _engagement(stats_dir: Path) -> dict[str, dict[str, int]]:
               help="Re-render an earlier profile.json (with --compare: against another) without a server.")
 @click.option("--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The model's config.json, for shapes and bytes with --from-traces or a remote model path.")
-@click.option("--roofline-gbps", type=float, help="With --from-traces: the copy roofline of the GPU the traces came from.")
-@click.option("--empty-us", type=float, help="With --from-traces: that GPU's empty-kernel time in a graph.")
+@click.option("--roofline-gbps", type=click.FloatRange(min=0, min_open=True), help="With --from-traces: the copy roofline of the GPU the traces came from.")
+@click.option("--empty-us", type=click.FloatRange(min=0), help="With --from-traces: that GPU's empty-kernel time in a graph.")
 @click.option("--gpu", help="With --from-traces: the GPU's name, for the report.")
-@click.option("--port", default=30123, show_default=True, help="Port of a server this command starts.")
-@click.option("--health-timeout", default=900.0, show_default=True, help="Seconds to wait for a started server.")
+@click.option("--port", type=click.IntRange(1, 65535), default=30123, show_default=True, help="Port of a server this command starts.")
+@click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True, help="Seconds to wait for a started server.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Output folder (default ./astra-profile/TIME).")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 def profile(url, workload, steps, patched, patches, base, from_traces, saved, model_config, roofline_gbps, empty_us, gpu,
@@ -130,6 +149,10 @@ def _live(url, names, steps, patched, patches, model_config, port, health_timeou
                          "(e.g. -- --model-path M --load-format dummy)")
     if url and patched:
         raise AstraError("--patched starts its own server: drop --url")
+    if not url:  # before the GPU probe, the builds and the server's start
+        from astra_sglang.serving.model import check_server_args
+
+        check_server_args(server_args, lambda msg: click.echo(f"note: {msg}", err=True), required=True)
     proc, stats_dir = None, out / "stats"
     traces: dict[str, list[Path]] = {}
     server = attach(url) if url else None  # fails fast, before the probe

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterable
 
 from astra_sglang.errors import AstraError
 from astra_sglang.harness import linemap
@@ -51,6 +52,28 @@ def default_arch() -> str:
     except Exception:  # noqa: BLE001 - no usable torch/CUDA: compile for the default
         pass
     return "sm_90"
+
+
+MACRO_NAME = re.compile(r"^[A-Za-z_]\w*$")
+
+
+def parse_defines(items: Iterable[str], option: str = "-D") -> dict[str, str]:
+    """`NAME=VALUE` items (a command line's -D) as a dict; AstraError naming the first that is not one: no value
+    (a knob left at an implicit 1 fails far inside a header), a name that is no C macro name, a value holding
+    whitespace (nvcc would take it as a separate token)."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not MACRO_NAME.match(name):
+            raise AstraError(f"{option} {item}: {name!r} is not a macro name (letters, digits and _, not starting "
+                             "with a digit); write NAME=VALUE, e.g. -D THREADS=256")
+        if not sep or not value:
+            raise AstraError(f"{option} {item}: give {name} a value, NAME=VALUE (e.g. {option} {name}=256)")
+        if any(ch.isspace() for ch in value):
+            raise AstraError(f"{option} {item}: the value {value!r} holds whitespace; give one token")
+        out[name] = value
+    return out
 
 
 def nvcc_command(source: Path, output: Path, defines: dict[str, str], arch: str) -> list[str]:
