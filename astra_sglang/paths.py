@@ -87,3 +87,12 @@ def writable_folder(folder: Path, option: str) -> Path:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise AstraError(f"{option}: {folder} is not writable")
     return folder
+
+
+def check_writable(path: Path, option: str) -> None:
+    """AstraError unless `path` could be created (its nearest existing folder is writable), creating nothing:
+    for a folder another process (a server's workers) writes later."""
+    path = Path(path).resolve()
+    parent = next((p for p in (path, *path.parents) if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise AstraError(f"{option} {path}: {parent} is not a writable folder")

@@ -45,7 +45,8 @@ def step(what: str, done: str | None = None, say_done: bool = True) -> Iterator[
     prints its own result line). An exception ends the step without a line: the error says what happened."""
     out = console()
     if out.is_terminal:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=out,
+        # the elapsed time before the text: a narrow terminal cuts the text, not the time
+        with Progress(SpinnerColumn(), TimeElapsedColumn(), TextColumn("{task.description}"), console=out,
                       transient=True) as progress:
             current = Step(what, progress, progress.add_task(what, total=None))
             yield current

@@ -7,6 +7,7 @@ import click
 
 from astra_sglang.cli.patch import PATCHES_OPTION, _errors
 from astra_sglang.serving.ab import run_ab
+from astra_sglang.paths import writable_folder
 from astra_sglang.serving.model import check_model
 from astra_sglang.serving.server import DATASETS
 
@@ -84,6 +85,8 @@ def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, out
     if (control or target_width) and not paired:
         raise click.UsageError("--control and --target-width go with --paired")
     check_model(model_path, load_format, lambda msg: click.echo(f"note: {msg}", err=True))  # before builds and SGLang
+    if out:
+        writable_folder(out, "--out")
     return run_ab(model_path, load_format, runs, patches, port, num_prompts, input_len, output_len, concurrency,
                   dataset, prefix_len, groups, warmup, repeats, paired, control, target_width, seed, b_first,
                   health_timeout, bench_timeout, out, server_args)

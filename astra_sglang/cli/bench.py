@@ -108,7 +108,7 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
     from astra_sglang.harness.report import print_result, write_jsonl
     from astra_sglang.paths import writable_folder
     from astra_sglang.progress import step
-    from astra_sglang.specs.registry import get_spec, resolve_shapes
+    from astra_sglang.specs.registry import get_spec, shapes_given
 
     if no_check and no_time:
         raise AstraError("--no-check and --no-time leave nothing to do")
@@ -126,7 +126,7 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
     unsupported = [d for d in dtype_list if d not in spec.dtypes]
     if unsupported:
         raise AstraError(f"{kernel} does not support {unsupported}; it supports {spec.dtypes}")
-    shape_list = resolve_shapes(spec, shapes)  # every input is checked before anything is built
+    shape_list = shapes_given(spec, shapes)  # every input is checked before anything is built
     knobs = parse_defines(defines)
     cand = candidate_side(kernel, candidate, knobs)
     base = baseline_side(spec, baseline)
@@ -183,15 +183,15 @@ def _ncu(spec, shapes: str, out: str | None) -> int:
 
     from astra_sglang.patchset.store import PatchStore
     from astra_sglang.profile.ncu_table import SGLANG, main as ncu_table
-    from astra_sglang.specs.registry import resolve_shapes
+    from astra_sglang.specs.registry import shapes_given
 
     if spec.name not in SGLANG:
         raise AstraError(f"--ncu compares with SGLang's library for {', '.join(SGLANG)}; not {spec.name}")
+    items = [f"{spec.name}:{'x'.join(map(str, s))}" for s in shapes_given(spec, shapes)]
     if not _has_gpu() or shutil.which("ncu") is None:
         raise AstraError("--ncu needs a CUDA GPU and Nsight Compute's ncu on PATH")
     entry = PatchStore().get(spec.name)
     folder = Path(out or f"runs/ncu-{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    items = [f"{spec.name}:{'x'.join(map(str, s))}" for s in resolve_shapes(spec, shapes)]
     ncu_table(folder, items, patches=entry.folder.parent)
     click.echo(f"results: {folder}")
     return 0

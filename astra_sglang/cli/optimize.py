@@ -137,7 +137,7 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
             raise AstraError("--from and --from-extracted both name a start kernel: give one")
     use_llm = llm_configured(llm, base_url, api_key) and not force_tuner and extracted is None
     checks = Preflight(ops=ops, shapes=shapes, baseline=baseline, gpus=gpus, ray=ray, llm=use_llm or bool(resume_dir),
-                       compile_only=compile_only)
+                       compile_only=compile_only, out=out)
     check_inputs(checks)  # before the pool starts and anything is built
     if is_harness(harness_evaluator()):
         check_harness(checks)

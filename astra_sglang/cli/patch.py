@@ -165,7 +165,7 @@ def verify_cmd(op, patches, shapes, no_time, sanitize):
     """
     import torch
 
-    from astra_sglang.specs.registry import resolve_shapes
+    from astra_sglang.specs.registry import shapes_given
 
     entry = PatchStore(patches).get(op)
     if sanitize and entry.manifest.kind != "cuda":
@@ -176,11 +176,12 @@ def verify_cmd(op, patches, shapes, no_time, sanitize):
 
         tokens = parse_buckets(shapes)
     elif entry.manifest.kind not in ("triton-config", "triton-launch"):
-        shape_list = resolve_shapes(entry.spec, shapes)  # a bad --shapes is said before the GPU is asked for
+        shape_list = shapes_given(entry.spec, shapes)  # a bad --shapes is said before the GPU is asked for
     if not torch.cuda.is_available():
         raise AstraError("patch verify needs a CUDA GPU; none is visible here")
-    from astra_sglang.harness.isolate import evaluate
+    from astra_sglang.harness.isolate import describe_event, evaluate, watching
     from astra_sglang.harness.records import EvalRequest, KernelSource
+    from astra_sglang.progress import step
 
     if entry.manifest.kind == "triton-config":  # each config file's table against SGLang's own pick
         from astra_sglang.triton.moe.patch import verify_requests
@@ -199,7 +200,9 @@ def verify_cmd(op, patches, shapes, no_time, sanitize):
                             shapes=shape_list, dtypes=list(entry.manifest.dtypes),
                             time=not no_time)]
     for req in reqs:
-        result = evaluate(req)
+        with step(f"verifying {req.candidate.name()}", say_done=False) as current, \
+                watching(lambda event: current.update(describe_event(event))):
+            result = evaluate(req)
         rows = [[f"{'x'.join(map(str, s.shape))}", s.dtype, {True: "ok", False: "FAIL", None: "-"}[s.correct],
                  f"{s.speedup:.2f}x" if s.speedup else "-", s.reason or s.baseline_defect] for s in result.shapes]
         if rows:

@@ -11,10 +11,26 @@ from astra_sglang.errors import AstraError
 
 
 def _model_dims(model_path: str, tp: int):
+    """The served model's dims from its folder's config.json; None where there is none or it is no model config
+    (the caller says so: the table then has no shapes or bytes, and the profile is not lost)."""
     from astra_sglang.profile.rank import ModelDims
 
     config = Path(model_path) / "config.json"
-    return ModelDims.from_config(config, tp) if config.is_file() else None
+    try:
+        return ModelDims.from_config(config, tp) if config.is_file() else None
+    except (ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def _check_model_config(path: Path) -> None:
+    """--model-config read before anything runs: AstraError where it is no model's config.json."""
+    from astra_sglang.profile.rank import ModelDims
+
+    try:
+        ModelDims.from_config(path)
+    except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+        what = f"no field {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
+        raise AstraError(f"--model-config {path}: not a model's config.json ({what})") from None
 
 
 def _url(value: str | None) -> str | None:
@@ -105,6 +121,8 @@ def profile(url, workload, steps, patched, patches, base, from_traces, saved, mo
     from astra_sglang.profile.records import Profile
     from astra_sglang.profile.report import print_deltas, print_profile, write
 
+    if model_config:
+        _check_model_config(model_config)
     out = (out or Path("astra-profile") / time.strftime("%Y%m%d-%H%M%S")).resolve()
     names = ["decode", "prefill"] if workload == "both" else [workload]
     if saved:
@@ -142,6 +160,7 @@ def _live(url, names, steps, patched, patches, model_config, port, health_timeou
     from astra_sglang.profile.build import build_profile, phase_steps
     from astra_sglang.profile.ceilings import measure
     from astra_sglang.profile.drive import WORKLOADS, Server, attach, profile_load
+    from astra_sglang.progress import step
     from astra_sglang.serving.server import server_command, start_server, stop_server, wait_healthy
 
     if not url and not server_args:
@@ -156,7 +175,8 @@ def _live(url, names, steps, patched, patches, model_config, port, health_timeou
     proc, stats_dir = None, out / "stats"
     traces: dict[str, list[Path]] = {}
     server = attach(url) if url else None  # fails fast, before the probe
-    ceilings = measure()  # before a started server takes the GPU's memory
+    with step("measuring this GPU's copy roofline and empty-kernel time"):
+        ceilings = measure()  # before a started server takes the GPU's memory
     try:
         if server is None:
             args = list(server_args)
@@ -178,14 +198,16 @@ def _live(url, names, steps, patched, patches, model_config, port, health_timeou
             out.mkdir(parents=True, exist_ok=True)
             click.echo("starting: " + " ".join(argv))
             proc = start_server(argv, env, out / "server.log")
-            seconds = wait_healthy(proc, port, out / "server.log", health_timeout)
+            with step(f"starting SGLang (log: {out / 'server.log'})", say_done=False):
+                seconds = wait_healthy(proc, port, out / "server.log", health_timeout)
             click.echo(f"server healthy after {seconds:.0f} s")
             server = Server(url=f"http://127.0.0.1:{port}", model_path=model,
                             tp=int(_option(args, "--tp") or _option(args, "--tp-size") or 1))
         alive = (lambda: proc.poll() is None) if proc else (lambda: True)
         for name in names:
             click.echo(f"profiling the {name} load ({steps} steps)")
-            traces[name] = profile_load(server, WORKLOADS[name], out / "traces" / name, steps, alive=alive)
+            with step(f"the {name} load", done=f"the {name} load: recorded in {{seconds:.1f}}s"):
+                traces[name] = profile_load(server, WORKLOADS[name], out / "traces" / name, steps, alive=alive)
             got = phase_steps(traces[name], name)
             if got < max(3, steps // 4):  # too few of the load's own phase to rank: once more, 4x the steps
                 click.echo(f"only {got} {name} steps among the {steps} recorded: recording {4 * steps} steps")
@@ -200,7 +222,8 @@ def _live(url, names, steps, patched, patches, model_config, port, health_timeou
 
     dims = ModelDims.from_config(model_config, server.tp) if model_config else _model_dims(server.model_path, server.tp)
     if dims is None:
-        click.echo("warning: the model's config.json is not readable here: no shapes or bytes (give --model-config)")
+        click.echo("warning: the model's config.json is not readable here or no model config: no shapes or bytes "
+                   "(give --model-config)")
     return build_profile(traces, dims, ceilings, model=Path(server.model_path).name, server=list(server_args),
                          patched=patched, workloads={n: WORKLOADS[n] for n in names},
                          engagement=_engagement(stats_dir) if patched else None)

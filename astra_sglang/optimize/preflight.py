@@ -26,6 +26,7 @@ class Preflight:
     ray: str | None
     llm: bool
     compile_only: bool
+    out: str | None = None
 
 
 def check_gpus(text: str | None) -> None:
@@ -52,8 +53,12 @@ def check_inputs(run: Preflight) -> None:
     """Shapes, GPU list and Ray address: whatever evaluates the candidates."""
     from astra_sglang.specs.registry import get_spec, resolve_shapes
 
+    from astra_sglang.paths import writable_folder
+
     check_gpus(run.gpus)
     check_ray(run.ray)
+    if run.out:
+        writable_folder(Path(run.out), "--out")
     for op in run.ops:
         resolve_shapes(get_spec(op), run.shapes)
 

@@ -235,6 +235,16 @@ def check_shape(spec: KernelSpec, shape: tuple[int, ...]) -> None:
         raise AstraError(f"shape {'x'.join(map(str, shape))} of {spec.name}: {why}")
 
 
+def shapes_given(spec: KernelSpec, selector: str, option: str = "--shapes") -> list[tuple[int, ...]]:
+    """`resolve_shapes` for shapes a user named: AstraError where they come to none (a set the spec leaves empty)."""
+    shapes = resolve_shapes(spec, selector)
+    if not shapes:
+        filled = [n for n in SHAPE_SETS if n not in ("all", "gate") and resolve_shapes(spec, n)]
+        raise AstraError(f"{option} {selector}: {spec.name} has no shapes in that set; its sets with shapes: "
+                         f"{', '.join(filled)}")
+    return shapes
+
+
 def resolve_shapes(spec: KernelSpec, selector: str) -> list[tuple[int, ...]]:
     """A named set (quick, paper, models, edge, held_out, all, gate, served; joined with '+'), an explicit list,
     or a profile's JSON (the shapes the server ran)."""
