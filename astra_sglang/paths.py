@@ -80,6 +80,8 @@ def writable_folder(folder: Path, option: str) -> Path:
     """`folder`, created where missing, checked writable before a long run writes its results there; AstraError
     naming the option otherwise (a result that cannot be written is lost after the run)."""
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise AstraError(f"{option}: {folder} is a file, not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

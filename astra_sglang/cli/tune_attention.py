@@ -77,10 +77,10 @@ def tune_attention_cmd(kernel, model, tp, shape_text, dtype, buckets, lengths, p
     if profile_json:
         from astra_sglang.profile.buckets import profile_buckets
 
+        seconds = parse_lengths(lengths or DEFAULT_LENGTHS[kernel])
         found = profile_buckets(profile_json, keys=None, kernel=PROFILE_KERNELS[kernel])
         click.echo(f"profile: {PROFILE_KERNELS[kernel]} ran at step sizes " +
                    ", ".join(f"{b} ({calls} launches)" for b, calls in found))
-        seconds = parse_lengths(lengths or DEFAULT_LENGTHS[kernel])
         chosen = [(a, b) for a, _ in found for b in seconds]
     else:
         chosen = parse_buckets(buckets or DEFAULT_BUCKETS[kernel])

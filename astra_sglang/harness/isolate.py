@@ -150,19 +150,30 @@ def _wait(proc: subprocess.Popen, timeout_s: float, progress: Path) -> str:
     if watcher is None:
         return proc.communicate(timeout=timeout_s)[0]
     deadline, seen = time.perf_counter() + timeout_s, 0
+
+    def hand_on(final: bool) -> int:
+        events = progress.read_text().splitlines() if progress.is_file() else []
+        done = seen
+        for line in events[seen:]:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                if not final:
+                    break  # a line still being written: read again on the next poll
+                continue
+            watcher(event)
+            done += 1
+        return done
+
     while True:
         try:
-            return proc.communicate(timeout=max(0.0, min(POLL_S, deadline - time.perf_counter())))[0]
+            output = proc.communicate(timeout=max(0.0, min(POLL_S, deadline - time.perf_counter())))[0]
+            hand_on(final=True)  # what it wrote since the last poll
+            return output
         except subprocess.TimeoutExpired:
             if time.perf_counter() >= deadline:
                 raise
-        events = progress.read_text().splitlines() if progress.is_file() else []
-        for line in events[seen:]:
-            try:
-                watcher(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line still being written: read again on the next poll
-            seen += 1
+        seen = hand_on(final=False)
 
 
 # Eager module loading: a lazily loaded kernel's first launch can synchronize the device, which would

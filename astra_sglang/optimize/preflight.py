@@ -77,6 +77,7 @@ def check_harness(run: Preflight) -> None:
     if run.ray or visible_gpus(run.gpus) or (run.llm and run.compile_only):
         return
     said = "--gpus none" if run.gpus is not None else "no GPU in CUDA_VISIBLE_DEVICES or nvidia-smi's list"
-    raise AstraError(f"no CUDA GPU to evaluate on ({said}): {'the agents' if run.llm else 'the tuner'}' candidates "
-                     "are checked and timed on one; run where one is, or give --ray workers that have one"
+    whose = "the agents'" if run.llm else "the tuner's"
+    raise AstraError(f"no CUDA GPU to evaluate on ({said}): {whose} candidates are checked and timed on one; run "
+                     "where one is, or give --ray workers that have one"
                      + (", or --compile-only to build the candidates only" if run.llm else ""))
