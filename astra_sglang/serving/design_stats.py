@@ -150,9 +150,9 @@ class AACheck:
     """What failed (empty when ok)."""
 
 
-def aa_check(c: Change | None) -> AACheck:
+def aa_check(c: Change | None, require_controlled: bool = True) -> AACheck:
     """The A/A control's rule: at least AA_MIN_ROUNDS timed rounds, a typical change of at most AA_MAX_PCT, and an
-    interval (with start variance inside) that holds 0."""
+    interval (with start variance inside, unless not `require_controlled`) that holds 0."""
     if c is None:
         return AACheck(False, ["no rounds"])
     reasons = []
@@ -165,6 +165,6 @@ def aa_check(c: Change | None) -> AACheck:
     else:
         if not c.interval.contains_zero:
             reasons.append(f"the interval [{c.interval.lo:+.2f}, {c.interval.hi:+.2f}]% excludes 0")
-        if not c.interval.controlled:
+        if require_controlled and not c.interval.controlled:
             reasons.append("the interval leaves out start-to-start variance (paired design)")
     return AACheck(not reasons, reasons)

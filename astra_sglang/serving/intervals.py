@@ -73,8 +73,8 @@ class Interval:
 
     def label(self) -> str:
         """How the report names the interval: its level, method, units and degrees of freedom, always together."""
-        text = (f"{self.level:.0%} {self.method}, {self.units} {self.unit}s ({self.rounds} rounds), "
-                f"{self.df:.3g} df")
+        rounds = "" if self.unit == "round" else f" ({self.rounds} rounds)"
+        text = f"{self.level:.0%} {self.method}, {self.units} {self.unit}s{rounds}, {self.df:.3g} df"
         return text if self.controlled else text + "; start-to-start variance not included"
 
 
