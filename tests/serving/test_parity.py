@@ -3,11 +3,16 @@
 fixture's wrong patch) fails, an A/A shows nothing; the reply parsing and the judge's limits on hand-made data."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from logprob_stand_in import VOCAB, Model
 
 from astra_sglang.errors import AstraError
+from astra_sglang.patching.store import PatchStore
 from astra_sglang.serving import parity
+
+WRONG = Path(__file__).resolve().parents[1] / "fixtures" / "wrong-patches"
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +102,10 @@ def test_pairs_take_b_against_a_of_its_period_and_a_against_its_first_start():
     ab, aa = parity.pairs_of(rows)
     assert [(x[0].top[0][0][1], y[0].top[0][0][1]) for x, y in ab] == [(-1.0, -1.0), (-2.0, -2.0), (-2.0, -3.0)]
     assert [(x[0].top[0][0][1], y[0].top[0][0][1]) for x, y in aa] == [(-1.0, -2.0)]
+
+
+def test_the_gpu_run_wrong_patch_is_a_valid_patch_set_outside_the_shipped_one():
+    entry = PatchStore(WRONG).get("fused_add_rmsnorm")
+    assert entry.enabled and entry.origin == str(WRONG) and "deliberately wrong" in entry.manifest.provenance.notes
+    assert [str(t) for t in entry.targets] == ["sglang.srt.layers.layernorm:fused_add_rmsnorm"]
+    assert "WRONG_SCALE 1.01f" in entry.kernel_path.read_text()
