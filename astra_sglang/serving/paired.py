@@ -24,6 +24,7 @@ import click
 from astra_sglang.patching.server_env import patched_server
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
 from astra_sglang.serving import design_stats, noise, report, server, settings
+from astra_sglang.serving.client import ClientSettings
 
 
 @dataclass
@@ -217,6 +218,7 @@ def paired_ab(patches, model_path: str, load_format: str | None, server_args, op
         b = PairedArm("B", port + 1, command_b, {**env_b, ENV_STATS_INTERVAL: str(server.STATS_INTERVAL_S)}, stats)
     stats_dirs = [stats] if stats else []
     rows_file = out / "ab.jsonl"
+    (out / report.CLIENT).write_text(ClientSettings.from_opts(opts).model_dump_json(indent=1))  # for the report
 
     def on_round(new: list[dict], rows: list[dict]) -> None:  # a time limit keeps the rounds before it
         with open(rows_file, "a") as fh:

@@ -15,6 +15,8 @@ from astra_sglang.serving import design_stats, noise, paired_stats, settings
 
 REPORT = "ab.md"
 PLOT = "ab.png"
+CLIENT = "client.json"
+"""The paired design's pinned client settings (serving/client.py), shown in its report."""
 # metric key, label, unit, True when higher is better
 METRICS = [("output_throughput", "output throughput", "tok/s", True),
            ("mean_ttft_ms", "mean TTFT", "ms", False),
@@ -114,7 +116,7 @@ def plot(rows: list[dict], path: Path) -> str:
 
 
 def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", plot_note: str = "",
-           setting_diffs: dict | None = None, licensed: bool = False) -> str:
+           setting_diffs: dict | None = None, licensed: bool = False, client: str = "") -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     runs = max((r["run"] for r in rows), default=0)
@@ -127,7 +129,7 @@ def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", 
         round_table=paired_stats.round_table(rows, [m for m in METRICS if any(c.key == m[0] for c in changes)]),
         kv=paired_stats.kv_pools(rows),
         first=paired_stats.started_first(rows), control=any(r.get("control") for r in rows),
-        clocks=noise.clock_summary(rows), settings=setting_diffs)
+        clocks=noise.clock_summary(rows), settings=setting_diffs, client=client)
 
 
 def write_design_report(out: str | Path, aa_dir: Path | None = None) -> Path:
@@ -151,5 +153,10 @@ def write_report(out: str | Path, rows: list[dict], stats_dirs: list[str | Path]
     out = Path(out)
     note = plot(rows, out / PLOT) if rows else "no runs"
     path = out / REPORT
-    path.write_text(render(rows, stats_dirs, "" if note else PLOT, note, settings.read(out), licensed) + "\n")
+    client = ""
+    if (out / CLIENT).is_file():
+        from astra_sglang.serving.client import ClientSettings
+
+        client = ClientSettings.model_validate_json((out / CLIENT).read_text()).describe()
+    path.write_text(render(rows, stats_dirs, "" if note else PLOT, note, settings.read(out), licensed, client) + "\n")
     return path

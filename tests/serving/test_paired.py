@@ -298,6 +298,8 @@ def test_cli_paired_end_to_end(tmp_path, cli, monkeypatch):
         ("A", 3, "AB"), ("B", 3, "AB"), ("B", 4, "BA"), ("A", 4, "BA")]
     assert all(r["paired"] and r["repeat"] == 1 for r in rows)
     assert sum(e.startswith("bench bench-warmup") for e in events) == 2
+    client = json.loads((tmp_path / "o" / report.CLIENT).read_text())  # the pinned client, for the report
+    assert client["num_prompts"] == 512 and client["seed"] == 1 and client["flush_cache"]
 
 
 def test_cli_paired_warnings_and_usage_errors(cli):
