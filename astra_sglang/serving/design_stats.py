@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from astra_sglang.serving import intervals
 from astra_sglang.serving.intervals import Interval
 
+METRICS = [("output_throughput", "output throughput", "tok/s", True),
+           ("mean_ttft_ms", "mean TTFT", "ms", False),
+           ("mean_itl_ms", "mean ITL", "ms", False)]
+"""The metrics every A/B report compares: key, label, unit, True when higher is better."""
 AA_MAX_PCT = 2.0
 """An A/A control passes when its typical change is at most this (and its interval holds 0)."""
 AA_MIN_ROUNDS = 8

@@ -17,10 +17,7 @@ REPORT = "ab.md"
 PLOT = "ab.png"
 CLIENT = "client.json"
 """The paired design's pinned client settings (serving/client.py), shown in its report."""
-# metric key, label, unit, True when higher is better
-METRICS = [("output_throughput", "output throughput", "tok/s", True),
-           ("mean_ttft_ms", "mean TTFT", "ms", False),
-           ("mean_itl_ms", "mean ITL", "ms", False)]
+METRICS = design_stats.METRICS
 
 
 def _values(rows: list[dict], arm: str, key: str) -> list[float]:

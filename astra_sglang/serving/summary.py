@@ -12,10 +12,7 @@ from astra_sglang.serving import design_stats, parity, runner
 from astra_sglang.serving.client import ClientSettings
 
 SUMMARY = "summary.json"
-# metric key, label, unit, True when higher is better
-METRICS = [("output_throughput", "output throughput", "tok/s", True),
-           ("mean_ttft_ms", "mean TTFT", "ms", False),
-           ("mean_itl_ms", "mean ITL", "ms", False)]
+METRICS = design_stats.METRICS
 
 
 class MetricSummary(BaseModel):
