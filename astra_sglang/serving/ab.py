@@ -6,6 +6,7 @@ crossover and restarts run in serving/runner.py (resumable from --out), paired i
 from __future__ import annotations
 
 import importlib.util
+import json
 import time
 from pathlib import Path
 
@@ -13,7 +14,6 @@ import click
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.cli import PATCHES_OPTION, _errors, patched_server
-from astra_sglang.serving import server
 from astra_sglang.serving.designs import DESIGNS
 from astra_sglang.serving.server import DATASETS, server_command
 
@@ -34,8 +34,6 @@ def check_args(extra) -> None:
 
 def model_vocab(model_path: str) -> int:
     """The model's vocabulary size (config.json), for the parity prompts' token ids; 32000 where unreadable."""
-    import json
-
     try:
         return int(json.loads((Path(model_path) / "config.json").read_text())["vocab_size"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -117,10 +115,10 @@ def ab(model_path, load_format, design, runs, rounds, gpus, patches, port, num_p
     if design != "paired" and (target_width or b_first):
         raise click.UsageError("--target-width and --b-first go with --design paired")
     check_args(server_args)
-    if design == "paired":  # its usage errors and warnings come before the build
+    if design == "paired":  # its warnings come before the build
         from astra_sglang.serving.paired import check_paired
 
-        check_paired(port, server_args)
+        check_paired(server_args)
     gpu_list = [g.strip() for g in gpus.split(",") if g.strip()] if gpus else []
     out = (out or Path("astra-ab") / time.strftime("%Y%m%d-%H%M%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -91,10 +91,8 @@ def server_warnings(server_args) -> list[str]:
     return out
 
 
-def check_paired(port: int, server_args) -> None:
-    """Usage errors of --paired (click.UsageError), then warnings about the server args on stderr."""
-    if port >= 65535:
-        raise click.UsageError("--paired: B listens on --port + 1, so --port must be below 65535")
+def check_paired(server_args) -> None:
+    """Warnings about the server args of --paired on stderr (the user may know better)."""
     for msg in server_warnings(server_args):
         click.echo(f"warning: {msg}", err=True)
 
