@@ -114,28 +114,36 @@ def default_launch(plan: RunPlan, out: Path) -> Launch:
     return launch
 
 
-def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch,
-               health_timeout: float = 900.0) -> tuple[list[dict], list[dict], list[dict]]:
-    """(rows, starts, probes) of one period; its servers are stopped however it ends."""
+def _healthy(plan: RunPlan, period: Period, slot: Slot, proc, out: Path, health_timeout: float) -> tuple[dict, dict]:
+    """(its starts.jsonl row, its /server_info) once the slot's server answers /health."""
+    port = _port(plan, slot.arm)
+    ready = server.wait_healthy(proc, port, out / f"server-{slot.arm}-p{period.index}.log", health_timeout)
+    info = server.server_info(port)
+    click.echo(f"[p{period.index} {slot.arm}] healthy after {ready:.0f} s")
+    return {"period": period.index, "arm": slot.arm, "gpu_index": slot.gpu, "gpu_id": gpu_of(slot, plan.gpus),
+            "ready_s": ready, "kv_tokens": server.kv_tokens(info)}, info
+
+
+def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, health_timeout: float = 900.0,
+               stagger: bool = False) -> tuple[list[dict], list[dict], list[dict]]:
+    """(rows, starts, probes) of one period; its servers are stopped however it ends. `stagger`: each server
+    starts once the one before it is healthy (the first period of a call: on a fresh machine the first start
+    JIT-compiles flashinfer's and SGLang's kernels into shared cache folders, which two starts would race)."""
     procs: dict[str, object] = {}
     starts, stats_dirs = [], {}
     try:
-        for slot in period.slots:  # all start at once: each on its own GPU, or the one server of the period
+        order = sorted(period.slots, key=lambda slot: slot.gpu)
+        infos = {}
+        for k, slot in enumerate(order):  # all at once, each on its own GPU, or one after the other (stagger)
             argv, env, stats_dirs[slot.arm] = launch(slot.arm, period.index)
             gpu = gpu_of(slot, plan.gpus)
             env = {**env, "CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else env
             click.echo(f"[p{period.index} {slot.arm}] starting on GPU {gpu or 'default'}: {' '.join(argv)}")
             procs[slot.arm] = server.start_server(argv, env, out / f"server-{slot.arm}-p{period.index}.log")
-        infos = {}
-        for slot in period.slots:
-            port = _port(plan, slot.arm)
-            ready = server.wait_healthy(procs[slot.arm], port, out / f"server-{slot.arm}-p{period.index}.log",
-                                        health_timeout)
-            infos[slot.arm] = server.server_info(port)
-            starts.append({"period": period.index, "arm": slot.arm, "gpu_index": slot.gpu,
-                           "gpu_id": gpu_of(slot, plan.gpus), "ready_s": ready,
-                           "kv_tokens": server.kv_tokens(infos[slot.arm])})
-            click.echo(f"[p{period.index} {slot.arm}] healthy after {ready:.0f} s")
+            if stagger or k == len(order) - 1:
+                for waiting in (w for w in order[:k + 1] if w.arm not in infos):
+                    row, infos[waiting.arm] = _healthy(plan, period, waiting, procs[waiting.arm], out, health_timeout)
+                    starts.append(row)
         if len(infos) == 2:
             have = all(infos.values())
             settings.write(out, settings.differences(infos["A"], infos["B"]) if have else [], have,
@@ -179,7 +187,7 @@ def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] 
                        f"--stop-after {stop_after:.0f} s; the same command goes on from here")
             break
         start = time.monotonic()
-        rows, starts, probes = run_period(plan, period, out, launch, health_timeout)
+        rows, starts, probes = run_period(plan, period, out, launch, health_timeout, stagger=ran == 0)
         seconds = time.monotonic() - start
         longest = max(longest, seconds)
         _append(out / ROWS, rows)

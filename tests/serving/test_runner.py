@@ -48,7 +48,8 @@ def fake(monkeypatch):
         return {"meta_info": {"output_token_logprobs": [[-1.0, 5, None]] * 2,
                               "output_top_logprobs": [[[-1.0, 5, None], [-2.0, 6, None]]] * 2}}
     monkeypatch.setattr(server, "start_server", start)
-    monkeypatch.setattr(server, "wait_healthy", lambda proc, port, log, timeout: 40.0)
+    monkeypatch.setattr(server, "wait_healthy", lambda proc, port, log, timeout: events.append(f"healthy {proc}")
+                        or 40.0)
     monkeypatch.setattr(server, "stop_server", lambda proc: events.append(f"stop {proc}"))
     monkeypatch.setattr(server, "server_info", lambda port: {"max_total_num_tokens": 1000})
     monkeypatch.setattr(server, "post_generate", generate)
@@ -66,9 +67,11 @@ def test_crossover_period_starts_both_warms_up_then_benchmarks_both_at_once(tmp_
     plan = _plan(periods=2, rounds=2)
     assert runner.run(plan, tmp_path, _launch) == 2
     first = events[:events.index("stop A1") + 2]
-    assert first[:2] == ["start A1 gpu=0", "start B1 gpu=1"]
-    assert set(first[2:4]) == {"bench bench-A-p1-warmup n=32", "bench bench-B-p1-warmup n=32"}  # untimed
-    assert set(first[4:6]) == {"bench bench-A-p1-r1 n=64", "bench bench-B-p1-r1 n=64"}
+    assert first[:3] == ["start A1 gpu=0", "healthy A1", "start B1 gpu=1"]  # the call's first period: staggered
+    second = events[events.index("stop B1") + 1:]
+    assert second[:3] == ["start B2 gpu=0", "start A2 gpu=1", "healthy B2"]  # then both at once, GPU 0's first
+    assert set(first[4:6]) == {"bench bench-A-p1-warmup n=32", "bench bench-B-p1-warmup n=32"}  # untimed
+    assert set(first[6:8]) == {"bench bench-A-p1-r1 n=64", "bench bench-B-p1-r1 n=64"}
     assert first[-2:] == ["stop A1", "stop B1"]
     assert "start A2 gpu=1" in events and "start B2 gpu=0" in events  # swapped in period 2
     rows = runner.read_jsonl(tmp_path / runner.ROWS)
@@ -88,12 +91,12 @@ def test_a_failed_period_stops_its_servers_writes_nothing_and_the_same_run_resum
     state["fail"] = "bench-B-p2-r1"
     with pytest.raises(AstraError, match="benchmark failed"):
         runner.run(plan, tmp_path, _launch)
-    assert events[-2:] == ["stop A2", "stop B2"] and runner.done_periods(tmp_path) == {1}
+    assert sorted(events[-2:]) == ["stop A2", "stop B2"] and runner.done_periods(tmp_path) == {1}
     assert {r["period"] for r in runner.read_jsonl(tmp_path / runner.ROWS)} == {1}  # nothing of period 2
     state["fail"], events[:] = None, []
     again = runner.load_or_write_plan(tmp_path, _plan(periods=3, rounds=1))
     assert runner.run(again, tmp_path, _launch) == 2
-    assert events[0] == "start A2 gpu=1" and runner.done_periods(tmp_path) == {1, 2, 3}
+    assert events[0] == "start B2 gpu=0" and runner.done_periods(tmp_path) == {1, 2, 3}
     with pytest.raises(AstraError, match="another client"):
         runner.load_or_write_plan(tmp_path, _plan(periods=3, rounds=1).model_copy(
             update={"client": ClientSettings(num_prompts=8)}))
