@@ -81,6 +81,9 @@ def model_vocab(model_path: str) -> int:
 @click.option("--stop-after", type=click.FloatRange(min=0), default=None,
               help="crossover / restarts: start no period that would end past this many seconds; the same command "
                    "with the same --out continues the run.")
+@click.option("--no-stagger", is_flag=True,
+              help="crossover: start the first period's servers at once too (by default they start one after the "
+                   "other in a call's first period: a fresh machine's first start fills shared JIT cache folders).")
 @click.option("--target-width", type=click.FloatRange(min=0, min_open=True),
               help="paired: stop once the throughput interval is at most this many % wide (after 5 rounds).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Prompt seed: the same prompts in every round.")
@@ -93,7 +96,7 @@ def model_vocab(model_path: str) -> int:
 @_errors
 def ab(model_path, load_format, design, runs, rounds, gpus, patches, port, num_prompts, input_len, output_len,
        concurrency, warmup_requests, dataset, prefix_len, groups, paired, warmup, control, aa_dir, stop_after,
-       target_width, seed, b_first, health_timeout, bench_timeout, out, server_args):
+       no_stagger, target_width, seed, b_first, health_timeout, bench_timeout, out, server_args):
     """Serving A/B: unpatched (A) vs patched (B) SGLang servers in one of three designs.
 
     Every start gets one untimed warm-up round, then --rounds timed rounds of SGLang's serving benchmark with
@@ -150,6 +153,6 @@ def ab(model_path, load_format, design, runs, rounds, gpus, patches, port, num_p
     plan = runner.load_or_write_plan(out, plan)
     ran = runner.run(plan, out, runner.default_launch(plan, out),
                      on_period=lambda: report_mod.write_design_report(out, aa_dir), stop_after=stop_after,
-                     health_timeout=health_timeout)
+                     health_timeout=health_timeout, stagger_first=not no_stagger)
     path = report_mod.write_design_report(out, aa_dir)
     click.echo(f"{ran} period(s) run; wrote {out / runner.ROWS} and {path}")

@@ -174,9 +174,10 @@ def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, health_
 
 
 def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] = lambda: None,
-        stop_after: float | None = None, health_timeout: float = 900.0) -> int:
+        stop_after: float | None = None, health_timeout: float = 900.0, stagger_first: bool = True) -> int:
     """Every period not done yet, in order; returns how many ran. With `stop_after` seconds, no period starts
-    that the longest period so far (this call's or a recorded one's) would carry past it."""
+    that the longest period so far (this call's or a recorded one's) would carry past it. `stagger_first`: the
+    call's first period starts its servers one after the other (run_period)."""
     done, began, ran = done_periods(out), time.monotonic(), 0
     longest = max((s.get("period_s", 0.0) for s in read_jsonl(out / STARTS)), default=0.0)
     for period in plan.periods:
@@ -187,7 +188,7 @@ def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] 
                        f"--stop-after {stop_after:.0f} s; the same command goes on from here")
             break
         start = time.monotonic()
-        rows, starts, probes = run_period(plan, period, out, launch, health_timeout, stagger=ran == 0)
+        rows, starts, probes = run_period(plan, period, out, launch, health_timeout, stagger=stagger_first and ran == 0)
         seconds = time.monotonic() - start
         longest = max(longest, seconds)
         _append(out / ROWS, rows)

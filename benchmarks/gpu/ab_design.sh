@@ -2,7 +2,7 @@
 # The serving method's controls on a two-GPU machine (nvidia-h100-x2), in calls of at most 9 minutes, resumable.
 # Stages (STAGES, default "aa wrong"):
 #   aa      The A/A control in the crossover design: two unpatched servers, one per GPU, restarted together and
-#           swapped between GPUs every period; PERIODS periods (default 8) of ROUNDS timed rounds (default 2)
+#           swapped between GPUs every period; PERIODS periods (default 6) of ROUNDS timed rounds (default 2)
 #           after one untimed warm-up round; short rounds (PROMPTS=64 prompts, IN=128 in / OUT_LEN=128 out,
 #           CONC=32 concurrent, fixed lengths, seed 1); then every server's top logprobs on fixed prompts.
 #           No period starts that would end past the stage's share of DEADLINE (default 500 s); the next call
@@ -17,8 +17,10 @@
 # Usage (repo root, GPU machine with two GPUs, .stage carried): OUT=/path [RUNS=work/ab-runs] bash benchmarks/gpu/ab_design.sh
 # Writes OUT/aa/ and OUT/wrong/ (each: ab.md, summary.json, ab.jsonl, starts.jsonl, parity.jsonl, plan.json,
 # settings-diff-p*.json, server and benchmark logs), OUT/offset/ (offset.json, settings-diff.json), console.txt.
-# Time: setup ~30 s, weights ~20 s once; a period ~90 s (both starts in parallel ~45 s, warm-up and 2 rounds
-# ~12 s each, probes); the first start on a fresh machine 90-180 s; wrong ~70 s.
+# Time: setup ~30 s, weights ~20-30 s once per machine; a period ~85 s (both starts in parallel ~45 s, warm-up and
+# 2 rounds ~10 s each with the client's own start, probes); a call's first period starts its two servers one after
+# the other (~+45 s; 90-180 s more for the JIT compiles of a fresh machine); wrong ~90 s. So a first call fits
+# 2-3 periods and the wrong patch; a second call (RUNS=) 3-4 more periods.
 source benchmarks/gpu/ab_common.sh
 DEADLINE=${DEADLINE:-500}
 STAGES=${STAGES:-aa wrong}
@@ -32,8 +34,8 @@ for stage in $STAGES; do
     resume_from aa
     reserve=0; [[ " $STAGES " == *" wrong "* ]] && reserve=$WRONG_RESERVE
     left=$(( DEADLINE - $(elapsed) - reserve ))
-    echo "== aa: crossover A/A, up to ${PERIODS:-8} periods, ${left} s"
-    astra-sglang ab --model-path "$MODEL" --design crossover --gpus 0,1 --control --runs "${PERIODS:-8}" \
+    echo "== aa: crossover A/A, up to ${PERIODS:-6} periods, ${left} s"
+    astra-sglang ab --model-path "$MODEL" --design crossover --gpus 0,1 --control --runs "${PERIODS:-6}" \
       --rounds "${ROUNDS:-2}" --port "$PORT" --stop-after "$left" --health-timeout 300 "${CLIENT[@]}" \
       --out "$OUT/aa" -- "${SERVER_ARGS[@]}"
     echo "== aa: exit $? at $(elapsed) s"; report_line "$OUT/aa" ;;
@@ -41,7 +43,7 @@ for stage in $STAGES; do
     [ -f "$OUT/aa/parity.jsonl" ] || { echo "== wrong: skipped, no A/A probes in $OUT/aa"; continue; }
     echo "== wrong: parity against tests/fixtures/wrong-patches"
     astra-sglang ab --model-path "$MODEL" --design crossover --gpus 0,1 --runs 1 --rounds 0 --port "$PORT" \
-      --patches tests/fixtures/wrong-patches --aa "$OUT/aa" --health-timeout 300 "${CLIENT[@]}" \
+      --patches tests/fixtures/wrong-patches --aa "$OUT/aa" --no-stagger --health-timeout 300 "${CLIENT[@]}" \
       --out "$OUT/wrong" -- "${SERVER_ARGS[@]}"
     echo "== wrong: exit $? at $(elapsed) s"; report_line "$OUT/wrong"
     python3 -c "import json,sys; p=json.load(open('$OUT/wrong/summary.json'))['parity']; \

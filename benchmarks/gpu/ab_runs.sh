@@ -20,7 +20,7 @@ STAGES=${STAGES:-mixtral dense}
 DESIGN=${DESIGN:-crossover}
 CLIENT=(--num-prompts "${PROMPTS:-64}" --input-len "${IN:-128}" --output-len "${OUT_LEN:-128}"
         --concurrency "${CONC:-32}" --warmup-requests 1 --seed 1)
-if [ "$DESIGN" = crossover ]; then PLACE=(--design crossover --gpus 0,1 --runs "${PERIODS:-8}")
+if [ "$DESIGN" = crossover ]; then PLACE=(--design crossover --gpus 0,1 --runs "${PERIODS:-6}")
 else PLACE=(--design restarts --runs "${STARTS:-3}"); fi
 AA_FLAG=(); [ -n "${AA:-}" ] && [ -f "$AA/parity.jsonl" ] && AA_FLAG=(--aa "$AA")
 set -- $STAGES

@@ -169,3 +169,9 @@ def test_parity_through_the_runner_catches_the_wrong_norm(tmp_path, b_mode, ok):
     s = summary.summarize(tmp_path)
     assert s.parity is not None and s.parity.ok is ok, s.parity.lines
     assert s.metrics == [] and runner.read_jsonl(tmp_path / runner.ROWS) == []  # rounds 0: parity only
+
+
+def test_no_stagger_starts_the_first_period_at_once(tmp_path, fake):
+    events, _ = fake
+    runner.run(_plan(periods=1, rounds=0), tmp_path, _launch, stagger_first=False)
+    assert events[:3] == ["start A1 gpu=0", "start B1 gpu=1", "healthy A1"]
