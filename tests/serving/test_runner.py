@@ -104,10 +104,14 @@ def test_a_failed_period_stops_its_servers_writes_nothing_and_the_same_run_resum
 
 def test_stop_after_starts_no_period_the_longest_one_would_carry_past(tmp_path, fake):
     events, _ = fake
-    plan = _plan(periods=3, rounds=1)
+    plan = _plan(periods=4, rounds=1)
     (tmp_path / runner.STARTS).write_text(json.dumps({"period": 1, "arm": "A", "period_s": 120.0}) + "\n")
     assert runner.run(plan, tmp_path, _launch, stop_after=100.0) == 0 and events == []
-    assert runner.run(plan, tmp_path, _launch, stop_after=1000.0) == 2  # period 1 counts as done
+    (tmp_path / runner.STARTS).write_text(  # a staggered first period's 300 s gives way to a timed normal one
+        json.dumps({"period": 1, "arm": "A", "period_s": 300.0, "staggered": True}) + "\n"
+        + json.dumps({"period": 2, "arm": "A", "period_s": 90.0, "staggered": False}) + "\n")
+    assert runner.run(plan, tmp_path, _launch, stop_after=80.0) == 0
+    assert runner.run(plan, tmp_path, _launch, stop_after=200.0) == 2  # 90 s a period, not the staggered 300
 
 
 def test_restarts_run_one_server_per_period_on_the_default_gpu(tmp_path, fake):
