@@ -28,7 +28,7 @@ NEAREST = {"NVIDIA_H100_80GB_HBM3": ["NVIDIA_H200", "NVIDIA_H800", "NVIDIA_H20"]
 
 def nearest_file(sglang_dir: Path, experts: int, inter: int, device: str) -> Path | None:
     """SGLang's file for this GPU, else for the nearest one that has it, newest Triton version first."""
-    from astra_sglang.triton.moe_configs import file_name
+    from astra_sglang.triton.moe.configs import file_name
 
     versions = sorted((sglang_dir / "configs").glob("triton_*"), reverse=True,
                       key=lambda p: tuple(int(x) for x in p.name.removeprefix("triton_").split("_")))
@@ -42,7 +42,7 @@ def nearest_file(sglang_dir: Path, experts: int, inter: int, device: str) -> Pat
 
 def baseline_dir(out: Path, sglang_dir: Path, experts: int, inter: int, device: str, triton: str) -> Path:
     """SGLang's config tree with the nearest GPU's file under this GPU's name in Triton's own version folder."""
-    from astra_sglang.triton.moe_configs import file_name, version_dir
+    from astra_sglang.triton.moe.configs import file_name, version_dir
 
     if out.exists():
         shutil.rmtree(out)
@@ -59,10 +59,10 @@ def baseline_dir(out: Path, sglang_dir: Path, experts: int, inter: int, device: 
 
 def tuned_patches(out: Path, device: str) -> Path:
     """patches/fused_moe/ from the committed tuning run (its file and measured speedups)."""
-    from astra_sglang.patching.config_writer import write_config_patch
-    from astra_sglang.triton.moe_configs import read
+    from astra_sglang.triton.moe.patch import write_config_patch
+    from astra_sglang.triton.moe.configs import read
     from astra_sglang.triton.results import TuneResult
-    from astra_sglang.triton.space import MoeConfig
+    from astra_sglang.triton.moe.space import MoeConfig
 
     result = TuneResult.model_validate_json(TUNE.read_text())
     table = {k: MoeConfig.from_sglang(v) for k, v in read(TUNED_FILE).items()}
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sglang-configs", type=Path, default=None,
                         help="SGLang's fused_moe config folder (default: the installed SGLang's)")
     args = parser.parse_args(argv)
-    from astra_sglang.triton.moe_configs import CONFIG_MODULE, package_dir
+    from astra_sglang.triton.moe.configs import CONFIG_MODULE, package_dir
 
     device = args.device.replace(" ", "_")
     sglang_dir = args.sglang_configs or (package_dir() / CONFIG_MODULE).parent

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from astra_sglang.patching.manifest import Defer, InPlace
-from astra_sglang.patching.store import PatchEntry, PatchStore
+from astra_sglang.patchset.manifest import Defer, InPlace
+from astra_sglang.patchset.store import PatchEntry, PatchStore
 from astra_sglang.profile.compare import PhaseDelta
 from astra_sglang.profile.records import Profile
 

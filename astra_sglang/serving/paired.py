@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
+from rich.console import Console
 
 from astra_sglang.patching.server_env import patched_server
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
@@ -91,22 +91,24 @@ def server_warnings(server_args) -> list[str]:
     return out
 
 
-def check_paired(server_args) -> None:
-    """Warnings about the server args of --paired on stderr (the user may know better)."""
+def check_paired(server_args, err_console: Console | None = None) -> None:
+    """Warnings about the server args of --paired on `err_console` (default stderr; the user may know better)."""
+    err_console = err_console or Console(stderr=True, highlight=False)
     for msg in server_warnings(server_args):
-        click.echo(f"warning: {msg}", err=True)
+        err_console.out(f"warning: {msg}")
 
 
-def start_arm(arm: PairedArm, out: Path, health_timeout: float) -> None:
+def start_arm(arm: PairedArm, out: Path, health_timeout: float, console: Console | None = None) -> None:
+    console = console or Console(highlight=False)
     log = out / f"server-{arm.name}-paired.log"
-    click.echo(f"[{arm.name}] starting server on port {arm.port}: {' '.join(arm.argv)}")
+    console.out(f"[{arm.name}] starting server on port {arm.port}: {' '.join(arm.argv)}")
     arm.proc = server.start_server(arm.argv, arm.env, log)
     arm.ready_s = server.wait_healthy(arm.proc, arm.port, log, health_timeout)
     info = server.server_info(arm.port)
     # What each server resolved from the memory it found: the second one to start finds less.
     (out / f"server-info-{arm.name}.json").write_text(json.dumps(info, indent=1, default=str))
     arm.kv_tokens, arm.info = server.kv_tokens(info), info
-    click.echo(f"[{arm.name}] healthy after {arm.ready_s:.0f} s; KV pool {arm.kv_tokens} tokens")
+    console.out(f"[{arm.name}] healthy after {arm.ready_s:.0f} s; KV pool {arm.kv_tokens} tokens")
 
 
 def stop_arms(arms: list[PairedArm]) -> None:
@@ -121,21 +123,22 @@ def stop_arms(arms: list[PairedArm]) -> None:
 
 
 def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, warmup: int, on_round,
-               b_first: bool = False, enough=lambda rows: False) -> list[dict]:
+               b_first: bool = False, enough=lambda rows: False, console: Console | None = None) -> list[dict]:
     """Start A, then B (B, then A with `b_first`; see below); `warmup` discarded rounds; up to `runs` recorded
     rounds, calling on_round(new rows, all rows) after each and stopping early once enough(all rows); both
     servers are stopped however this ends."""
     arms, rows, nan = {"A": a, "B": b}, [], float("nan")
+    console = console or Console(highlight=False)
     try:
         # One after the other: SGLang sizes its KV pool from the memory free at its own profiling, so a server
         # profiling while the other allocates would find almost nothing left and fail to start. The second
         # server sizes more than its pool from what it finds (server-info-*.json): `b_first` swaps the roles.
         for arm in ((b, a) if b_first else (a, b)):
-            start_arm(arm, out, opts["health_timeout"])
+            start_arm(arm, out, opts["health_timeout"], console)
         have_both = bool(a.info) and bool(b.info)
         diffs = settings.differences(a.info or {}, b.info or {}) if have_both else []
         settings.write(out, diffs, have_both)
-        click.echo(settings.summary(diffs, have_both))
+        console.out(settings.summary(diffs, have_both))
         warm = {**opts, "num_prompts": min(opts["num_prompts"], 2 * opts["concurrency"])}
         for w in range(1, warmup + 1):  # caches, CUDA graphs and allocator pools filled here; nothing recorded
             for arm in (a, b):
@@ -151,7 +154,7 @@ def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, war
                                      started_first=(name == "B") == b_first,
                                      gpu={"before": before, "after": noise.gpu_state()},
                                      control=bool(opts.get("control"))))
-                click.echo(f"[{name}{run} {order}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
+                console.out(f"[{name}{run} {order}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
                            f"{metrics.get('mean_ttft_ms', nan):.1f} ms, ITL {metrics.get('mean_itl_ms', nan):.2f} ms")
             if run == 1:  # greedy parity once per server, after its first recorded benchmark
                 for row in new:
@@ -159,7 +162,7 @@ def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, war
             rows.extend(row.to_json() for row in new)
             on_round(rows[-len(new):], rows)
             if enough(rows):
-                click.echo(f"stopping after round {run}: the throughput interval is narrow enough")
+                console.out(f"stopping after round {run}: the throughput interval is narrow enough")
                 break
         if ENV_STATS_INTERVAL in b.env:  # one more stats write, so the counters include the last round
             time.sleep(float(b.env[ENV_STATS_INTERVAL]) + 1.0)
@@ -200,10 +203,14 @@ def licensed_by(aa_dir: Path | None) -> bool:
 
 def paired_ab(patches, model_path: str, load_format: str | None, server_args, opts: dict, out: Path, runs: int,
               warmup: int, b_first: bool = False, target_width: float | None = None,
-              aa_dir: Path | None = None) -> Path:
+              aa_dir: Path | None = None, console: Console | None = None,
+              err_console: Console | None = None) -> Path:
     """The paired A/B of `ab --paired`: A on opts['port'], B on the port after it (unpatched too with
     opts['control']); writes OUT/ab.jsonl and OUT/ab.md after every round, and stops early once the throughput
-    interval is at most target_width % wide. Returns the report's path."""
+    interval is at most target_width % wide. Returns the report's path. Progress goes to `console`, the
+    no-claim note to `err_console` (defaults: stdout, stderr)."""
+    console = console or Console(highlight=False)
+    err_console = err_console or Console(stderr=True, highlight=False)
     port = opts["port"]
     argv_a = server.server_command(model_path, port, load_format, server_args)
     a = PairedArm("A", port, argv_a, server.strip_patch_env(dict(os.environ)))
@@ -225,9 +232,9 @@ def paired_ab(patches, model_path: str, load_format: str | None, server_args, op
 
     licensed = licensed_by(aa_dir)
     if not licensed:
-        click.echo("note: the paired design makes no claim without a passing paired A/A (--aa): its rounds share "
-                   "one start per arm", err=True)
+        err_console.out("note: the paired design makes no claim without a passing paired A/A (--aa): its rounds "
+                        "share one start per arm")
     enough = (lambda rows: noise.width_reached(rows, target_width)) if target_width else (lambda rows: False)
     with sigterm_runs_finally():
-        rows = run_rounds(a, b, opts, out, runs, warmup, on_round, b_first, enough)
+        rows = run_rounds(a, b, opts, out, runs, warmup, on_round, b_first, enough, console)
     return report.write_report(out, rows, stats_dirs, licensed)  # again: the stats now include the last round

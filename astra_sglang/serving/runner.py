@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-import click
 from pydantic import BaseModel, Field
+from rich.console import Console
 
 from astra_sglang.errors import AstraError
 from astra_sglang.serving import noise, parity, server, settings
@@ -114,21 +114,23 @@ def default_launch(plan: RunPlan, out: Path) -> Launch:
     return launch
 
 
-def _healthy(plan: RunPlan, period: Period, slot: Slot, proc, out: Path, health_timeout: float) -> tuple[dict, dict]:
+def _healthy(plan: RunPlan, period: Period, slot: Slot, proc, out: Path, health_timeout: float,
+             console: Console) -> tuple[dict, dict]:
     """(its starts.jsonl row, its /server_info) once the slot's server answers /health."""
     port = _port(plan, slot.arm)
     ready = server.wait_healthy(proc, port, out / f"server-{slot.arm}-p{period.index}.log", health_timeout)
     info = server.server_info(port)
-    click.echo(f"[p{period.index} {slot.arm}] healthy after {ready:.0f} s")
+    console.out(f"[p{period.index} {slot.arm}] healthy after {ready:.0f} s")
     return {"period": period.index, "arm": slot.arm, "gpu_index": slot.gpu, "gpu_id": gpu_of(slot, plan.gpus),
             "ready_s": ready, "kv_tokens": server.kv_tokens(info)}, info
 
 
 def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, health_timeout: float = 900.0,
-               stagger: bool = False) -> tuple[list[dict], list[dict], list[dict]]:
+               stagger: bool = False, console: Console | None = None) -> tuple[list[dict], list[dict], list[dict]]:
     """(rows, starts, probes) of one period; its servers are stopped however it ends. `stagger`: each server
     starts once the one before it is healthy (the first period of a call: on a fresh machine the first start
     JIT-compiles flashinfer's and SGLang's kernels into shared cache folders, which two starts would race)."""
+    console = console or Console(highlight=False)
     procs: dict[str, object] = {}
     starts, stats_dirs = [], {}
     try:
@@ -138,11 +140,12 @@ def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, health_
             argv, env, stats_dirs[slot.arm] = launch(slot.arm, period.index)
             gpu = gpu_of(slot, plan.gpus)
             env = {**env, "CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else env
-            click.echo(f"[p{period.index} {slot.arm}] starting on GPU {gpu or 'default'}: {' '.join(argv)}")
+            console.out(f"[p{period.index} {slot.arm}] starting on GPU {gpu or 'default'}: {' '.join(argv)}")
             procs[slot.arm] = server.start_server(argv, env, out / f"server-{slot.arm}-p{period.index}.log")
             if stagger or k == len(order) - 1:
                 for waiting in (w for w in order[:k + 1] if w.arm not in infos):
-                    row, infos[waiting.arm] = _healthy(plan, period, waiting, procs[waiting.arm], out, health_timeout)
+                    row, infos[waiting.arm] = _healthy(plan, period, waiting, procs[waiting.arm], out,
+                                                       health_timeout, console)
                     starts.append(row)
         if len(infos) == 2:
             have = all(infos.values())
@@ -158,7 +161,7 @@ def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, health_
                              "gpu_index": slot.gpu, "gpu_id": gpu_of(slot, plan.gpus), "metrics": metrics, "gpu": gpu,
                              "bench_wall_s": wall, "control": plan.control,
                              **({"stats_dir": str(stats_dirs[slot.arm])} if stats_dirs.get(slot.arm) else {})})
-                click.echo(f"[p{period.index} r{r} {slot.arm}] output {metrics['output_throughput']:.1f} tok/s, "
+                console.out(f"[p{period.index} r{r} {slot.arm}] output {metrics['output_throughput']:.1f} tok/s, "
                            f"ITL {metrics.get('mean_itl_ms', float('nan')):.2f} ms ({wall:.0f} s)")
         ids = parity.prompts(plan.parity_prompts, plan.vocab)
         probes = [{"period": period.index, "arm": slot.arm, "gpu_index": slot.gpu,
@@ -174,10 +177,12 @@ def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, health_
 
 
 def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] = lambda: None,
-        stop_after: float | None = None, health_timeout: float = 900.0, stagger_first: bool = True) -> int:
+        stop_after: float | None = None, health_timeout: float = 900.0, stagger_first: bool = True,
+        console: Console | None = None) -> int:
     """Every period not done yet, in order; returns how many ran. With `stop_after` seconds, no period starts
     that the longest period so far (this call's or a recorded one's) would carry past it. `stagger_first`: the
     call's first period starts its servers one after the other (run_period)."""
+    console = console or Console(highlight=False)
     done, began, ran = done_periods(out), time.monotonic(), 0
     # A staggered first period (with a fresh machine's JIT compiles in it) is no measure of the periods after it:
     # it stands in only until one started at once has been timed.
@@ -189,11 +194,12 @@ def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] 
             continue
         longest = normal or fallback
         if stop_after is not None and time.monotonic() - began + longest > stop_after:
-            click.echo(f"stopping before period {period.index}: about {longest:.0f} s a period would pass "
+            console.out(f"stopping before period {period.index}: about {longest:.0f} s a period would pass "
                        f"--stop-after {stop_after:.0f} s; the same command goes on from here")
             break
         start, stagger = time.monotonic(), stagger_first and ran == 0
-        rows, starts, probes = run_period(plan, period, out, launch, health_timeout, stagger=stagger)
+        rows, starts, probes = run_period(plan, period, out, launch, health_timeout, stagger=stagger,
+                                           console=console)
         seconds = time.monotonic() - start
         if stagger:
             fallback = max(fallback, seconds)

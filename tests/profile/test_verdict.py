@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from astra_sglang.patching.manifest import PatchManifest
+from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.patching.server_env import off_lines
-from astra_sglang.patching.store import PatchStore
+from astra_sglang.patchset.store import PatchStore
 from astra_sglang.paths import patches_dir
 from astra_sglang.profile import verdict
-from astra_sglang.profile.cli import profile
+from astra_sglang.cli.profile import profile
 from astra_sglang.profile.compare import compare
-from astra_sglang.profile.records import KernelRow, OpShapes, Phase, Profile
+from astra_sglang.profile.records import KernelRow, Phase, Profile
+from astra_sglang.specs.profiled import OpShapes
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "2026-11-24-h100" / "profile"

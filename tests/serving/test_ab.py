@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 from stand_in import SERVER as STAND_IN, free_port
 
+from astra_sglang.cli.ab import ab as ab_command
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.stats import OpRecord, ProcessStats
 from astra_sglang.serving import ab as ab_mod
@@ -134,7 +135,7 @@ def test_strip_patch_env():
 
 
 def test_cli_errors(tmp_path, monkeypatch):
-    run = lambda *args: CliRunner().invoke(ab_mod.ab, [str(a) for a in args])  # noqa: E731
+    run = lambda *args: CliRunner().invoke(ab_command, [str(a) for a in args])  # noqa: E731
     assert run().exit_code == 2 and "--model-path" in run().output
     assert run("--model-path", "m", "--runs", "0").exit_code == 2
     monkeypatch.setattr(ab_mod, "sglang_available", lambda: False)
@@ -147,7 +148,7 @@ def test_cli_errors(tmp_path, monkeypatch):
     empty.mkdir()
     res = run("--model-path", "m", "--patches", empty, "--out", tmp_path / "o")
     assert res.exit_code == 1 and "no enabled patches" in res.output
-    assert "Examples" in CliRunner().invoke(ab_mod.ab, ["--help"]).output
+    assert "Examples" in CliRunner().invoke(ab_command, ["--help"]).output
 
 
 def test_bench_command_shared_prefix():

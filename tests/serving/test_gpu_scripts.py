@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from astra_sglang.serving.ab import ab
+from astra_sglang.cli.ab import ab
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = [ROOT / "benchmarks" / "gpu" / name for name in ("ab_common.sh", "ab_design.sh", "ab_runs.sh")]
@@ -55,7 +55,7 @@ def test_the_mixtral_arms_sglang_nearest_gpu_file_and_the_tuned_patch(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import moe_ab_configs
 
-    from astra_sglang.patching.store import PatchStore
+    from astra_sglang.patchset.store import PatchStore
 
     assert moe_ab_configs.main([str(tmp_path), "--device", "NVIDIA H100 80GB HBM3", "--triton", "3.6.0"]) == 0
     name = "E=8,N=14336,device_name=NVIDIA_H100_80GB_HBM3.json"

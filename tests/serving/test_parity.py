@@ -9,7 +9,7 @@ import pytest
 from logprob_stand_in import VOCAB, Model
 
 from astra_sglang.errors import AstraError
-from astra_sglang.patching.store import PatchStore
+from astra_sglang.patchset.store import PatchStore
 from astra_sglang.serving import parity
 
 WRONG = Path(__file__).resolve().parents[1] / "fixtures" / "wrong-patches"

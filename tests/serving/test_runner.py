@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from stand_in import free_port_pair
 
 from astra_sglang.errors import AstraError
+from astra_sglang.cli.ab import ab as ab_command
 from astra_sglang.serving import ab as ab_mod
 from astra_sglang.serving import designs, report, runner, server, summary
 from astra_sglang.serving.client import ClientSettings
@@ -142,14 +143,14 @@ def test_design_report_and_summary_of_an_aa_crossover(tmp_path, fake):
 
 def test_cli_crossover_control_end_to_end(tmp_path, fake, monkeypatch):
     monkeypatch.setattr(ab_mod, "sglang_available", lambda: True)
-    res = CliRunner().invoke(ab_mod.ab, ["--model-path", "m", "--design", "crossover", "--gpus", "0,1", "--control",
+    res = CliRunner().invoke(ab_command, ["--model-path", "m", "--design", "crossover", "--gpus", "0,1", "--control",
                                          "--runs", "3", "--rounds", "1", "--port", "31000", "--num-prompts", "64",
                                          "--out", str(tmp_path / "aa")])
     assert res.exit_code == 0, res.output
     assert "3 period(s) run" in res.output
     plan = runner.RunPlan.model_validate_json((tmp_path / "aa" / runner.PLAN).read_text())
     assert plan.control and plan.gpus == ["0", "1"] and len(plan.periods) == 3
-    res = CliRunner().invoke(ab_mod.ab, ["--model-path", "m", "--design", "crossover", "--gpus", "0", "--control",
+    res = CliRunner().invoke(ab_command, ["--model-path", "m", "--design", "crossover", "--gpus", "0", "--control",
                                          "--out", str(tmp_path / "x")])
     assert res.exit_code == 1 and "needs two GPUs" in res.output
 
