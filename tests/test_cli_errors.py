@@ -185,6 +185,17 @@ def test_ab_checks_its_model_path_first(nothing_runs, tmp_path):
         "id such as meta-llama/Llama-3.1-8B-Instruct)")
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--design", "crossover", "--gpus", "x,y"], "--gpus x,y: 'x' is no GPU; give indices such as 0,1 (or GPU UUIDs)"),
+    (["--design", "crossover", "--gpus", "0"], "the crossover design needs two GPUs (--gpus 0,1), got 1"),
+    (["--design", "restarts", "--runs", "2"], "the restarts design needs at least 3 starts per arm (--runs), got 2: "
+                                              "the interval's unit is the start"),
+])
+def test_ab_checks_its_design_before_the_build(nothing_runs, models, tmp_path, args, message):
+    model = ["--model-path", models["dummy"], "--load-format", "dummy", "--out", tmp_path / "o"]
+    assert one_line(["ab", *model, *args], prefix="Error: ") == message
+
+
 def test_a_hub_id_is_passed_on_with_a_note(models, monkeypatch):
     from astra_sglang.errors import AstraError
     from astra_sglang.serving.model import check_model, check_server_args

@@ -29,12 +29,15 @@ class Preflight:
     out: str | None = None
 
 
-def check_gpus(text: str | None) -> None:
-    if text is None or text.strip().lower() in ("", "none"):
+def check_gpus(text: str | None, none_ok: bool = True) -> None:
+    """AstraError where a --gpus list names something CUDA_VISIBLE_DEVICES would not take (or, without
+    `none_ok`, says none)."""
+    if text is None or (none_ok and text.strip().lower() in ("", "none")):
         return
     bad = [g for g in (g.strip() for g in text.split(",")) if not GPU_ID.match(g)]
     if bad:
-        raise AstraError(f"--gpus {text}: {bad[0]!r} is no GPU; give indices such as 0,1 (or GPU UUIDs), or none")
+        raise AstraError(f"--gpus {text}: {bad[0]!r} is no GPU; give indices such as 0,1 (or GPU UUIDs)"
+                         + (", or none" if none_ok else ""))
 
 
 def check_ray(address: str | None) -> None:
