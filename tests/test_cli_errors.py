@@ -259,13 +259,18 @@ def test_a_server_records_dtypes_no_spec_knows():
 # -- no GPU: the tuner and the agents say so before building -----------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [
-    (["--tuner", "--gpus", "none"], "no CUDA GPU to evaluate on (--gpus none): the tuner's candidates are checked "
-     "and timed on one; run where one is, or give --ray workers that have one"),
-    (["--llm", "m", "--base-url", "http://127.0.0.1:9", "--gpus", "none"], "no CUDA GPU to evaluate on (--gpus "
-     "none): the agents' candidates are checked and timed on one; run where one is, or give --ray workers that have "
-     "one, or --compile-only to build the candidates only"),
+    (["--tuner", "--gpus", "none"], "no CUDA GPU to evaluate on (--gpus none, and torch sees no CUDA device): the "
+     "tuner's candidates are checked and timed on one; run where one is, or give --ray workers that have one"),
+    (["--llm", "m", "--base-url", "http://127.0.0.1:9"], "no CUDA GPU to evaluate on (torch sees no CUDA device): "
+     "the agents' candidates are checked and timed on one; run where one is, or give --ray workers that have one, "
+     "or --compile-only to build the candidates only"),
 ])
-def test_optimize_without_a_gpu_says_so_before_any_build(nothing_runs, args, message):
+def test_optimize_without_a_gpu_says_so_before_any_build(nothing_runs, monkeypatch, args, message):
+    from astra_sglang.optimize.pool import devices
+
+    if devices.probe().name:
+        pytest.skip("this machine has a GPU")
+    monkeypatch.setattr(devices, "visible_gpus", lambda requested=None: [])  # nvidia-smi may list one torch cannot use
     assert one_line(["optimize", "silu_and_mul", *args]) == message
 
 
@@ -350,3 +355,15 @@ def test_click_refuses_out_of_range_values(nothing_runs, args):
 def test_no_traceback_for_a_command_line_that_names_nothing(nothing_runs):
     assert one_line(["optimize"]) == "name the ops to optimize one way: KERNEL..., --all, or --from-profile PROFILE.json"
     assert sys.modules.get("astra_sglang.cli") is not None
+
+
+def test_a_gpu_torch_sees_is_enough_where_none_is_listed(monkeypatch):
+    """No nvidia-smi on the path (or --gpus none): the evaluations' children still see the GPU torch sees."""
+    from astra_sglang.optimize import preflight
+    from astra_sglang.optimize.pool import devices
+
+    monkeypatch.setattr(devices, "visible_gpus", lambda requested=None: [])
+    monkeypatch.setattr(devices, "probe", lambda gpu=None: devices.GpuFacts(name="NVIDIA H100 80GB HBM3"))
+    run = preflight.Preflight(ops=["silu_and_mul"], shapes="paper", baseline=None, gpus=None, ray=None, llm=False,
+                              compile_only=False)
+    preflight.check_harness(run)  # no error

@@ -69,7 +69,7 @@ def check_inputs(run: Preflight) -> None:
 def check_harness(run: Preflight) -> None:
     """What the harness's own evaluator needs: a baseline that exists, and a GPU to check and time on (a Ray
     cluster brings its own; --compile-only asks the agents for builds only)."""
-    from astra_sglang.optimize.pool.devices import visible_gpus
+    from astra_sglang.optimize.pool.devices import probe, visible_gpus
 
     if run.baseline and run.baseline.startswith("py:"):
         from astra_sglang.baselines.resolve import resolve_python
@@ -79,7 +79,10 @@ def check_harness(run: Preflight) -> None:
         raise AstraError(f"--baseline {run.baseline}: no such file (a kernel .cu, or py:MODULE:FUNCTION)")
     if run.ray or visible_gpus(run.gpus) or (run.llm and run.compile_only):
         return
-    said = "--gpus none" if run.gpus is not None else "no GPU in CUDA_VISIBLE_DEVICES or nvidia-smi's list"
+    # No GPU listed (or --gpus none): the evaluations still run in a child that sees what torch sees here
+    if probe().name:  # torch in a short-lived child: this process holds no CUDA context
+        return
+    said = "--gpus none, and torch sees no CUDA device" if run.gpus is not None else "torch sees no CUDA device"
     whose = "the agents'" if run.llm else "the tuner's"
     raise AstraError(f"no CUDA GPU to evaluate on ({said}): {whose} candidates are checked and timed on one; run "
                      "where one is, or give --ray workers that have one"
