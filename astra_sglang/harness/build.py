@@ -59,8 +59,7 @@ MACRO_NAME = re.compile(r"^[A-Za-z_]\w*$")
 
 def parse_defines(items: Iterable[str], option: str = "-D") -> dict[str, str]:
     """`NAME=VALUE` items (a command line's -D) as a dict; AstraError naming the first that is not one: no value
-    (a knob left at an implicit 1 fails far inside a header), a name that is no C macro name, a value holding
-    whitespace (nvcc would take it as a separate token)."""
+    (a knob left at an implicit 1 fails far inside a header), or a name that is no C macro name."""
     out: dict[str, str] = {}
     for item in items:
         name, sep, value = item.partition("=")
@@ -70,8 +69,6 @@ def parse_defines(items: Iterable[str], option: str = "-D") -> dict[str, str]:
                              "with a digit); write NAME=VALUE, e.g. -D THREADS=256")
         if not sep or not value:
             raise AstraError(f"{option} {item}: give {name} a value, NAME=VALUE (e.g. {option} {name}=256)")
-        if any(ch.isspace() for ch in value):
-            raise AstraError(f"{option} {item}: the value {value!r} holds whitespace; give one token")
         out[name] = value
     return out
 
