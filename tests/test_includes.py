@@ -47,8 +47,9 @@ def test_pragma_once_and_include_cycles_are_inlined_once(tmp_path: Path):
     text = includes.expand(tmp_path / "k.cu")
     assert text.count("int a;") == 1 and "pragma once" not in text
     assert text.count("int b;") == 2 and "// b.cuh: already included" in text  # its guard keeps one
-    (tmp_path / "out.cu").write_text(text)
-    assert _preprocess(tmp_path / "out.cu").split() == _preprocess(tmp_path / "k.cu").split()
+    if shutil.which("cpp"):  # what the C preprocessor makes of both: the same tokens
+        (tmp_path / "out.cu").write_text(text)
+        assert _preprocess(tmp_path / "out.cu").split() == _preprocess(tmp_path / "k.cu").split()
 
 
 def test_a_header_change_changes_the_text_the_cache_keys_on(tmp_path: Path):
