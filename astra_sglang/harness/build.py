@@ -1,5 +1,8 @@
 """nvcc straight to a shared library exposing the C ABI; cached by source hash + flags + arch + nvcc version.
 
+The source hashed and compiled is the candidate's text with its local quoted includes inlined (includes.py):
+the build runs on a copy in a scratch folder, where nothing beside the original is found.
+
 No torch headers: torch's extension flags (__CUDA_NO_HALF_OPERATORS__...) break ordinary half/bf16 code
 and a torch-header build took 28 s for a tiny kernel (DESIGN.md). The same .so serves harness and patch.
 """
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Iterable
 
 from astra_sglang.errors import AstraError
-from astra_sglang.harness import linemap
+from astra_sglang.harness import includes, linemap
 from astra_sglang.harness.records import BuildInfo
 from astra_sglang.paths import cache_dir, templates_dir
 
@@ -104,7 +107,7 @@ def build_library(source: str | Path, defines: dict[str, str] | None = None, arc
         raise AstraError(f"kernel source not found: {source}")
     defines = dict(defines or {})
     arch = arch or default_arch()
-    text = source.read_text()
+    text = includes.expand(source)
     folder = cache_dir() / "build" / _cache_key(text, defines, arch)
     library, log_path = folder / "kernel.so", folder / "build.log"
     if library.is_file():
