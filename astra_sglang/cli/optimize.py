@@ -200,13 +200,13 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
         if start and extracted is not None:
             raise AstraError("--from and --from-extracted both name a start kernel: give one")
     use_llm = (llm_configured(llm, base_url, api_key) or bool(file_llm)) and not force_tuner and extracted is None
-    checks = Preflight(ops=ops, shapes=shapes, baseline=baseline, gpus=gpus, ray=ray, llm=use_llm or bool(resume_dir),
-                       compile_only=compile_only, out=out)
-    check_inputs(checks)  # before the pool starts and anything is built
     if use_llm and not resume_dir:
         from astra_sglang.optimize.agents.llm import meter_for
 
         meter_for(llm_config)  # an unpriced model with --budget-usd: one clear error before anything runs
+    checks = Preflight(ops=ops, shapes=shapes, baseline=baseline, gpus=gpus, ray=ray, llm=use_llm or bool(resume_dir),
+                       compile_only=compile_only, out=out)
+    check_inputs(checks)  # before the pool starts and anything is built
     if is_harness(harness_evaluator()):
         check_harness(checks)
     config = RunOptions(rounds=rounds, shapes=shapes, single_agent=single_agent, compile_only=compile_only,
