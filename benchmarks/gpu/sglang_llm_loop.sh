@@ -13,15 +13,16 @@
 # same warm machine: the job folder work/sglang-llm-loop/ and the server, started with setsid, are still there):
 #   bash benchmarks/gpu/sglang_llm_loop.sh OUTDIR     # call 1: starts the server and the job (RUN_S of rounds)
 #   bash benchmarks/gpu/sglang_llm_loop.sh OUTDIR     # call 2: reuses the server, resumes the job, stops the server
-# env: PORT (30000), RUN_S (seconds of rounds a call, 420), FRESH=1 (start the job over). OUTDIR (default $OUT,
+# env: PORT (30000), RUN_S (seconds of rounds a call, 330: about 9 minutes for call 1 with the server start, the
+# baselines and their Nsight Compute profiles, 6 for call 2), FRESH=1 (start the job over). OUTDIR (default $OUT,
 # else /tmp/sglang-loop) gets result.txt (printed last), optimize.log, server.log, job.md, <op>-llm.log and the
 # first op's ncu-details.csv / ncu-source.csv (ncu's own outputs for the baseline).
 set -u
 OUTDIR=${1:-${OUT:-/tmp/sglang-loop}}; mkdir -p "$OUTDIR"
 source benchmarks/gpu/setup.sh
-PORT=${PORT:-30000}; RUN_S=${RUN_S:-420}; JOB=$PWD/work/sglang-llm-loop; URL="http://127.0.0.1:$PORT"
+PORT=${PORT:-30000}; RUN_S=${RUN_S:-330}; JOB=$PWD/work/sglang-llm-loop; URL="http://127.0.0.1:$PORT"
 [ "${FRESH:-0}" = 1 ] && rm -rf "$JOB"
-PART=1; [ -f "$JOB/job.jsonl" ] && PART=2
+PART=1; [ -f "$JOB/silu_and_mul/config.json" ] && PART=2
 mkdir -p "$JOB"
 if curl -sf "$URL/health" >/dev/null; then
   echo "server already up (call $PART)"
