@@ -92,3 +92,30 @@ def test_a_deadline_ends_each_part_of_a_run_cleanly(tmp_path):
     again = resume(tmp_path / "r", StandIn(), ScriptedModel(Roles(kernel("speedup=1.0")), name="o4-mini",
                                                              latency_s=0.1))
     assert again.stop_reason == first.stop_reason and again.rounds_done > first.rounds_done
+
+
+@pytest.mark.parametrize("active, drafting, pending, plan", [
+    (0, 0, 0, True),  # nothing in flight: plan at once
+    (3, 0, 2, True),  # short of the target (6 at 30 s a model turn, 12 s an evaluation, one GPU)
+    (6, 0, 2, False),  # at the target
+    (2, 1, 2, True),  # 2 + half of a round of 4 coming: short
+    (4, 1, 2, False),  # 4 + 2: at the target (counting all of the round coming would overshoot: 8 > 6)
+    (4, 1, 0, False),  # a GPU about to idle, but a round is being planned already
+    (6, 0, 0, True),  # a GPU about to idle and none being planned: plan beyond the target
+    (0, 2, 0, False),  # as many rounds being planned as islands
+])
+def test_when_a_round_is_planned(active, drafting, pending, plan):
+    """Little's law over the measured latencies: 1.5 x G x (L + E) / E lineages in flight, counting half of the
+    drafts of the rounds being planned (they come two model calls later, when as many lineages have ended)."""
+    from types import SimpleNamespace
+
+    from astra_sglang.optimize.agents.population import Population
+    from astra_sglang.optimize.pool.stats import PoolStats, Span
+
+    stats = PoolStats(lanes=["0"], evaluations=[Span(lane="0", start=0, end=12)])
+    pool = SimpleNamespace(gpus=["0"], stats=lambda: stats, pending=lambda: pending)
+    opt = SimpleNamespace(config=run_config(population=4, islands=2, inflight=None), pool=pool,
+                          db=SimpleNamespace(best=lambda: None), active=active, drafting=drafting,
+                          models=SimpleNamespace(meter=SimpleNamespace(mean_seconds=lambda: 30.0)))
+    population = Population(opt)
+    assert population.target() == 6 and population.should_plan() == plan

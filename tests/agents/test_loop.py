@@ -155,3 +155,17 @@ def test_compile_only_has_no_winner(tmp_path):
     outcome = run(run_config(rounds=1, compile_only=True), tmp_path / "r", StandIn(), model)
     assert outcome.winner is None and rounds(tmp_path / "r")[1]["status"] == "compiled"
     assert "Compile-only run" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_the_run_log_finds_the_last_record_of_a_step_and_drops_a_torn_line(tmp_path):
+    from astra_sglang.optimize.records import LogRecord
+
+    log = RunLog(tmp_path / "r")
+    for summary in ("first", "second"):  # a step redone (a resumed run) is appended again
+        log.append(LogRecord(round=1, role="cand", key="c0a0", summary=summary))
+    log.append(LogRecord(round=1, role="cand", key="c1a0", summary="other"))
+    assert log.find(1, "cand", "c0a0").summary == "second" and log.find(2, "cand", "c0a0") is None
+    with open(log.path, "ab") as f:
+        f.write(b'{"round": 1, "role": "cand", "key": "c0a0", "summ')  # a write cut off by a kill
+    again = RunLog(tmp_path / "r")
+    assert again.find(1, "cand", "c0a0").summary == "second" and len(again.records) == 3

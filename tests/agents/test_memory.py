@@ -4,7 +4,7 @@ lesson store across runs; the kind of an op."""
 import json
 
 import pytest
-from agent_support import DIGEST, StandIn, fixed_answer, kernel, run_config
+from agent_support import DIGEST, StandIn, fixed_answer, kernel, plans, run_config
 
 from astra_sglang.optimize.agents.journal import RunLog
 from astra_sglang.optimize.agents.loop import run
@@ -88,6 +88,19 @@ def test_a_long_story_is_folded_into_a_digest_once(tmp_path):
     again = ScriptedModel(Planner([]), name="o4-mini")
     run(config, tmp_path / "r", StandIn(), again)
     assert again.calls == [] and asked > 0
+
+
+def test_a_digest_is_reused_while_the_rest_fits(tmp_path):
+    """Each fold leaves the rest at half the budget, so later planners reuse the digest until the story outgrows
+    the budget again: fewer digests are written than planners read one."""
+    planner = Planner([as_json((f"k{i}", t)) for i, t in enumerate(plans(8))])
+    run(run_config(rounds=8, memory_chars=700, max_rounds=8), tmp_path / "r", StandIn(),
+        ScriptedModel(planner, name="o4-mini"))
+    digests = RunLog(tmp_path / "r").of_role("digest")
+    read = [p for p in planner.prompts if "Digest of the earliest plans" in p]
+    assert len(read) >= 4 and len(digests) <= len(read) - 2
+    first = planner.prompts.index(read[0])
+    assert len(read) == len(planner.prompts) - first  # once folded, every later planner reads a digest
 
 
 def test_the_lesson_store(tmp_path):

@@ -64,6 +64,18 @@ def test_failed_builds_and_compile_only_take_no_gpu(tmp_path):
     assert len(stats.evaluations) == 2  # only the two candidates that built and need a GPU
 
 
+def test_the_simulated_builder_answers_a_text_it_built_from_its_cache(tmp_path):
+    """As the build cache does: the baseline every request names costs one build, not one a request."""
+    same, other = requests(tmp_path, 2)
+    (tmp_path / "again.cu").write_text(Path(same.candidate.path).read_text())
+    builder = SimulatedBuilder(0.05)
+    first = builder(same.candidate.path, {}, "sm_90")
+    again = builder(str(tmp_path / "again.cu"), {}, "sm_90")
+    assert first.ok and not first.cached and again.ok and again.cached and again.seconds == 0
+    assert not builder(same.candidate.path, {"BLOCK": "128"}, "sm_90").cached  # other defines: another build
+    assert not builder(other.candidate.path, {}, "sm_90").cached
+
+
 def test_a_bare_evaluator_builds_nothing_ahead(tmp_path):
     seen = []
 

@@ -41,6 +41,7 @@ class RunLog:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         self.path = self.dir / LOG
         self.records: list[LogRecord] = self._read()
+        self._index = {(r.round, r.role, r.key): r for r in self.records}  # the last record of each step
         self._lock = threading.Lock()  # the candidates of a round log from threads of their own
 
     def _read(self) -> list[LogRecord]:
@@ -70,13 +71,11 @@ class RunLog:
             finally:
                 os.close(fd)
             self.records.append(record)
+            self._index[(record.round, record.role, record.key)] = record
         return record
 
     def find(self, round: int, role: str, key: str = "") -> LogRecord | None:
-        for record in reversed(list(self.records)):
-            if record.round == round and record.role == role and record.key == key:
-                return record
-        return None
+        return self._index.get((round, role, key))
 
     def of_role(self, role: str) -> list[LogRecord]:
         return [r for r in list(self.records) if r.role == role]

@@ -64,12 +64,15 @@ class PastPlan(BaseModel):
         return len(self.text) + sum(160 * len(o.turns) + len(o.reflection) for o in self.outcomes) + 80
 
 
-def lineages(db: Database, log: RunLog, round: int, plan: int | None) -> list[Outcome]:
-    """The finished lineages of a round's plan, slot order."""
+def lineages(db: Database, log: RunLog, round: int, plan: int | None,
+             by_plan: dict[tuple[int, int | None], list[Entry]] | None = None) -> list[Outcome]:
+    """The finished lineages of a round's plan, slot order (`by_plan`: the entries grouped by (round, plan),
+    where the caller has them)."""
     slots: dict[str, list[Entry]] = {}
-    for entry in db.entries.values():
-        if entry.round == round and entry.plan == plan and entry.id != "r00":
-            slots.setdefault(entry.id.rsplit("-a", 1)[0], []).append(entry)
+    entries = by_plan.get((round, plan), []) if by_plan is not None else \
+        [e for e in db.entries.values() if e.round == round and e.plan == plan and e.id != "r00"]
+    for entry in entries:
+        slots.setdefault(entry.id.rsplit("-a", 1)[0], []).append(entry)
     out = []
     for slot, attempts in sorted(slots.items()):
         key = slot.split("-", 1)[1]  # r03-c1 -> c1, the lineage's log key
@@ -88,6 +91,10 @@ def lineages(db: Database, log: RunLog, round: int, plan: int | None) -> list[Ou
 
 def past_plans(log: RunLog, db: Database) -> list[PastPlan]:
     """Every plan of the run so far, (round, index) order; a plan whose round has not closed is in flight."""
+    by_plan: dict[tuple[int, int | None], list[Entry]] = {}
+    for entry in db.entries.values():
+        if entry.id != "r00":
+            by_plan.setdefault((entry.round, entry.plan), []).append(entry)
     out = []
     for rec in sorted(log.of_role("plan"), key=lambda r: r.round):
         if rec.round <= 0:
@@ -95,7 +102,7 @@ def past_plans(log: RunLog, db: Database) -> list[PastPlan]:
         plans = PlanSet.model_validate(rec.payload)
         closed = log.find(rec.round, "round") is not None
         for i, item in enumerate(plans.plans):
-            outcomes = lineages(db, log, rec.round, i)
+            outcomes = lineages(db, log, rec.round, i, by_plan)
             out.append(PastPlan(round=rec.round, index=i, island=plans.island, parent=item.parent, text=item.text,
                                 key=item.key, outcomes=outcomes, in_flight=not closed))
     return out
@@ -128,33 +135,42 @@ def find_repeat(item: PlanItem, earlier: list[PastPlan]) -> PastPlan | None:
 
 
 class Memory:
-    """The planner's view of the past: a digest of the oldest plans (when the story is long) and the rest whole."""
+    """The planner's view of the past: a digest of the oldest plans (when the story is long) and the rest whole.
+    A digest folds enough plans that the rest fits in half the budget, so few are ever written; planners that
+    need one while it is being written wait for it, and different digests are written at once."""
 
     def __init__(self, opt: "Steps"):
         self.opt = opt
         self._lock = threading.Lock()
+        self._writing: dict[int, threading.Lock] = {}
 
     def view(self, round: int) -> tuple[str, list[PastPlan]]:
         plans = past_plans(self.opt.log, self.opt.db)
         budget = self.opt.config.memory_chars
-        if sum(p.size() for p in plans) <= budget:
+        sizes = [p.size() for p in plans]
+        if sum(sizes) <= budget:
             return "", plans
-        # fold the oldest finished plans until the rest fits in two thirds of the budget
-        folded, rest = 0, sum(p.size() for p in plans)
-        while folded < len(plans) and not plans[folded].in_flight and rest > budget * 2 // 3:
-            rest -= plans[folded].size()
+        done = sorted((int(r.key[1:]) for r in self.opt.log.of_role("digest")), reverse=True)
+        for upto in done:  # an existing digest after which the rest fits: no new one
+            if upto <= len(plans) and sum(sizes[upto:]) <= budget:
+                return self.opt.log.find(0, "digest", f"d{upto}").payload["text"], plans[upto:]
+        folded, rest = 0, sum(sizes)
+        while folded < len(plans) and not plans[folded].in_flight and rest > budget // 2:
+            rest -= sizes[folded]
             folded += 1
         if folded == 0:
             return "", plans
         try:
             return self._digest(folded, plans), plans[folded:]
-        except StepFailed:
-            return "", plans[-max(1, len(plans) - folded):]
+        except StepFailed:  # no digest: the newest plans whole, at least one
+            return "", plans[min(folded, len(plans) - 1):]
 
     def _digest(self, upto: int, plans: list[PastPlan]) -> str:
         """The digest of plans[:upto], built on the longest earlier digest (memoized in the run log)."""
         log = self.opt.log
         with self._lock:
+            writing = self._writing.setdefault(upto, threading.Lock())
+        with writing:  # one writer per digest; a planner needing the same one waits for it
             done = log.find(0, "digest", f"d{upto}")
             if done is not None:
                 return done.payload["text"]

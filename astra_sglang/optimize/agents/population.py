@@ -5,10 +5,10 @@ rounds is offered the other islands' best kernels.
 
 When to plan: every lineage alternates between waiting on the model (about L seconds a turn, the meter's mean)
 and waiting on a GPU (about E seconds an evaluation, the pool's median), so G GPUs stay busy with about
-G x (L + E) / E lineages in flight (Little's law; 50% slack), counting the drafts a round still being planned
-will bring, plus one round an island in the pipe (a round brings its lineages two model calls after it
-starts). A round is also started at once when the pool has fewer requests than GPUs and no round is being
-planned. At most `inflight` lineages run at once (default 32 a GPU).
+G x (L + E) / E lineages in flight (Little's law; 50% slack), counting half of the drafts the rounds still
+being planned will bring (they come two model calls later, when about as many lineages have ended). A round
+is also started at once when the pool has fewer requests than GPUs and no round is being planned. At most
+`inflight` lineages run at once (default 32 a GPU).
 
 When to stop: the rounds budget (`rounds`, extended by a quarter each time a round in its last quarter finds a new
 best, up to `max_rounds`); a plateau (`plateau` rounds closed in a row without a `plateau_gain` gain); the floor; a
@@ -74,15 +74,17 @@ class Population:
         return min(self.cap, max(self.gpus + 1, math.ceil(SLACK * self.gpus * (l + e) / e)))
 
     def should_plan(self) -> bool:
-        """Plan when the lineages in flight, with those the rounds being planned will bring, fall short of the
-        target plus one round a island in the pipe (a round brings its lineages two model calls later)."""
+        """Plan when the lineages in flight, with half of those the rounds being planned will bring, fall short of
+        the target, or when a GPU is about to idle and no round is being planned."""
         opt = self.opt
         target = self.target()
         if opt.active + opt.drafting >= self.cap or opt.drafting >= max(opt.config.islands, target // 4):
             return False  # inflight=1 is the paper's loop: each round plans after the last one's result
         idle = getattr(opt.pool, "pending", lambda: 0)() < self.gpus and opt.drafting == 0
-        coming = opt.active + opt.drafting * opt.config.population
-        return idle or coming < target + opt.config.population * opt.config.islands
+        # half of what the rounds being planned will bring: they bring it two model calls from now, by when about
+        # as many of the lineages in flight have ended
+        coming = opt.active + opt.drafting * opt.config.population / 2
+        return idle or coming < target
 
     # -- stops ----------------------------------------------------------------------------------------
     def affordable(self, running: int) -> bool:

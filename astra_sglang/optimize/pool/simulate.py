@@ -18,7 +18,7 @@ import os
 import re
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from astra_sglang.harness.records import BuildInfo, EvalRequest, EvalResult, ShapeResult, Timing
@@ -54,15 +54,22 @@ def _builds(text: str) -> bool:
 
 @dataclass(frozen=True)
 class SimulatedBuilder:
-    """build_library's stand-in: `seconds` of CPU time per build; a file without the entry does not build."""
+    """build_library's stand-in: `seconds` of CPU time per build; a file without the entry does not build. A text
+    it built before is answered from its cache at once, as the build cache answers (the baseline every request
+    names is built once)."""
 
     seconds: float = 2.0
+    built: set = field(default_factory=set, compare=False, repr=False)
 
     def __call__(self, path: str, defines: dict, arch: str | None) -> BuildInfo:
         text = Path(path).read_text()
+        key = (zlib.crc32(text.encode()), len(text), tuple(sorted(defines.items())), arch)
+        if key in self.built:
+            return BuildInfo(ok=True, cached=True, registers=32, spill_bytes=0)
         time.sleep(self.seconds)
         if not _builds(text):
             return BuildInfo(ok=False, seconds=self.seconds, log="kernel.cu(1): error: simulated build failure")
+        self.built.add(key)
         return BuildInfo(ok=True, seconds=self.seconds, registers=32, spill_bytes=0)
 
 
