@@ -16,7 +16,7 @@ from astra_sglang.kernels.variants import first_kernel
 from astra_sglang.patchset.store import PatchStore
 from astra_sglang.paths import user_specs_dir
 from astra_sglang.specs.records import KernelSpec
-from astra_sglang.specs.registry import registry
+from astra_sglang.specs.registry import get_spec, registry
 
 OP_PACKAGES = {"merge_state": "flashinfer", "rotary_embedding": "tvm_ffi"}
 """The package SGLang's op comes from, where it is not sgl_kernel (flashinfer's base-2 merge; the rotary embedding's
@@ -54,9 +54,24 @@ def users_op(op: str) -> bool:
     return op not in KERNEL_BASELINES and path is not None and path.parent.resolve() == user_specs_dir().resolve()
 
 
+def first_kernel_of(spec: KernelSpec) -> Side | None:
+    """An onboarded op's first kernel where it has no patch: its original extracted (`extract OP` wrote
+    work/extract/OP-SOURCE/kernel.cu), else the op itself called from the harness (its spec's adapter)."""
+    if spec.onboard is None:
+        return None
+    from astra_sglang.extraction.pipeline import default_out_dir
+
+    for kind in spec.sources:
+        path = default_out_dir(spec.name, kind) / "kernel.cu"
+        if path.is_file():
+            return Side(str(path.resolve()), f"extracted:{spec.name}", f"its original, extracted from {kind}")
+    return Side(f"py:{spec.onboard.call}", f"op:{spec.name}", "SGLang's op itself, the first kernel: no kernel "
+                "of ours yet (`optimize` writes one)")
+
+
 def candidate_side(op: str, candidate: str | None, knobs: dict[str, str], patches: PatchStore | None = None) -> Side:
     """--candidate, else the patch set's winning patch for `op` (the user folder's over the shipped one, as
-    `launch` serves them), else the tool's reference kernel."""
+    `launch` serves them), else an onboarded op's first kernel, else the tool's reference kernel."""
     if candidate:
         return Side(candidate, candidate, "given", dict(knobs))
     store = patches or PatchStore()
@@ -64,6 +79,10 @@ def candidate_side(op: str, candidate: str | None, knobs: dict[str, str], patche
     if entry is not None:
         what = entry.describe() + ("" if entry.enabled else ", disabled in the patch set")
         return Side(str(entry.kernel_path.resolve()), entry.label, what, {**entry.manifest.defines, **knobs})
+    first = first_kernel_of(get_spec(op))
+    if first is not None:
+        return Side(first.path, first.label, first.what + f"; no patch for {op} in {store.describe()}",
+                    dict(knobs) if not first.path.startswith("py:") else {})
     side = reference(op)
     return Side(side.path, side.label, side.what + f"; no patch for {op} in {store.describe()}",
                 {**side.defines, **knobs})
@@ -77,6 +96,8 @@ def baseline_side(spec: KernelSpec, baseline: str | None) -> Side:
         return reference(spec.name)
     if baseline:
         return Side(baseline, baseline, "given")
+    if spec.onboard is not None:  # called as the op itself takes its arguments (the adapter `onboard` wrote)
+        return Side(f"py:{spec.onboard.call}", f"py:{spec.onboard.entry}", "SGLang's own op, the onboarded entry")
     missing = missing_for(spec.name)
     if missing is None and spec.name in KERNEL_BASELINES:
         path = KERNEL_BASELINES[spec.name]

@@ -69,7 +69,7 @@ def list_cmd(patches):
         method = e.manifest.provenance.method + {"triton-config": " (configs)", "triton-launch": " (launch configs)"}.get(
             e.manifest.kind, "")
         source = f"{e.origin} (over {e.shadows})" if e.shadows else e.origin
-        rows.append([e.op, "yes" if e.enabled else "no", method, ",".join(e.manifest.dtypes),
+        rows.append([e.op, ("yes" if e.enabled else "no") + (" (yours)" if e.overridden else ""), method, ",".join(e.manifest.dtypes),
                      f"{speed:.2f}x" if speed else "-", defer.describe() if defer else "-",
                      e.manifest.sglang_versions, " ".join(map(str, e.targets)), source])
     if not rows:
@@ -79,8 +79,11 @@ def list_cmd(patches):
 
 
 def _set(patches, op, enabled):
+    from astra_sglang.patchset.store import state_path
+
     entry = PatchStore(patches).set_enabled(op, enabled)
-    click.echo(f"{entry.op}: {'enabled' if enabled else 'disabled'} ({entry.folder})")
+    where = f"the shipped patch, by the override in {state_path()}" if entry.overridden else str(entry.folder)
+    click.echo(f"{entry.op}: {'enabled' if enabled else 'disabled'} ({where})")
 
 
 @patch_group.command("enable")
@@ -88,7 +91,9 @@ def _set(patches, op, enabled):
 @PATCHES_OPTION
 @_errors
 def enable_cmd(op, patches):
-    """Enable patch OP (sets `enabled` in its manifest).  Example: astra-sglang patch enable rmsnorm"""
+    """Enable patch OP (its manifest's `enabled`; for a shipped patch, an override in the user folder).
+
+    Example: astra-sglang patch enable rmsnorm"""
     _set(patches, op, True)
 
 

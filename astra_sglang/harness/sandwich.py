@@ -204,7 +204,7 @@ class Sandwich:
                 inputs.tensors[j].copy_(drawn[i])
             if overwritten:  # the op wrote over what the GEMM gave it: the GEMM once more, eagerly
                 torch.mm(self.a, self.w_before.t(), out=inputs.tensors[written].view(self.before.m, self.before.n))
-            ref = inputs.upcast()
+            ref = inputs.for_reference(self.spec)
             reference(*ref.call_args(self.spec))
             verdict = compare(self.spec, self.dtype, s, ref)
             if not verdict.ok:
