@@ -45,4 +45,4 @@ def onboard(entry: str, calls: Path, model: str | None, name: str | None, refere
         config = found[model].model_dump()
     done = run(entry, load_calls(calls), name=name, model=config, force=force, source=str(calls),
                reference=reference)
-    print_report(done, [], click.echo)
+    print_report(done, done.sources, click.echo)

@@ -54,9 +54,21 @@ def set_key(text: str, table: str, key: str, value) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rewrite(path: Path, changes: list[tuple[str, str, object]]) -> str:
-    """Apply (table, key, value) changes to the spec at `path`; written only if the result loads as a spec."""
+def drop_table(text: str, table: str) -> str:
+    """`text` without `[table]` and its lines (up to the next table)."""
+    lines = text.splitlines()
+    start, end = _span(lines, table)
+    if start < 0:
+        return text
+    return "\n".join(lines[:start - 1] + lines[end:]) + "\n"
+
+
+def rewrite(path: Path, changes: list[tuple[str, str, object]], drop: tuple[str, ...] = ()) -> str:
+    """Apply (table, key, value) changes to the spec at `path`, and drop the tables named in `drop`; written only
+    if the result loads as a spec."""
     text = path.read_text()
+    for table in drop:
+        text = drop_table(text, table)
     for table, key, value in changes:
         text = set_key(text, table, key, value)
     scratch = path.with_name(f".{path.name}.new")

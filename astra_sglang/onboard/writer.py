@@ -13,7 +13,7 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
@@ -24,10 +24,12 @@ from astra_sglang.onboard import dims as plan
 from astra_sglang.onboard import guess
 from astra_sglang.onboard.reference import Reference, find_reference, user_reference
 from astra_sglang.onboard.signature import Param, params_of
+from astra_sglang.onboard.sources import extract_first, flashinfer_source
 from astra_sglang.onboard.specfile import rewrite
 from astra_sglang.onboard.static import Signature, live_signature, static_signature
 from astra_sglang.patching.recorder import CallRecord
 from astra_sglang.paths import home_dir, templates_dir, user_ops_dir, user_specs_dir
+from astra_sglang.specs import registry
 
 TOLERANCES = {"bfloat16": (1.6e-2, 1.6e-2), "float16": (2e-3, 2e-3), "float32": (1e-5, 1e-5)}
 """The rounding of one result in each dtype (atol, rtol): where the first GPU run starts from."""
@@ -47,6 +49,8 @@ class Onboarded:
     pending: list[str]
     import_note: str = ""
     """Why the op's module was read from source instead of imported ("" where it imported)."""
+    sources: list[str] = field(default_factory=list)
+    """The source kinds its original was found and extracted from (the spec's [sources])."""
 
 
 def load_entry(entry: str) -> tuple[ModuleType | None, Signature, str]:
@@ -123,10 +127,36 @@ def _tolerances(params: list[Param], dtypes: list[str]) -> dict[str, tuple[float
     return {d: TOLERANCES[d] for d in TOLERANCES if d in needed or d in dtypes}
 
 
-def onboard(entry: str, calls: list[CallRecord], *, name: str | None = None, model: dict | None = None,
-            force: bool = False, source: str = "", reference: str | None = None) -> Onboarded:
+def _place(name: str, spec_text: str, module_file: str, module_text: str, params: list[Param], dtypes: list[str],
+           shapes: list[tuple[int, ...]], live: bool):
+    """Write the spec and its module into a scratch folder in the user folder, check them there (CPU), then
+    move them into place, the spec last; nothing is left behind where the check fails."""
     from astra_sglang.onboard.checks import cpu_check
 
+    home = home_dir()
+    home.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".onboard-", dir=home))
+    try:
+        (scratch / f"{name}.toml").write_text(spec_text)
+        (scratch / f"{module_file}.py").write_text(module_text)
+        checked = cpu_check(scratch / f"{name}.toml", scratch, shapes, dtypes, live=live)
+        if checked.runs_in:  # the op runs in more dtypes than the calls recorded: all of them are checked
+            checked.done.append(f"the op also runs in {', '.join(checked.runs_in)} on CPU: added to dtypes")
+            more = dtypes + checked.runs_in
+            rewrite(scratch / f"{name}.toml", [("", "dtypes", more)]
+                    + [("tolerance", d, {"atol": t[0], "rtol": t[1]}) for d, t in _tolerances(params, more).items()])
+        for folder, file in ((user_ops_dir(), f"{module_file}.py"), (user_specs_dir(), f"{name}.toml")):
+            folder.mkdir(parents=True, exist_ok=True)
+            os.replace(scratch / file, folder / file)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        sys.modules.pop(module_file, None)  # imported from the scratch folder by the check
+    registry.reload()
+    return checked
+
+
+def onboard(entry: str, calls: list[CallRecord], *, name: str | None = None, model: dict | None = None,
+            force: bool = False, source: str = "", reference: str | None = None) -> Onboarded:
     module, sig, why = load_entry(entry)
     module_name, _, attr = entry.partition(":")
     name = name or default_name(module_name, attr)
@@ -149,33 +179,22 @@ def onboard(entry: str, calls: list[CallRecord], *, name: str | None = None, mod
         keyword=keyword, returned=[p.name for p in sorted(params, key=lambda p: p.returns_at) if p.returns_at >= 0],
         oracle=ref.is_oracle, kind=ref.kind, note=ref.note,
         ref_module=ref_module, ref_attr=ref_attr, inputs=[p.name for p in params if p.kind == "tensor" and p.role != "out"])
+    sources = flashinfer_source(module_name, attr)
     spec_text = _env().get_template("spec.toml.j2").render(
         entry=entry, source=source, name=name, summary=f"{entry} (onboarded; describe what it computes)",
         dims=dims.dims, dtypes=dtypes, reference=proposed or call, reference_dtype="op" if ref.is_oracle else "float64",
         reference_note=ref.note, constraints=[f"{d} >= 1" for d in dims.dims], arguments=params,
         tolerance=_tolerances(params, dtypes), model_dims=dims.model_dims, shapes=[list(s) for s in dims.shapes],
-        call=call, proposed=proposed, proposed_note="" if ref.is_oracle else ref.note, module=module_name, attr=attr)
-    home = home_dir()
-    home.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".onboard-", dir=home))
-    try:
-        (scratch / f"{name}.toml").write_text(spec_text)
-        (scratch / f"{module_file}.py").write_text(module_text)
-        checked = cpu_check(scratch / f"{name}.toml", scratch, dims.shapes, dtypes, live=module is not None)
-        if checked.runs_in:  # the op runs in more dtypes than the calls recorded: all of them are checked
-            dtypes = dtypes + checked.runs_in
-            checked.done.append(f"the op also runs in {', '.join(checked.runs_in)} on CPU: added to dtypes")
-            tolerance = _tolerances(params, dtypes)
-            rewrite(scratch / f"{name}.toml", [("", "dtypes", dtypes)]
-                    + [("tolerance", d, {"atol": t[0], "rtol": t[1]}) for d, t in tolerance.items()])
-        for folder, file in ((user_ops_dir(), f"{module_file}.py"), (user_specs_dir(), f"{name}.toml")):
-            folder.mkdir(parents=True, exist_ok=True)
-            os.replace(scratch / file, folder / file)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        sys.modules.pop(module_file, None)  # imported from the scratch folder by the check
-    from astra_sglang.specs import registry
-
-    registry.reload()
+        call=call, proposed=proposed, proposed_note="" if ref.is_oracle else ref.note, module=module_name, attr=attr,
+        sources=sources)
+    checked = _place(name, spec_text, module_file, module_text, params, dtypes, dims.shapes, live=module is not None)
+    dtypes = dtypes + checked.runs_in
+    if sources:  # its original through the generic launcher: the first kernel, where that derivation works
+        kernel, said = extract_first(name, next(iter(sources)))
+        checked.done.append(said) if kernel else checked.pending.append(f"no extraction: {said}"[:240])
+        if kernel is None:  # `extract` and the tuner would fail the same way: the spec names no source
+            rewrite(spec_path, [], drop=tuple(f"sources.{k}" for k in sources))
+            sources = {}
+        registry.reload()
     return Onboarded(name, spec_path, user_ops_dir() / f"{module_file}.py", ref, sig, params, dtypes, dims.shapes,
-                     checked.done, checked.pending, why)
+                     checked.done, checked.pending, why, list(sources))

@@ -30,15 +30,19 @@ class RunOptions:
 def llm_run(op: str, run_dir: Path, pool, llm_config: LLMConfig, opts: RunOptions, echo) -> RunOutcome:
     from astra_sglang.optimize.agents.llm import OpenAIModel
     from astra_sglang.optimize.agents.loop import run
+    from astra_sglang.optimize.starts import FROM_NOTHING
     from astra_sglang.specs.registry import get_spec
 
     spec = get_spec(op)
     start = start_source(spec, opts.start)
-    config = RunConfig(kernel=spec.name, start_source=str(start), baseline=opts.baseline or "",
+    nothing = FROM_NOTHING in start.read_text()  # an onboarded op's skeleton: SGLang's op is the original
+    baseline = opts.baseline or (f"py:{spec.onboard.call}" if nothing else "")
+    config = RunConfig(kernel=spec.name, start_source=str(start), baseline=baseline, from_nothing=nothing,
                        rounds=opts.rounds or 5, shapes=opts.shapes, population=opts.population, plans=opts.plans,
                        repairs=opts.repairs, single_agent=opts.single_agent, compile_only=opts.compile_only,
                        llm=llm_config)
-    echo(f"optimizing {spec.name} from {start} with {llm_config.model}: {config.population} candidates a round; "
+    origin = "nothing (SGLang's op is the original)" if nothing else str(start)
+    echo(f"optimizing {spec.name} from {origin} with {llm_config.model}: {config.population} candidates a round; "
          f"run dir {run_dir}")
     return run(config, run_dir, pool, OpenAIModel(llm_config), profiler=profiler(spec, opts.compile_only),
                echo=echo)

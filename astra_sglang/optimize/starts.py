@@ -21,10 +21,37 @@ AUTO = "auto"
 KNOB = "astra:knob"
 
 
+FROM_NOTHING = "astra:from-nothing"
+"""Marks the skeleton an onboarded op's LLM run starts from: it declines every shape."""
+
+
+def from_nothing(spec: KernelSpec) -> Path:
+    """The start of an onboarded op that has no kernel: a skeleton describing the spec that declines every shape
+    (so SGLang's op serves them all until the agents write one); cached by its text."""
+    import hashlib
+
+    import jinja2
+
+    from astra_sglang.paths import cache_dir, templates_dir
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "onboard")),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    text = env.get_template("from_nothing.cu.j2").render(spec=spec, entry=spec.onboard.entry if spec.onboard else "")
+    folder = cache_dir() / "from-nothing"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{spec.name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.cu"
+    if not path.is_file():
+        path.write_text(text)
+    return path
+
+
 def start_source(spec: KernelSpec, given: str | None) -> Path:
-    """--from FILE, --from DIR (its kernel.cu, or its only .cu file), or our own first kernel."""
+    """--from FILE, --from DIR (its kernel.cu, or its only .cu file), our own first kernel, or, for an onboarded
+    op, the skeleton the agents write a kernel into (`from_nothing`)."""
     if given is None:
         path, defines = first_kernel(spec.name)
+        if not path.is_file() and spec.onboard is not None:
+            return from_nothing(spec)
         if not path.is_file():
             raise AstraError(f"no built-in kernel for {spec.name}: pass --from DIR|FILE (see `extract`)")
         return materialize(path, defines, spec.name)  # a sibling op's kernel: its defines written in
@@ -62,6 +89,10 @@ def tuner_start(spec: KernelSpec, start: str | None, extracted: str | None = Non
     own, defines = first_kernel(spec.name)
     if own.is_file() and KNOB in own.read_text():
         return materialize(own, defines, spec.name)
+    if spec.onboard is not None and not spec.sources:
+        raise AstraError(f"no kernel with knobs for {spec.name} to tune, and onboard found no source of its "
+                         f"original to extract: `optimize {spec.name} --llm MODEL` writes kernels from the spec, "
+                         "or pass --from FILE")
     echo(f"no hand-written kernel with knobs for {spec.name}: tuning its extracted original")
     return extracted_start(spec, work, None, echo)
 
