@@ -25,6 +25,7 @@ from astra_sglang.onboard.specfile import rewrite
 from astra_sglang.onboard.writer import TOLERANCES
 from astra_sglang.specs.records import KernelSpec, Tolerance
 
+DEVICE = "cuda"
 SHAPES = 3
 """Recorded shapes (the smallest by bytes) the figures are measured at."""
 RUN_TO_RUN_SHARE, UPCAST_SHARE = 0.25, 0.5
@@ -51,8 +52,8 @@ class Figures:
 
 def _runs(spec: KernelSpec, op, shape, dtype: str) -> bool:
     try:
-        run_on(spec, op, shape, dtype, "cuda")
-        torch.cuda.synchronize()
+        run_on(spec, op, shape, dtype, DEVICE)
+        torch.cuda.synchronize() if DEVICE == "cuda" else None
     except Exception:  # noqa: BLE001 - the op refuses this dtype (or shape)
         return False
     return True
@@ -78,12 +79,12 @@ def measure(spec: KernelSpec, op, shapes: list[tuple[int, ...]], dtype: str) -> 
     base = _with(spec, {d: TOLERANCES[d] for d in TOLERANCES})
     run_to_run, upcast = 0.0, 0.0 if dtype != "float32" else None
     for seed, shape in enumerate(shapes):
-        args, first = run_on(spec, op, shape, dtype, "cuda", seed)
-        _, second = run_on(spec, op, shape, dtype, "cuda", seed)
+        args, first = run_on(spec, op, shape, dtype, DEVICE, seed)
+        _, second = run_on(spec, op, shape, dtype, DEVICE, seed)
         run_to_run = max(run_to_run, _ratio(base, dtype, second, first))
         if upcast is None:
             continue
-        wide = allocate(spec, shape, "float32", "cuda", guard=False)
+        wide = allocate(spec, shape, "float32", DEVICE, guard=False)
         for arg, t, src in zip(spec.tensor_args, wide.tensors, args.tensors):
             t.copy_(src) if arg.role != "out" else draw.poison(t)
         try:
@@ -103,7 +104,7 @@ def reference_agrees(spec: KernelSpec, op, shapes: list[tuple[int, ...]], dtypes
     reference = spec.reference_fn()
     for dtype in dtypes:
         for seed, shape in enumerate(shapes):
-            args, got = run_on(spec, op, shape, dtype, "cuda", 100 + seed)
+            args, got = run_on(spec, op, shape, dtype, DEVICE, 100 + seed)
             ref = args.upcast()
             try:
                 reference(*ref.call_args(spec))
