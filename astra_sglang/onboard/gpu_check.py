@@ -45,7 +45,8 @@ class Figures:
         return max([1.0, *finite])
 
     def describe(self) -> str:
-        up = "not run in float32" if self.upcast is None else f"{self.upcast:.3g}"
+        up = f"{self.upcast:.3g}" if self.upcast is not None else "- (float32 itself)" if self.dtype == "float32" \
+            else "- (the op does not run in float32)"
         return (f"run-to-run {self.run_to_run:.3g}, upcast {up} (worst error in units of the {self.dtype} "
                 f"rounding); tolerance = that rounding x {self.scale:.3g}")
 

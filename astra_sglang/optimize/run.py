@@ -6,6 +6,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from astra_sglang.errors import AstraError
 from astra_sglang.optimize.records import LLMConfig, RunConfig, RunOutcome, Winner
 from astra_sglang.optimize.starts import start_source, tuner_start
 from astra_sglang.specs.records import KernelSpec
@@ -54,6 +55,12 @@ def tuner_run(op: str, run_dir: Path, pool, opts: RunOptions, echo) -> RunOutcom
 
     spec = get_spec(op)
     echo("no LLM configured (--llm / OPENAI_API_KEY / OPENAI_BASE_URL): running the built-in tuner")
+    from astra_sglang.optimize.pool.pool import harness_evaluate
+
+    if getattr(pool, "evaluator", None) is harness_evaluate and not opts.compile_only and not getattr(pool, "gpus", None):
+        # every variant would be built only to hear that nothing can check or time it
+        raise AstraError("the built-in tuner checks and times its variants on a GPU: no CUDA GPU here "
+                         "(--compile-only builds them)")
     baseline = opts.baseline
     if baseline and not baseline.startswith("py:"):
         baseline = str(Path(baseline).resolve())
@@ -70,7 +77,10 @@ def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, po
     from astra_sglang.harness.records import KernelSource
     from astra_sglang.optimize.tuner.cuda_tune import run_tuner
 
-    if baseline is None and importlib.util.find_spec("sgl_kernel") is not None:
+    if baseline is None and spec.onboard is not None:
+        baseline = f"py:{spec.onboard.call}"  # an onboarded op: SGLang's op as the adapter `onboard` wrote calls it
+        echo(f"baseline: {baseline} (SGLang's own op, {spec.onboard.entry})")
+    elif baseline is None and importlib.util.find_spec("sgl_kernel") is not None:
         from astra_sglang.baselines.adapters import sglang_baseline
 
         baseline = sglang_baseline(spec)  # a serving machine: the winner must beat what SGLang runs today

@@ -13,7 +13,8 @@ from astra_sglang.specs import registry
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "onboard"
 STANDINS = FIXTURES / "standins"
-IMPORTED = ("flashinfer", "sgl_kernel", "astra_user_", "fakesgl")
+IMPORTED = ("flashinfer", "sgl_kernel", "astra_user_", "fakesgl", "mine_")
+"""Modules the tests import from their own folders: forgotten after each test."""
 
 
 def calls_file(name: str) -> str:

@@ -1,0 +1,111 @@
+"""The first GPU run of an onboarded op, simulated on CPU with the stand-ins (the device the checks run on is
+onboard/gpu_check.py's DEVICE): the op's dtypes, its tolerance from its own run-to-run and upcast differences,
+the proposed reference accepted where it agrees with the op and replaced by the op itself where it does not,
+all written into the spec once; `bench` runs it before its first evaluation and then compares SGLang's op with
+the first kernel."""
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+import torch
+from click.testing import CliRunner
+from conftest import calls_file
+
+from astra_sglang.cli import main
+from astra_sglang.harness import isolate
+from astra_sglang.harness.records import BuildInfo, EvalResult
+from astra_sglang.onboard import gpu_check
+from astra_sglang.specs import registry
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """A 'GPU' that is the CPU: the checks' device, torch's availability and the device's name."""
+    monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "CPU standing in for a GPU")
+
+
+@pytest.fixture
+def live(home, monkeypatch):
+    from conftest import STANDINS
+
+    monkeypatch.syspath_prepend(str(STANDINS))
+    monkeypatch.setenv("ASTRA_STANDIN_IMPORTS", "1")
+
+
+def onboarded(name: str, entry: str, calls: str, *extra) -> tuple[object, object]:
+    out = CliRunner().invoke(main, ["onboard", entry, "--shapes", calls_file(calls), "--name", name, *extra])
+    assert out.exit_code == 0, out.output
+    reg = registry.registry()
+    return reg.specs[name], reg.paths[name]
+
+
+def first_run(name: str) -> tuple[dict, list[str]]:
+    registry.reload()
+    reg = registry.registry()
+    lines: list[str] = []
+    assert gpu_check.first_gpu_run(reg.specs[name], reg.paths[name], lines.append)
+    registry.reload()
+    return tomllib.loads(reg.paths[name].read_text()), lines
+
+
+@pytest.mark.parametrize("name, entry, calls", [("fi_rmsnorm", "flashinfer.norm:rmsnorm", "rmsnorm"),
+                                               ("gelu", "flashinfer.activation:gelu_and_mul", "gelu_and_mul")])
+def test_a_proposed_reference_that_agrees_is_accepted_with_the_measured_tolerance(live, gpu, name, entry, calls):
+    spec, _ = onboarded(name, entry, calls)
+    proposed = spec.reference
+    data, lines = first_run(name)
+    assert data["reference"] == proposed and data["reference_dtype"] == "float64"
+    check = data["onboard"]["gpu_check"]
+    assert check.startswith("CPU standing in for a GPU, ") and f"the reference {proposed} agrees with the op" in check
+    assert set(data["onboard"]["measured"]) == set(data["dtypes"]) == {"bfloat16", "float16", "float32"}
+    assert all("run-to-run 0," in m for m in data["onboard"]["measured"].values())  # the stand-ins are deterministic
+    for dtype, tol in data["tolerance"].items():  # at least the dtype's rounding
+        assert tol["atol"] >= {"bfloat16": 1.6e-2, "float16": 2e-3, "float32": 1e-5}[dtype] * 0.999
+    assert any("agrees with the op" in line for line in lines)
+    assert not gpu_check.first_gpu_run(registry.get_spec(name), registry.registry().paths[name], print)  # done once
+
+
+def test_the_oracle_gets_a_tolerance_and_keeps_the_op_as_reference(live, gpu):
+    onboarded("ln", "flashinfer.norm:layernorm", "layernorm")
+    data, _ = first_run("ln")
+    assert data["reference"] == "astra_user_ln:op" and data["reference_dtype"] == "op"
+    assert "the op is its own reference (oracle)" in data["onboard"]["gpu_check"]
+    assert "upcast" in data["onboard"]["measured"]["bfloat16"]
+
+
+def test_a_reference_that_disagrees_is_replaced_by_the_op_itself(live, gpu, tmp_path, monkeypatch):
+    (tmp_path / "mine_nobias.py").write_text(  # forgets beta: runs, writes every output, computes something else
+        "import torch\n\ndef layernorm(input, gemma, beta, eps, out):\n"
+        "    out.copy_(torch.nn.functional.layer_norm(input, input.shape[-1:], gemma, None, eps))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    onboarded("ln2", "flashinfer.norm:layernorm", "layernorm", "--reference", "mine_nobias:layernorm")
+    data, lines = first_run("ln2")
+    assert data["reference"] == "astra_user_ln2:op" and data["reference_dtype"] == "op"
+    check = data["onboard"]["gpu_check"]
+    assert "the proposed reference mine_nobias:layernorm was not accepted" in check and "differs from it" in check
+    assert data["onboard"]["proposed"] == "mine_nobias:layernorm"  # kept, to be fixed and proposed again
+
+
+def test_bench_runs_the_first_gpu_run_then_compares_the_op_with_its_first_kernel(live, gpu, monkeypatch, tmp_path):
+    onboarded("ln3", "flashinfer.norm:layernorm", "layernorm")
+    seen = []
+
+    def fake_evaluate(req):
+        seen.append(req)
+        return EvalResult(kernel=req.kernel, candidate=req.candidate.name(), baseline=req.baseline.name(), ok=True,
+                          stage="done", build=BuildInfo(ok=True), gpu="fake", shapes=[])
+
+    monkeypatch.setattr(isolate, "evaluate", fake_evaluate)
+    monkeypatch.setattr("astra_sglang.cli.bench._has_gpu", lambda: True)
+    out = CliRunner().invoke(main, ["bench", "ln3", "--out", str(tmp_path / "r.jsonl")])
+    assert out.exit_code == 0, out.output
+    assert "ln3: first GPU run" in out.output
+    req = seen[-1]
+    assert req.candidate.path == req.baseline.path == "py:astra_user_ln3:op"
+    assert req.dtypes == ["bfloat16", "float16"] and req.shapes == [(1, 4096), (16, 4096), (128, 4096), (2048, 4096)]
+    assert registry.get_spec("ln3").onboard.gpu_check  # written: the next bench goes straight to the evaluation
+    again = CliRunner().invoke(main, ["bench", "ln3", "--out", str(tmp_path / "r.jsonl")])
+    assert again.exit_code == 0 and "first GPU run" not in again.output
