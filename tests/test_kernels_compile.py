@@ -1,5 +1,6 @@
-"""Compile-only check: our kernels and the cheat / honest fixtures build with nvcc for sm_90 and export
-the ABI's `astra_launch` symbol. (fixtures/faults/ is left out: broken.cu must not compile.)"""
+"""Compile-only check: our kernels, the cheat / honest fixtures and the serving parity check's wrong patch build
+with nvcc for sm_90 and export the ABI's `astra_launch` symbol. (fixtures/faults/ is left out: broken.cu must not
+compile.)"""
 from __future__ import annotations
 
 import shutil
@@ -13,7 +14,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # Shipped patches compiled here that no variant op builds (tests/test_families_gpu.py runs them on a GPU).
 OWN_PATCHES = [ROOT / "patches" / "rotary_embedding" / "kernel.cu"]
 SOURCES = sorted(
-    [*(ROOT / "astra_sglang" / "kernels").glob("*.cu"), *FIXTURES.glob("cheats/*.cu"), *FIXTURES.glob("honest/*.cu")]
+    [*(ROOT / "astra_sglang" / "kernels").glob("*.cu"), *FIXTURES.glob("cheats/*.cu"), *FIXTURES.glob("honest/*.cu"),
+     *FIXTURES.glob("wrong-patches/*/kernel.cu")]
 ) + OWN_PATCHES
 
 pytestmark = [

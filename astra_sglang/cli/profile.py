@@ -47,6 +47,10 @@ def _engagement(stats_dir: Path) -> dict[str, dict[str, int]]:
 @click.option("--patches", type=click.Path(file_okay=False, path_type=Path), help="Patch folder (default: the shipped one with HOME/patches over it).")
 @click.option("--compare", "base", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An earlier profile.json of the same load: kernel time per step per op, before and after.")
+@click.option("--verdict", is_flag=True,
+              help="With --compare on a patched profile: each patch's kernel time per step in place against SGLang's "
+                   "op, written into its manifest; a patch slower in place is disabled, or its defer moved to the "
+                   "sizes where it is slower (the patch set of --patches).")
 @click.option("--from-traces", "from_traces", multiple=True, metavar="PHASE=PATH",
               help="Rank existing trace files instead of running a server (e.g. decode=traces/decode/x.trace.json.gz).")
 @click.option("--report", "saved", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -60,8 +64,8 @@ def _engagement(stats_dir: Path) -> dict[str, dict[str, int]]:
 @click.option("--health-timeout", default=900.0, show_default=True, help="Seconds to wait for a started server.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Output folder (default ./astra-profile/TIME).")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
-def profile(url, workload, steps, patched, patches, base, from_traces, saved, model_config, roofline_gbps, empty_us, gpu,
-            port, health_timeout, out, server_args):
+def profile(url, workload, steps, patched, patches, base, verdict, from_traces, saved, model_config, roofline_gbps,
+            empty_us, gpu, port, health_timeout, out, server_args):
     """Where a live SGLang server spends its GPU time, and what each kernel would give back at the limit.
 
     Starts SGLang with SERVER_ARGS (after --) or attaches to --url, drives SGLang's own serving benchmark
@@ -79,6 +83,7 @@ def profile(url, workload, steps, patched, patches, base, from_traces, saved, mo
       astra-sglang profile --url http://127.0.0.1:30000 --workload decode --steps 50
       astra-sglang profile --from-traces decode=run/traces/decode/t.trace.json.gz --model-config ./llama-8b/config.json
       astra-sglang profile --report patched/profile.json --compare base/profile.json --out patched
+      astra-sglang profile --report patched/profile.json --compare base/profile.json --verdict --patches patches
     """
     from astra_sglang.profile.build import build_profile
     from astra_sglang.profile.compare import compare
@@ -86,6 +91,8 @@ def profile(url, workload, steps, patched, patches, base, from_traces, saved, mo
     from astra_sglang.profile.records import Profile
     from astra_sglang.profile.report import print_deltas, print_profile, write
 
+    if verdict and not base:
+        raise click.UsageError("--verdict compares a patched profile with --compare BASE.json")
     out = (out or Path("astra-profile") / time.strftime("%Y%m%d-%H%M%S")).resolve()
     names = ["decode", "prefill"] if workload == "both" else [workload]
     if saved:
@@ -117,6 +124,24 @@ def profile(url, workload, steps, patched, patches, base, from_traces, saved, mo
     if deltas:
         print_deltas(deltas)
     click.echo(f"wrote {out / 'profile.json'} and {report}")
+    if verdict:
+        _verdict(patches, deltas or [], result, f"{result.gpu}, {result.date}: {saved or out / 'profile.json'} "
+                                                 f"against {base} (`profile --verdict`)", out)
+
+
+def _verdict(patches, deltas, result, evidence: str, out: Path) -> None:
+    import json
+
+    from astra_sglang.patchset.store import PatchStore
+    from astra_sglang.profile.verdict import apply, verdicts
+
+    if not result.patched:
+        raise AstraError("--verdict needs a patched profile (profile --patched, or --report of one)")
+    store = PatchStore(patches)
+    found = verdicts(store, deltas, result)
+    (out / "verdict.json").write_text(json.dumps([v.model_dump() for v in found], indent=1) + "\n")
+    for line in apply(store, found, evidence) or ["no patch served a call in these profiles: nothing to judge"]:
+        click.echo(line)
 
 
 def _live(url, names, steps, patched, patches, model_config, port, health_timeout, out, server_args):

@@ -25,6 +25,15 @@ def installed_sglang_version() -> str | None:
         return None
 
 
+def off_lines(store: PatchStore) -> str:
+    """The disabled patches for `launch`'s summary: each one a command disabled with its reason (an in-place
+    verdict), the others by name."""
+    off = [e for e in store.entries() if not e.enabled]
+    text = "".join(f"\nastra-sglang: off: {e.op}: {e.manifest.off_reason}" for e in off if e.manifest.off_reason)
+    plain = [e.op for e in off if not e.manifest.off_reason]
+    return text + (f"\nastra-sglang: off in their manifests: {', '.join(plain)}" if plain else "")
+
+
 def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Path | None = None,
                    mechanism: str = "auto", no_build: bool = False, server_args=(), warn=lambda msg: None,
                    record: str | None = None, record_out: Path | None = None):
@@ -92,6 +101,7 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
     command = [sys.executable, "-m", "sglang.launch_server", *server_args]
     summary = (f"astra-sglang: {len(entries)} patch(es) [{', '.join(e.op for e in entries)}] via {mechanism}; "
                f"stats in {config.stats_dir}")
+    summary += off_lines(store)
     if recording:
         summary += "\nastra-sglang: recording calls of " + ", ".join(
             f"{t} into {r.path}" for t, r in recording.recorders.items())

@@ -191,7 +191,7 @@ class PatchStore:
         """Enables or disables the winning patch (the one a server would load): a shipped one through the user
         folder's override, any other in its own manifest."""
         entry = self.get(op)
-        manifest = entry.manifest.model_copy(update={"enabled": enabled})
+        manifest = entry.manifest.model_copy(update={"enabled": enabled, **({"off_reason": ""} if enabled else {})})
         if entry.origin == "shipped":
             _override(op, enabled)
             return replace(entry, manifest=manifest, overridden=True)
@@ -227,5 +227,6 @@ class PatchStore:
             raise AstraError(f"patch {manifest.op}: defer dtypes {stray} not in the patch's {manifest.dtypes}")
         override = _overrides().get(manifest.op, {}) if origin == "shipped" else {}
         if "enabled" in override:
-            manifest = manifest.model_copy(update={"enabled": bool(override["enabled"])})
+            on = bool(override["enabled"])
+            manifest = manifest.model_copy(update={"enabled": on, **({"off_reason": ""} if on else {})})
         return PatchEntry(manifest.op, folder, manifest, spec, origin, overridden="enabled" in override)
