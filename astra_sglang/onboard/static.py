@@ -51,6 +51,8 @@ class Signature:
     doc: str = ""
     origin: str = ""
     """Where it was read: the file, with ' (statically)' where the module was not imported."""
+    source: str = ""
+    """The definition's source text (what the testing agent is shown where it writes a reference)."""
 
 
 def _literal(node: ast.expr | None) -> Any:
@@ -82,7 +84,7 @@ def from_def(node: ast.FunctionDef | ast.AsyncFunctionDef, origin: str = "") -> 
                     and call.func.attr in ("empty_like", "zeros_like", "ones_like") and isinstance(call.args[0], ast.Name)):
                 like[inner.targets[0].id] = call.args[0].id
     return Signature(node.name, params, ast.unparse(node.returns) if node.returns else "", returned, like,
-                     ast.get_docstring(node) or "", origin)
+                     ast.get_docstring(node) or "", origin, ast.unparse(node))
 
 
 def _definitions(tree: ast.Module, name: str) -> tuple[list[ast.AST], list[tuple[str, str]], list[str]]:

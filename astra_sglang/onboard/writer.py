@@ -22,6 +22,7 @@ import jinja2
 from astra_sglang.errors import AstraError
 from astra_sglang.onboard import dims as plan
 from astra_sglang.onboard import guess
+from astra_sglang.onboard.llm_reference import MODULE_PREFIX, model_for, write_reference
 from astra_sglang.onboard.reference import Reference, find_reference, user_reference
 from astra_sglang.onboard.signature import Param, params_of
 from astra_sglang.onboard.sources import extract_first, flashinfer_source
@@ -127,10 +128,10 @@ def _tolerances(params: list[Param], dtypes: list[str]) -> dict[str, tuple[float
     return {d: TOLERANCES[d] for d in TOLERANCES if d in needed or d in dtypes}
 
 
-def _place(name: str, spec_text: str, module_file: str, module_text: str, params: list[Param], dtypes: list[str],
+def _place(name: str, spec_text: str, modules: dict[str, str], params: list[Param], dtypes: list[str],
            shapes: list[tuple[int, ...]], live: bool):
-    """Write the spec and its module into a scratch folder in the user folder, check them there (CPU), then
-    move them into place, the spec last; nothing is left behind where the check fails."""
+    """Write the spec and its modules (name -> text) into a scratch folder in the user folder, check them there
+    (CPU), then move them into place, the spec last; nothing is left behind where the check fails."""
     from astra_sglang.onboard.checks import cpu_check
 
     home = home_dir()
@@ -138,25 +139,30 @@ def _place(name: str, spec_text: str, module_file: str, module_text: str, params
     scratch = Path(tempfile.mkdtemp(prefix=".onboard-", dir=home))
     try:
         (scratch / f"{name}.toml").write_text(spec_text)
-        (scratch / f"{module_file}.py").write_text(module_text)
+        for module, text in modules.items():
+            (scratch / f"{module}.py").write_text(text)
         checked = cpu_check(scratch / f"{name}.toml", scratch, shapes, dtypes, live=live)
         if checked.runs_in:  # the op runs in more dtypes than the calls recorded: all of them are checked
             checked.done.append(f"the op also runs in {', '.join(checked.runs_in)} on CPU: added to dtypes")
             more = dtypes + checked.runs_in
             rewrite(scratch / f"{name}.toml", [("", "dtypes", more)]
                     + [("tolerance", d, {"atol": t[0], "rtol": t[1]}) for d, t in _tolerances(params, more).items()])
-        for folder, file in ((user_ops_dir(), f"{module_file}.py"), (user_specs_dir(), f"{name}.toml")):
+        for folder, file in [*((user_ops_dir(), f"{m}.py") for m in modules), (user_specs_dir(), f"{name}.toml")]:
             folder.mkdir(parents=True, exist_ok=True)
             os.replace(scratch / file, folder / file)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        sys.modules.pop(module_file, None)  # imported from the scratch folder by the check
+        for module in modules:  # imported from the scratch folder by the check
+            sys.modules.pop(module, None)
     registry.reload()
     return checked
 
 
 def onboard(entry: str, calls: list[CallRecord], *, name: str | None = None, model: dict | None = None,
-            force: bool = False, source: str = "", reference: str | None = None) -> Onboarded:
+            force: bool = False, source: str = "", reference: str | None = None, reference_llm: str | None = None,
+            llm=None) -> Onboarded:
+    """`reference`: the user's torch reference (MODULE:FUNC); `reference_llm`: a model name whose testing agent
+    writes one (`llm`: that model, else the OpenAI-compatible endpoint's)."""
     module, sig, why = load_entry(entry)
     module_name, _, attr = entry.partition(":")
     name = name or default_name(module_name, attr)
@@ -168,7 +174,16 @@ def onboard(entry: str, calls: list[CallRecord], *, name: str | None = None, mod
     dims = plan.plan_dims(params, calls, model)
     guess.assign_inits(params, calls, dtypes[0])
     arguments = [p.name for p in params]
-    ref = user_reference(reference, arguments) if reference else find_reference(module, module_name, attr, arguments)
+    modules: dict[str, str] = {}
+    if reference and reference_llm:
+        raise AstraError("--reference and --reference-llm both name a reference: give one")
+    if reference_llm:
+        model = llm or model_for(reference_llm)
+        modules[f"{MODULE_PREFIX}{name}"] = write_reference(model, entry, name, sig, params)
+        ref = Reference("llm", f"{MODULE_PREFIX}{name}:reference", f"written by the testing agent ({model.name})")
+    else:
+        ref = (user_reference(reference, arguments) if reference
+               else find_reference(module, module_name, attr, arguments))
     positional, keyword = call_convention(sig, params)
     module_file = f"astra_user_{name}"
     call = f"{module_file}:op"
@@ -187,7 +202,8 @@ def onboard(entry: str, calls: list[CallRecord], *, name: str | None = None, mod
         tolerance=_tolerances(params, dtypes), model_dims=dims.model_dims, shapes=[list(s) for s in dims.shapes],
         call=call, proposed=proposed, proposed_note="" if ref.is_oracle else ref.note, module=module_name, attr=attr,
         sources=sources)
-    checked = _place(name, spec_text, module_file, module_text, params, dtypes, dims.shapes, live=module is not None)
+    checked = _place(name, spec_text, {module_file: module_text, **modules}, params, dtypes, dims.shapes,
+                     live=module is not None)
     dtypes = dtypes + checked.runs_in
     if sources:  # its original through the generic launcher: the first kernel, where that derivation works
         kernel, said = extract_first(name, next(iter(sources)))
