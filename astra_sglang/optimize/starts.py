@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
-from astra_sglang.kernels.variants import first_kernel, materialize
+from astra_sglang.kernels.variants import cached_source, first_kernel, materialize
 from astra_sglang.patchset.store import PatchStore
 from astra_sglang.specs.records import KernelSpec
 
@@ -28,21 +28,14 @@ FROM_NOTHING = "astra:from-nothing"
 def from_nothing(spec: KernelSpec) -> Path:
     """The start of an onboarded op that has no kernel: a skeleton describing the spec that declines every shape
     (so SGLang's op serves them all until the agents write one); cached by its text."""
-    import hashlib
-
     import jinja2
 
-    from astra_sglang.paths import cache_dir, templates_dir
+    from astra_sglang.paths import templates_dir
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "onboard")),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     text = env.get_template("from_nothing.cu.j2").render(spec=spec, entry=spec.onboard.entry if spec.onboard else "")
-    folder = cache_dir() / "from-nothing"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{spec.name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.cu"
-    if not path.is_file():
-        path.write_text(text)
-    return path
+    return cached_source(text, spec.name, "from-nothing")
 
 
 def start_source(spec: KernelSpec, given: str | None) -> Path:
