@@ -59,12 +59,11 @@ def first_kernel_of(spec: KernelSpec) -> Side | None:
     work/extract/OP-SOURCE/kernel.cu), else the op itself called from the harness (its spec's adapter)."""
     if spec.onboard is None:
         return None
-    from astra_sglang.extraction.pipeline import default_out_dir
+    from astra_sglang.extraction.pipeline import extracted
 
-    for kind in spec.sources:
-        path = default_out_dir(spec.name, kind) / "kernel.cu"
-        if path.is_file():
-            return Side(str(path.resolve()), f"extracted:{spec.name}", f"its original, extracted from {kind}")
+    found = extracted(spec)
+    if found is not None:
+        return Side(str(found[0].resolve()), f"extracted:{spec.name}", f"its original, extracted from {found[1]}")
     return Side(f"py:{spec.onboard.call}", f"op:{spec.name}", "SGLang's op itself, the first kernel: no kernel "
                 "of ours yet (`optimize` writes one)")
 

@@ -84,7 +84,9 @@ def cpu_check(spec_path: Path, ops_dir: Path, shapes: list[tuple[int, ...]], dty
             pending.append(f"the reference {spec.reference} against the op")
         else:
             pending.append("the op as its own reference (no torch reference: pass --reference to propose one)")
-        if live:
+        if live and torch.cuda.is_available():  # a CUDA op handed CPU tensors may fault rather than refuse
+            pending.append("the op itself (this machine has a GPU: the first GPU run calls it there)")
+        elif live:
             try:
                 _, ran = run_on(spec, _resolve(spec.onboard.call), shape, dtypes[0], "cpu")
             except Exception as exc:  # noqa: BLE001 - a CUDA-only op

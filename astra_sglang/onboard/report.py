@@ -32,7 +32,7 @@ def next_steps(done: Onboarded, sources: list[str]) -> list[tuple[str, str]]:
         steps.append((f"astra-sglang extract {name}", f"its original kernel from {sources[0]}, as a harness"))
         steps.append((f"astra-sglang optimize {name}", "the built-in tuner, from the extracted original's knobs"))
     steps.append((f"astra-sglang optimize {name} --llm MODEL", "the agents write kernels from the spec and the "
-                                                               "reference (no kernel to start from needed)"))
+                  "reference, " + ("starting from the extracted original" if sources else "from nothing")))
     return steps
 
 

@@ -40,11 +40,14 @@ def from_nothing(spec: KernelSpec) -> Path:
 
 def start_source(spec: KernelSpec, given: str | None) -> Path:
     """--from FILE, --from DIR (its kernel.cu, or its only .cu file), our own first kernel, or, for an onboarded
-    op, the skeleton the agents write a kernel into (`from_nothing`)."""
+    op, its extracted original, else the skeleton the agents write a kernel into (`from_nothing`)."""
     if given is None:
         path, defines = first_kernel(spec.name)
         if not path.is_file() and spec.onboard is not None:
-            return from_nothing(spec)
+            from astra_sglang.extraction.pipeline import extracted
+
+            found = extracted(spec)  # its original, where `onboard` (or `extract`) extracted it
+            return found[0] if found else from_nothing(spec)
         if not path.is_file():
             raise AstraError(f"no built-in kernel for {spec.name}: pass --from DIR|FILE (see `extract`)")
         return materialize(path, defines, spec.name)  # a sibling op's kernel: its defines written in

@@ -80,12 +80,14 @@ server() {  # server NAME LAUNCH-ARGS...: launch in the background, a short load
   if [ "$ok" = 1 ]; then
     echo "healthy at $(elapsed) s"
     for words in 4 40 400; do  # prompts of several lengths, eight at a time: prefill and decode at batch 1-8
+      local load=()
       for _ in $(seq 1 8); do
-        curl -s "http://127.0.0.1:$PORT/generate" -H 'Content-Type: application/json' \
+        curl -s --max-time 60 "http://127.0.0.1:$PORT/generate" -H 'Content-Type: application/json' \
           -d "{\"text\": \"$(printf 'the quick brown fox %.0s' $(seq 1 "$words"))\", \"sampling_params\": {\"max_new_tokens\": 24}}" \
           > /dev/null &
+        load+=($!)
       done
-      wait $(jobs -p | grep -v "^$pid$") 2>/dev/null
+      wait "${load[@]}"
     done
   else
     echo "server $name did not become healthy:"; tail -n 20 "$OUT/server-$name.txt"

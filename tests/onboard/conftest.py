@@ -4,22 +4,12 @@ CPU torch), and the recorded calls of tests/fixtures/onboard/."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
+from onboard_support import IMPORTED, STANDINS
 
 from astra_sglang.paths import ENV_HOME
 from astra_sglang.specs import registry
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "onboard"
-STANDINS = FIXTURES / "standins"
-IMPORTED = ("flashinfer", "sgl_kernel", "astra_user_", "fakesgl", "mine_")
-"""Modules the tests import from their own folders: forgotten after each test."""
-
-
-def calls_file(name: str) -> str:
-    return str(FIXTURES / f"{name}.calls.json")
-
 
 def _forget() -> None:
     for name in [m for m in sys.modules if m.startswith(IMPORTED)]:

@@ -10,7 +10,7 @@ import tomllib
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import calls_file
+from onboard_support import calls_file
 
 from astra_sglang.cli import main
 from astra_sglang.harness import isolate
@@ -29,7 +29,7 @@ def gpu(monkeypatch):
 
 @pytest.fixture
 def live(home, monkeypatch):
-    from conftest import STANDINS
+    from onboard_support import STANDINS
 
     monkeypatch.syspath_prepend(str(STANDINS))
     monkeypatch.setenv("ASTRA_STANDIN_IMPORTS", "1")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tomllib
 
 import pytest
-from conftest import calls_file
+from onboard_support import calls_file
 
 from astra_sglang.errors import AstraError
 from astra_sglang.onboard import writer

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-from conftest import STANDINS, calls_file
+from onboard_support import STANDINS, calls_file
 
 from astra_sglang.cli import main
 

@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 from click.testing import CliRunner
-from conftest import calls_file
+from onboard_support import calls_file
 
 from astra_sglang.cli import main
 

@@ -3,7 +3,7 @@ edited, comments kept), and the original of a flashinfer function found in the p
 from __future__ import annotations
 
 import pytest
-from conftest import STANDINS
+from onboard_support import STANDINS
 
 from astra_sglang.errors import AstraError
 from astra_sglang.onboard.sources import flashinfer_source
