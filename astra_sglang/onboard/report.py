@@ -7,10 +7,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from astra_sglang.onboard.guess import describe_init
-from astra_sglang.onboard.writer import Onboarded
+from astra_sglang.onboard.writer import OnboardResult
 
 
-def guesses(done: Onboarded) -> Table:
+def guesses(done: OnboardResult) -> Table:
     table = Table(title=f"{done.name}: what onboard guessed (fix a wrong row in {done.spec_path.name})")
     for col in ("argument", "role", "dims", "dtype", "init", "why"):
         table.add_column(col)
@@ -22,7 +22,7 @@ def guesses(done: Onboarded) -> Table:
     return table
 
 
-def next_steps(done: Onboarded, sources: list[str]) -> list[tuple[str, str]]:
+def next_steps(done: OnboardResult, sources: list[str]) -> list[tuple[str, str]]:
     """(command, what it does) in the order to run them."""
     name = done.name
     steps = [(f"astra-sglang kernels {name}", "the spec as the tool reads it"),
@@ -36,7 +36,7 @@ def next_steps(done: Onboarded, sources: list[str]) -> list[tuple[str, str]]:
     return steps
 
 
-def print_report(done: Onboarded, sources: list[str], echo) -> None:
+def print_report(done: OnboardResult, sources: list[str], echo) -> None:
     console = Console(width=max(Console().width, 160))
     with console.capture() as captured:
         console.print(guesses(done))

@@ -37,7 +37,9 @@ TOLERANCES = {"bfloat16": (1.6e-2, 1.6e-2), "float16": (2e-3, 2e-3), "float32": 
 
 
 @dataclass
-class Onboarded:
+class OnboardResult:
+    """What `onboard` wrote, guessed, checked and left for the first GPU run (what its report prints)."""
+
     name: str
     spec_path: Path
     module_path: Path
@@ -160,7 +162,7 @@ def _place(name: str, spec_text: str, modules: dict[str, str], params: list[Para
 
 def onboard(entry: str, calls: list[CallRecord], *, name: str | None = None, model: dict | None = None,
             force: bool = False, source: str = "", reference: str | None = None, reference_llm: str | None = None,
-            llm=None) -> Onboarded:
+            llm=None) -> OnboardResult:
     """`reference`: the user's torch reference (MODULE:FUNC); `reference_llm`: a model name whose testing agent
     writes one (`llm`: that model, else the OpenAI-compatible endpoint's)."""
     module, sig, why = load_entry(entry)
@@ -212,5 +214,5 @@ def onboard(entry: str, calls: list[CallRecord], *, name: str | None = None, mod
             rewrite(spec_path, [], drop=tuple(f"sources.{k}" for k in sources))
             sources = {}
         registry.reload()
-    return Onboarded(name, spec_path, user_ops_dir() / f"{module_file}.py", ref, sig, params, dtypes, dims.shapes,
+    return OnboardResult(name, spec_path, user_ops_dir() / f"{module_file}.py", ref, sig, params, dtypes, dims.shapes,
                      checked.done, checked.pending, why, list(sources))

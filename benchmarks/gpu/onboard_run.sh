@@ -31,7 +31,7 @@ TEE=$!
 source benchmarks/gpu/stop_all.sh  # evaluations and servers run in sessions of their own: end them all on exit
 T0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - T0 )); }
-source benchmarks/gpu/setup.sh
+source "${SETUP:-benchmarks/gpu/setup.sh}"  # SETUP=/dev/null: this environment as it is (the script's CPU test)
 if ! python3 -c "import clang.cindex, ziglang" 2>/dev/null && ls .stage/knobs-wheels/*.whl >/dev/null 2>&1; then
   mkdir -p /tmp/site
   python3 -m pip install -q --no-deps --no-index --target /tmp/site .stage/knobs-wheels/*.whl 2>&1 | grep -v -i warning
@@ -44,7 +44,7 @@ FIX=tests/fixtures/onboard
 PORT=${PORT:-30177}
 SERVER=(--model-path /tmp/model --load-format dummy --attention-backend triton --sampling-backend pytorch
         --grammar-backend none --mem-fraction-static 0.5 --cuda-graph-max-bs 8 --host 127.0.0.1 --port "$PORT")
-astra() { python3 -m astra_sglang.cli "$@"; }
+ASTRA=(python3 -m astra_sglang.cli)  # an array, not a function: `timeout` runs it
 echo "| step | exit | command | last line |" > "$OUT/summary.md"
 echo "|---|---|---|---|" >> "$OUT/summary.md"
 
@@ -62,15 +62,15 @@ spec_of() { sed -n 's#^wrote .*/specs/\(.*\)\.toml and .*#\1#p' "$OUT/$1.txt"; }
 
 onboard_and_bench() {  # onboard_and_bench NAME ENTRY CALLS [onboard args]: the two commands a user runs
   local name=$1 entry=$2 calls=$3; shift 3
-  run 120 "onboard-$name" astra onboard "$entry" --shapes "$calls" "$@" || return 1
+  run 120 "onboard-$name" "${ASTRA[@]}" onboard "$entry" --shapes "$calls" "$@" || return 1
   local spec; spec=$(spec_of "onboard-$name")
-  run 150 "bench-$name" astra bench "$spec" --out "$OUT/$spec.bench.jsonl"
+  run 150 "bench-$name" "${ASTRA[@]}" bench "$spec" --out "$OUT/$spec.bench.jsonl"
 }
 
 server() {  # server NAME LAUNCH-ARGS...: launch in the background, a short load once healthy, then stop it
   local name=$1; shift
   echo "== server $name at $(elapsed) s"
-  setsid python3 -m astra_sglang.cli launch "$@" -- "${SERVER[@]}" > "$OUT/server-$name.txt" 2>&1 &
+  setsid "${ASTRA[@]}" launch "$@" -- "${SERVER[@]}" > "$OUT/server-$name.txt" 2>&1 &
   local pid=$! ok=0
   for _ in $(seq 1 120); do
     curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && { ok=1; break; }
@@ -115,18 +115,18 @@ esac
 
 case " $STEPS " in *" optimize "*)
   if grep -q '^\[sources\.' "$ASTRA_SGLANG_HOME/specs/fi_rmsnorm.toml" 2>/dev/null; then
-    run 300 optimize astra optimize fi_rmsnorm --rounds "${ROUNDS:-1}" --out "$OUT/optimize-run"
+    run 300 optimize "${ASTRA[@]}" optimize fi_rmsnorm --rounds "${ROUNDS:-1}" --out "$OUT/optimize-run"
   else  # no extraction here (libclang): the tuner starts from a kernel of the same arguments
-    run 300 optimize astra optimize fi_rmsnorm --tuner --from patches/rmsnorm/kernel.cu --rounds "${ROUNDS:-1}" \
+    run 300 optimize "${ASTRA[@]}" optimize fi_rmsnorm --tuner --from patches/rmsnorm/kernel.cu --rounds "${ROUNDS:-1}" \
       --out "$OUT/optimize-run"
   fi
-  run 30 patch-list astra patch list --patches "$ASTRA_SGLANG_HOME/patches"
+  run 30 patch-list "${ASTRA[@]}" patch list --patches "$ASTRA_SGLANG_HOME/patches"
 esac
 
 case " $STEPS " in *" engage "*)
   if [ -f "$ASTRA_SGLANG_HOME/patches/fi_rmsnorm/manifest.json" ]; then
     server engage --patches "$ASTRA_SGLANG_HOME/patches" --stats-dir "$OUT/engage-stats" --mechanism import-hook
-    run 30 report astra report --stats-dir "$OUT/engage-stats"
+    run 30 report "${ASTRA[@]}" report --stats-dir "$OUT/engage-stats"
   else
     echo "engage: no patch for fi_rmsnorm in $ASTRA_SGLANG_HOME/patches (the optimize step wrote none)"
   fi
