@@ -18,9 +18,9 @@ from astra_sglang.errors import AstraError
 @click.option("--name", help="Spec name (default: the function's name).")
 @click.option("--reference", metavar="MODULE:FUNC", help="A torch reference of yours (fp64, the spec's arguments in "
               "order, writing the outputs): accepted once it agrees with the op on the GPU.")
-@click.option("--reference-llm", metavar="MODEL", help="Have the testing agent write the torch reference (a model on "
-              "the OpenAI-compatible endpoint of OPENAI_BASE_URL / OPENAI_API_KEY): accepted once it agrees with the op "
-              "on the GPU.")
+@click.option("--reference-llm", metavar="MODEL", help="Have the testing agent write the torch reference (a model "
+              "on the OpenAI-compatible endpoint of OPENAI_BASE_URL / OPENAI_API_KEY): accepted once it agrees with "
+              "the op on the GPU.")
 @click.option("--force", is_flag=True, help="Replace a user spec of that name.")
 def onboard(entry: str, calls: Path, model: str | None, name: str | None, reference: str | None,
             reference_llm: str | None, force: bool) -> None:

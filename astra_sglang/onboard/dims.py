@@ -41,7 +41,8 @@ def _vectors(tensors: list[Param], calls: list[CallRecord]) -> dict[tuple[str, i
             if ranks.setdefault(p.name, rank) != rank:
                 raise AstraError(f"{p.name} has {ranks[p.name]} dims in one recorded call and {rank} in call {i}: "
                                  "onboard takes calls of one layout")
-    return {(p.name, a): tuple(c.tensors[p.name].shape[a] for c in calls) for p in tensors for a in range(ranks[p.name])}
+    return {(p.name, a): tuple(c.tensors[p.name].shape[a] for c in calls)
+            for p in tensors for a in range(ranks[p.name])}
 
 
 def plan_dims(params: list[Param], calls: list[CallRecord], model: dict | None) -> DimPlan:

@@ -139,7 +139,8 @@ def first_gpu_run(spec: KernelSpec, path, echo=print) -> bool:
     checked = _with(spec, tolerance).model_copy(update={"dtypes": dtypes})
     gpu = f"{torch.cuda.get_device_name()}, {dt.date.today().isoformat()}"
     changes: list[tuple[str, str, object]] = [("", "dtypes", dtypes)]
-    changes += [("tolerance", d, {"atol": float(f"{a:.3g}"), "rtol": float(f"{r:.3g}")}) for d, (a, r) in tolerance.items()]
+    changes += [("tolerance", d, {"atol": float(f"{a:.3g}"), "rtol": float(f"{r:.3g}")})
+                for d, (a, r) in tolerance.items()]
     changes += [("onboard", "measured", {d: f.describe() for d, f in figures.items()})]
     verdict = "the op is its own reference (oracle)"
     if spec.reference_dtype == "float64":

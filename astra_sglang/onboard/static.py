@@ -81,7 +81,8 @@ def from_def(node: ast.FunctionDef | ast.AsyncFunctionDef, origin: str = "") -> 
         elif isinstance(inner, ast.Assign) and len(inner.targets) == 1 and isinstance(inner.targets[0], ast.Name):
             call = inner.value
             if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.args
-                    and call.func.attr in ("empty_like", "zeros_like", "ones_like") and isinstance(call.args[0], ast.Name)):
+                    and call.func.attr in ("empty_like", "zeros_like", "ones_like")
+                    and isinstance(call.args[0], ast.Name)):
                 like[inner.targets[0].id] = call.args[0].id
     return Signature(node.name, params, ast.unparse(node.returns) if node.returns else "", returned, like,
                      ast.get_docstring(node) or "", origin, ast.unparse(node))

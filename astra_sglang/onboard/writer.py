@@ -195,7 +195,8 @@ def onboard(entry: str, calls: list[CallRecord], *, name: str | None = None, mod
         name=name, entry=entry, module=module_name, attr=attr, args=arguments, positional=positional,
         keyword=keyword, returned=[p.name for p in sorted(params, key=lambda p: p.returns_at) if p.returns_at >= 0],
         oracle=ref.is_oracle, kind=ref.kind, note=ref.note,
-        ref_module=ref_module, ref_attr=ref_attr, inputs=[p.name for p in params if p.kind == "tensor" and p.role != "out"])
+        ref_module=ref_module, ref_attr=ref_attr,
+        inputs=[p.name for p in params if p.kind == "tensor" and p.role != "out"])
     sources = flashinfer_source(module_name, attr)
     spec_text = _env().get_template("spec.toml.j2").render(
         entry=entry, source=source, name=name, summary=f"{entry} (onboarded; describe what it computes)",

@@ -57,7 +57,8 @@ def tuner_run(op: str, run_dir: Path, pool, opts: RunOptions, echo) -> RunOutcom
     echo("no LLM configured (--llm / OPENAI_API_KEY / OPENAI_BASE_URL): running the built-in tuner")
     from astra_sglang.optimize.pool.pool import harness_evaluate
 
-    if getattr(pool, "evaluator", None) is harness_evaluate and not opts.compile_only and not getattr(pool, "gpus", None):
+    if (getattr(pool, "evaluator", None) is harness_evaluate and not opts.compile_only
+            and not getattr(pool, "gpus", None)):
         # every variant would be built only to hear that nothing can check or time it
         raise AstraError("the built-in tuner checks and times its variants on a GPU: no CUDA GPU here "
                          "(--compile-only builds them)")

@@ -125,7 +125,8 @@ def test_model_fields_name_the_dims_and_a_double_width_is_an_expression(standins
     out = onboard("flashinfer.activation:gelu_and_mul", "--shapes", calls_file("gelu_and_mul"), "--model", "llama-3-8b")
     assert out.exit_code == 0, out.output
     spec = tomllib.loads((home / "specs" / "flashinfer_gelu_and_mul.toml").read_text())
-    assert spec["dims"] == ["tokens", "intermediate"] and spec["shapes"]["model_dims"] == {"intermediate": "intermediate"}
+    assert spec["dims"] == ["tokens", "intermediate"]
+    assert spec["shapes"]["model_dims"] == {"intermediate": "intermediate"}
     assert {a["name"]: a["shape"] for a in spec["arguments"]} == {"input": ["tokens", "2*intermediate"],
                                                                   "out": ["tokens", "intermediate"]}
 
@@ -140,7 +141,8 @@ def test_a_shipped_name_gets_the_package_prefix(standins, home):
 @pytest.mark.parametrize("body, message", [
     ('[{"tensors": {"input": {"shape": [2, 8], "dtype": "bfloat16"}}}]', "no shape for 'weight'"),
     ('[{"tensors": {"input": {"shape": [2, 8], "dtype": "bfloat16"}, "weight": {"shape": [8], "dtype": "bfloat16"}}},'
-     ' {"tensors": {"input": {"shape": [2, 8, 3], "dtype": "bfloat16"}, "weight": {"shape": [8], "dtype": "bfloat16"}}}]',
+     ' {"tensors": {"input": {"shape": [2, 8, 3], "dtype": "bfloat16"},'
+     ' "weight": {"shape": [8], "dtype": "bfloat16"}}}]',
      "input has 2 dims in one recorded call and 3"),
     ('[{"tensors": {"input": {"shape": [2, 8], "dtype": "float64"}, "weight": {"shape": [8], "dtype": "float64"}}}]',
      "input is float64: not a dtype an op runs over"),

@@ -45,7 +45,8 @@ def test_the_agents_reference_is_proposed_after_it_runs_on_cpu(standins, home):
     if standins == "live":  # the stand-in op runs on CPU: the agent's reference already agrees with it there
         assert any("agreeing with the reference" in line for line in done.checks)
     prompt = model.calls[0][-1].content
-    assert "def layernorm(" in prompt and "`out`: out tensor" in prompt and "`gemma`: in tensor, dtype float32" in prompt
+    assert "def layernorm(" in prompt and "`out`: out tensor" in prompt
+    assert "`gemma`: in tensor, dtype float32" in prompt
 
 
 @pytest.mark.parametrize("answer, message", [
