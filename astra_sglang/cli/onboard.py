@@ -30,7 +30,8 @@ def onboard(entry: str, calls: Path, model: str | None, name: str | None, refere
     names, docstrings and what the op returns (a returned tensor becomes an output argument), dims, shapes,
     dtypes and index ranges from the recorded calls. The reference is a torch one where found (yours, the
     tool's, SGLang's forward_native), accepted once it agrees with the op on the GPU, else the op itself on
-    the GPU. A table shows every guess; nothing is written unless the CPU check passes.
+    the GPU. A table shows every guess; nothing is written unless the CPU check passes (and, on a machine
+    with a GPU, the first GPU run: the op's dtypes and tolerance, the reference against it).
 
     \b
     Example:

@@ -3,7 +3,7 @@
 1. The dtypes the op runs in on the GPU (the recorded ones, and bf16 / fp16 / fp32 where its T is a float).
 2. Its tolerance, per dtype, from the op's own figures at the smallest recorded shapes: run to run (the op twice on
    the same inputs) and upcast (the op in its dtype against the op in float32 on the same values), each as the
-   worst error in units of the dtype's rounding (writer.TOLERANCES). The tolerance is that rounding widened until
+   worst error in units of the dtype's rounding (guess.TOLERANCES). The tolerance is that rounding widened until
    the run-to-run difference takes at most a quarter of it and the upcast difference at most half: a candidate
    judged against the op then has the room the op itself needs.
 3. The proposed torch reference against the op, at those shapes, with that tolerance: kept where it agrees;
@@ -22,7 +22,7 @@ import torch
 from astra_sglang.errors import AstraError
 from astra_sglang.onboard.checks import FLOAT_DTYPES, _resolve, run_on
 from astra_sglang.onboard.specfile import rewrite
-from astra_sglang.onboard.writer import TOLERANCES
+from astra_sglang.onboard.guess import TOLERANCES
 from astra_sglang.specs.records import KernelSpec, Tolerance
 
 DEVICE = "cuda"

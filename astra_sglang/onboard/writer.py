@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 import jinja2
+import torch
 
 from astra_sglang.errors import AstraError
 from astra_sglang.onboard import dims as plan
@@ -32,8 +33,6 @@ from astra_sglang.patching.recorder import CallRecord
 from astra_sglang.paths import home_dir, templates_dir, user_ops_dir, user_specs_dir
 from astra_sglang.specs import registry
 
-TOLERANCES = {"bfloat16": (1.6e-2, 1.6e-2), "float16": (2e-3, 2e-3), "float32": (1e-5, 1e-5)}
-"""The rounding of one result in each dtype (atol, rtol): where the first GPU run starts from."""
 
 
 @dataclass
@@ -127,7 +126,7 @@ def call_convention(sig: Signature, params: list[Param]) -> tuple[list[str], lis
 def _tolerances(params: list[Param], dtypes: list[str]) -> dict[str, tuple[float, float]]:
     needed = {d if p.dtype == "T" else p.dtype for p in params if p.kind == "tensor" and p.role != "in"
               for d in dtypes}
-    return {d: TOLERANCES[d] for d in TOLERANCES if d in needed or d in dtypes}
+    return {d: guess.TOLERANCES[d] for d in guess.TOLERANCES if d in needed or d in dtypes}
 
 
 def _place(name: str, spec_text: str, modules: dict[str, str], params: list[Param], dtypes: list[str],
@@ -149,6 +148,8 @@ def _place(name: str, spec_text: str, modules: dict[str, str], params: list[Para
             more = dtypes + checked.runs_in
             rewrite(scratch / f"{name}.toml", [("", "dtypes", more)]
                     + [("tolerance", d, {"atol": t[0], "rtol": t[1]}) for d, t in _tolerances(params, more).items()])
+        if torch.cuda.is_available():  # the first GPU run now, on the scratch files: a spec placed is checked
+            _gpu_run(scratch, name, checked)
         for folder, file in [*((user_ops_dir(), f"{m}.py") for m in modules), (user_specs_dir(), f"{name}.toml")]:
             folder.mkdir(parents=True, exist_ok=True)
             os.replace(scratch / file, folder / file)
@@ -158,6 +159,21 @@ def _place(name: str, spec_text: str, modules: dict[str, str], params: list[Para
             sys.modules.pop(module, None)
     registry.reload()
     return checked
+
+
+def _gpu_run(scratch: Path, name: str, checked) -> None:
+    from astra_sglang.onboard.gpu_check import first_gpu_run
+    from astra_sglang.specs.registry import load_spec_file
+
+    path = scratch / f"{name}.toml"
+    lines: list[str] = []
+    sys.path.insert(0, str(scratch))
+    try:
+        first_gpu_run(load_spec_file(path), path, lines.append)
+    finally:
+        sys.path.remove(str(scratch))
+    checked.done += [f"first GPU run: {line.strip()}" for line in lines[1:]]
+    checked.pending.clear()
 
 
 def onboard(entry: str, calls: list[CallRecord], *, name: str | None = None, model: dict | None = None,

@@ -4,9 +4,9 @@
 #             to a `bench` table against SGLang's op, two commands each and no file edited: a norm
 #             (flashinfer.norm:layernorm), an activation (sglang.srt.layers.activation:relu2, SGLang's JIT kernel),
 #             a sampling op (flashinfer.sampling:top_k_renorm_probs), an FP8 quant (sgl_kernel:sgl_per_token_quant_fp8)
-#             and a rope variant (flashinfer.rope:apply_rope_pos_ids_inplace). Each bench's first run checks the op
-#             on this GPU (its dtypes, its tolerance from its own run-to-run and upcast differences, the proposed
-#             reference against it) and writes that into the spec.
+#             and a rope variant (flashinfer.rope:apply_rope_pos_ids_inplace). On a GPU, onboard checks the op there
+#             before it writes the spec (its dtypes, its tolerance from its own run-to-run and upcast differences,
+#             the proposed reference against it) and writes the figures into it.
 #   record    a live SGLang server (the kit's 8-layer Llama-3-8B-shaped model, dummy weights, no patch) under
 #             `launch --record-calls flashinfer.norm:rmsnorm` and a short load; the calls file as recorded ->
 #             `onboard ... --name fi_rmsnorm` -> `bench fi_rmsnorm`
