@@ -42,6 +42,7 @@ def bench(monkeypatch, tmp_path):
 
     def invoke(args, sglang=True, gpu=True):
         monkeypatch.setattr(defaults, "missing_for", lambda op: None if sglang else "sglang")
+        monkeypatch.setattr(defaults, "resolve_python", lambda path, option: None)  # SGLang's ops import (faked)
         monkeypatch.setattr("astra_sglang.cli.bench._has_gpu", lambda: gpu)
         res = CliRunner().invoke(main, ["bench", *args, "--shapes", "quick", "--out", str(tmp_path / "r.jsonl")])
         return res, seen[-1] if seen else None

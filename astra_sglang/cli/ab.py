@@ -7,8 +7,11 @@ import click
 from rich.console import Console
 
 from astra_sglang.cli.patch import PATCHES_OPTION, _errors
+from astra_sglang.optimize.preflight import check_gpus
+from astra_sglang.paths import writable_folder
 from astra_sglang.serving.ab import run_ab
 from astra_sglang.serving.designs import DESIGNS
+from astra_sglang.serving.model import check_model
 from astra_sglang.serving.server import DATASETS
 
 
@@ -89,6 +92,15 @@ def ab(model_path, load_format, design, runs, rounds, gpus, patches, port, num_p
     design = "paired" if paired else (design or "restarts")
     if design != "paired" and (target_width or b_first):
         raise click.UsageError("--target-width and --b-first go with --design paired")
+    check_model(model_path, load_format, lambda msg: click.echo(f"note: {msg}", err=True))  # before builds and SGLang
+    if out:
+        writable_folder(out, "--out")
+    check_gpus(gpus, none_ok=False)
+    if design != "paired":  # the design's GPU count, before the build
+        from astra_sglang.serving.designs import schedule
+
+        schedule(design, runs or (8 if design == "crossover" else 3), rounds,  # run_ab's defaults
+                 [g.strip() for g in (gpus or "").split(",") if g.strip()])
     run_ab(model_path=model_path, load_format=load_format, design=design, runs=runs, rounds=rounds, gpus=gpus,
            patches=patches, port=port, num_prompts=num_prompts, input_len=input_len, output_len=output_len,
            concurrency=concurrency, warmup_requests=warmup_requests, dataset=dataset, prefix_len=prefix_len,

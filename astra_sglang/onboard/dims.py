@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from astra_sglang.errors import AstraError
 from astra_sglang.onboard.signature import Param
-from astra_sglang.patching.recorder import CallRecord
+from astra_sglang.specs.calls import CallRecord
 from astra_sglang.specs.exprs import eval_dim
 
 LAST_AXIS_NAMES = {"vocab": ("probs", "logits", "scores", "prob"), "experts": ("gating_output", "router_logits"),

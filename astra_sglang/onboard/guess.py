@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from astra_sglang.errors import AstraError
 from astra_sglang.onboard.signature import Param
-from astra_sglang.patching.recorder import CallRecord
+from astra_sglang.specs.calls import CallRecord
 from astra_sglang.specs import dtypes as dt
 
 TOLERANCES = {"bfloat16": (1.6e-2, 1.6e-2), "float16": (2e-3, 2e-3), "float32": (1e-5, 1e-5)}

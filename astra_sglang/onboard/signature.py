@@ -13,7 +13,7 @@ from typing import Any
 from astra_sglang.errors import AstraError
 from astra_sglang.onboard.static import OTHER_DEFAULT, Signature, SigParam
 from astra_sglang.patching.binding import IGNORED_KWARGS
-from astra_sglang.patching.recorder import CallRecord, TensorCall
+from astra_sglang.specs.calls import CallRecord, TensorCall
 from astra_sglang.specs import dtypes as dt
 
 OUT_NAME = re.compile(r"^(out|output|result|dst)(_\w+)?$|_out$")

@@ -29,9 +29,9 @@ from astra_sglang.onboard.signature import Param, params_of
 from astra_sglang.onboard.sources import extract_first, flashinfer_source
 from astra_sglang.onboard.specfile import rewrite
 from astra_sglang.onboard.static import Signature, live_signature, static_signature
-from astra_sglang.patching.recorder import CallRecord
 from astra_sglang.paths import home_dir, templates_dir, user_ops_dir, user_specs_dir
 from astra_sglang.specs import registry
+from astra_sglang.specs.calls import CallRecord
 
 
 
@@ -79,17 +79,12 @@ def load_entry(entry: str) -> tuple[ModuleType | None, Signature, str]:
 
 
 def load_calls(path: Path) -> list[CallRecord]:
-    """Recorded calls: a JSON list of {"tensors": {arg: {"shape": [...], "dtype": "..."}}, "scalars": {...}}."""
-    if not path.is_file():
-        raise AstraError(f"shape source not found: {path}")
-    try:
-        data = json.loads(path.read_text())
-        calls = [CallRecord.model_validate(c) for c in (data if isinstance(data, list) else data["calls"])]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise AstraError(f"{path} is not a list of recorded calls: {str(exc).splitlines()[0]}") from None
-    if not calls:
-        raise AstraError(f"{path} records no call")
-    return calls
+    """Recorded calls: a JSON list of {"tensors": {arg: {"shape": [...], "dtype": "..."}}, "scalars": {...},
+    "returns": [...]}, each checked (specs/calls.py: one line naming the call and field of the first that is not
+    one)."""
+    from astra_sglang.specs.calls import load_calls as checked
+
+    return checked(path)
 
 
 def _env() -> jinja2.Environment:

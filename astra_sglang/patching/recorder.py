@@ -17,13 +17,12 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
-from pydantic import BaseModel
+from typing import Callable
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.targets import rebind, resolve
 from astra_sglang.patchset.manifest import Target
+from astra_sglang.specs.calls import CallRecord, TensorCall
 
 log = logging.getLogger("astra_sglang.patching")
 
@@ -33,30 +32,6 @@ ENV_RECORD_OUT = "ASTRA_SGLANG_RECORD_OUT"
 ENV_RECORD_LIMIT = "ASTRA_SGLANG_RECORD_LIMIT"
 DEFAULT_LIMIT = 64
 SCALARS = (bool, int, float)
-
-
-class TensorCall(BaseModel):
-    shape: list[int]
-    dtype: str
-    range: tuple[int, int] | None = None
-    """An integer tensor's smallest and largest value (positions, top-k counts, expert ids): `onboard` draws
-    its values in that range. Recorded outside CUDA-graph capture only (reading values synchronizes)."""
-
-
-class CallRecord(BaseModel):
-    """One recorded call: tensor arguments by name (shape, dtype); scalars by value; the tensors it returned,
-    in order (an out-of-place op's results, which `onboard` makes output arguments)."""
-
-    tensors: dict[str, TensorCall]
-    scalars: dict[str, Any] = {}
-    returns: list[TensorCall] = []
-
-    def dump(self) -> dict:
-        """The JSON form: tensors and scalars always, returns and ranges where there are some."""
-        out = self.model_dump(exclude_none=True)
-        if not self.returns:
-            out.pop("returns")
-        return out
 
 
 def parse_targets(text: str) -> list[Target]:

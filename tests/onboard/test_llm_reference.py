@@ -11,8 +11,8 @@ from onboard_support import calls_file
 from astra_sglang.errors import AstraError
 from astra_sglang.onboard import writer
 from astra_sglang.optimize.agents.scripted import ScriptedModel
-from astra_sglang.patching.recorder import CallRecord
 from astra_sglang.onboard.writer import load_calls
+from astra_sglang.specs.calls import CallRecord
 
 LAYERNORM = '''Here it is.
 ```python
