@@ -16,7 +16,8 @@ from astra_sglang.errors import AstraError
                    '"scalars": {...}, "returns": [...]}, ...] (`launch --record-calls` writes them).')
 @click.option("--model", help="Name dims after this model's config fields where sizes match (extract/models.toml), "
                               "so the spec gets the `models` shape set.")
-@click.option("--name", help="Spec name (default: the function's name).")
+@click.option("--name", help="Spec name (default: the function's name; PACKAGE_FUNCTION where the tool ships an op of "
+              "that name, e.g. flashinfer_rmsnorm).")
 @click.option("--reference", metavar="MODULE:FUNC", help="A torch reference of yours (fp64, the spec's arguments in "
               "order, writing the outputs): accepted once it agrees with the op on the GPU.")
 @click.option("--reference-llm", metavar="MODEL", help="Have the testing agent write the torch reference (a model "
