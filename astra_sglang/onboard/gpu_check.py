@@ -26,6 +26,9 @@ from astra_sglang.onboard.guess import TOLERANCES
 from astra_sglang.specs.records import KernelSpec, Tolerance
 
 DEVICE = "cuda"
+UPCAST_CAP = 16.0
+"""An upcast difference above this many roundings is not the op's rounding but another computation (an op that
+reads float32 as its own dtype without refusing it): left out, said so."""
 SHAPES = 3
 """Recorded shapes (the smallest by bytes) the figures are measured at."""
 RUN_TO_RUN_SHARE, UPCAST_SHARE = 0.25, 0.5
@@ -36,7 +39,8 @@ class Figures:
     dtype: str
     run_to_run: float
     upcast: float | None
-    """None: the op does not run in float32, or T is float32."""
+    """None: the op does not run in float32, or T is float32, or its float32 result is another computation."""
+    note: str = ""
 
     @property
     def scale(self) -> float:
@@ -45,8 +49,8 @@ class Figures:
         return max([1.0, *finite])
 
     def describe(self) -> str:
-        up = f"{self.upcast:.3g}" if self.upcast is not None else "- (float32 itself)" if self.dtype == "float32" \
-            else "- (the op does not run in float32)"
+        up = f"{self.upcast:.3g}" if self.upcast is not None else f"- ({self.note})" if self.note \
+            else "- (float32 itself)" if self.dtype == "float32" else "- (the op does not run in float32)"
         return (f"run-to-run {self.run_to_run:.3g}, upcast {up} (worst error in units of the {self.dtype} "
                 f"rounding); tolerance = that rounding x {self.scale:.3g}")
 
@@ -94,6 +98,9 @@ def measure(spec: KernelSpec, op, shapes: list[tuple[int, ...]], dtype: str) -> 
             upcast = None
             continue
         upcast = max(upcast, _ratio(base, dtype, first, wide))
+        if upcast > UPCAST_CAP:
+            return Figures(dtype, run_to_run, None, f"its float32 result differs by {upcast:.3g} roundings: not "
+                                                    "the same computation, left out")
     return Figures(dtype, run_to_run, upcast)
 
 

@@ -75,7 +75,13 @@ def load_entry(entry: str) -> tuple[ModuleType | None, Signature, str]:
             return module, static_signature(module_name, attr), f"{module_name} binds no {attr} here"
         except AstraError:
             raise AstraError(f"{module_name} has no function {attr!r}") from None
-    return module, live_signature(fn), ""
+    sig = live_signature(fn)
+    if not sig.params:  # a wrapper taking (*args, **kwargs): the definition in the module's source says more
+        try:
+            return module, static_signature(module_name, attr), f"{module_name}.{attr} is a wrapper with no signature"
+        except AstraError:
+            pass
+    return module, sig, ""
 
 
 def load_calls(path: Path) -> list[CallRecord]:

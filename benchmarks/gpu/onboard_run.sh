@@ -62,7 +62,7 @@ spec_of() { sed -n 's#^wrote .*/specs/\(.*\)\.toml and .*#\1#p' "$OUT/$1.txt"; }
 
 onboard_and_bench() {  # onboard_and_bench NAME ENTRY CALLS [onboard args]: the two commands a user runs
   local name=$1 entry=$2 calls=$3; shift 3
-  run 120 "onboard-$name" "${ASTRA[@]}" onboard "$entry" --shapes "$calls" "$@" || return 1
+  run 240 "onboard-$name" "${ASTRA[@]}" onboard "$entry" --shapes "$calls" "$@" || return 1
   local spec; spec=$(spec_of "onboard-$name")
   run 150 "bench-$name" "${ASTRA[@]}" bench "$spec" --out "$OUT/$spec.bench.jsonl"
 }

@@ -119,3 +119,54 @@ def test_an_op_that_runs_in_no_dtype_on_the_gpu_is_not_onboarded(home, gpu, tmp_
     out = CliRunner().invoke(main, ["onboard", "mine_broken:op", "--shapes", str(tmp_path / "c.json")])
     assert out.exit_code == 1 and "the op runs in none of ['bfloat16', 'float16', 'float32'] at 2x8" in out.output
     assert not list(home.rglob("*.toml")) and not list(home.rglob("*.py"))
+
+
+OTHER_IN_FP32 = '''import torch
+
+
+def relu_like(x: torch.Tensor, out: torch.Tensor) -> None:
+    """Reads float32 as if it were its own dtype: another computation there, without refusing it."""
+    out.copy_(torch.relu(x) * (1000.0 if x.dtype == torch.float32 else 1.0))
+'''
+
+
+def test_an_upcast_that_is_another_computation_is_left_out(home, gpu, tmp_path, monkeypatch):
+    (tmp_path / "mine_fp32.py").write_text(OTHER_IN_FP32)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "c.json").write_text('[{"tensors": {"x": {"shape": [4, 64], "dtype": "bfloat16"}, '
+                                     '"out": {"shape": [4, 64], "dtype": "bfloat16"}}}]')
+    out = CliRunner().invoke(main, ["onboard", "mine_fp32:relu_like", "--shapes", str(tmp_path / "c.json")])
+    assert out.exit_code == 0, out.output
+    spec = tomllib.loads((home / "specs" / "relu_like.toml").read_text())
+    assert "not the same computation, left out" in spec["onboard"]["measured"]["bfloat16"]
+    assert spec["tolerance"]["bfloat16"] == {"atol": 0.016, "rtol": 0.016}  # not widened by it
+
+
+WRAPPED = '''import torch
+
+
+def deco(fn):
+    def wrapper(*args, **kwargs):  # no functools.wraps: the live function tells nothing
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+@deco
+def scaled(x: torch.Tensor, out: torch.Tensor = None, scale: float = 2.0) -> torch.Tensor:
+    if out is None:
+        out = torch.empty_like(x)
+    out.copy_(x * scale)
+    return out
+'''
+
+
+def test_a_wrapper_without_a_signature_is_read_from_its_source(home, tmp_path, monkeypatch):
+    (tmp_path / "mine_wrapped.py").write_text(WRAPPED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "c.json").write_text('[{"tensors": {"x": {"shape": [3, 16], "dtype": "float16"}}}]')
+    out = CliRunner().invoke(main, ["onboard", "mine_wrapped:scaled", "--shapes", str(tmp_path / "c.json")])
+    assert out.exit_code == 0, out.output
+    assert "is a wrapper with no signature" in out.output
+    spec = tomllib.loads((home / "specs" / "scaled.toml").read_text())
+    assert [(a["name"], a.get("role", a.get("kind"))) for a in spec["arguments"]] == [
+        ("x", "in"), ("out", "out"), ("scale", "scalar")]
