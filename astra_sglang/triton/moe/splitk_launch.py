@@ -2,10 +2,10 @@
 put in the launcher's place.
 
 `SplitLauncher(original, kernel, choose)` takes the launcher's arguments (SGLang 0.5.17's signature, by name) and
-asks `choose` for the split of each GEMM call. Split 1 hands the call to SGLang's launcher unchanged. A larger
-split runs only where the call is a plain bf16/fp16 GEMM (`eligible`): no quantized weights or activations, no
-TMA descriptors or expert-sorted output, no fused add, mask or all-reduce; anything else goes to SGLang's
-launcher too. Where it runs, the kernel gets exactly the arguments SGLang's launcher passes for such a call
+asks `choose` for the split of each GEMM call. Split 1 hands the call to SGLang's launcher unchanged (a variant of
+another origin, `variant_at_one`, runs then too). The variant runs only where the call is a plain bf16/fp16
+GEMM (`eligible`): no quantized weights or activations, no TMA descriptors or expert-sorted output, no fused add,
+mask or all-reduce; anything else goes to SGLang's launcher. Where it runs, the kernel gets exactly the arguments SGLang's launcher passes for such a call
 (`variant_args`), over a (blocks, SPLIT_K) grid into an fp32 workspace that the reduce kernel sums into C.
 Under CUDA graphs the choice is made at capture, from what the call knows then (its token count and shapes).
 """
@@ -89,13 +89,15 @@ class SplitLauncher:
     PLANS = 4096
     """Call forms whose choice is kept (token count x weight shape x dtype x config)."""
 
-    def __init__(self, original: Callable, kernel, choose: Chooser, on_launch: Callable[[bool], None] | None = None):
+    def __init__(self, original: Callable, kernel, choose: Chooser, on_launch: Callable[[bool], None] | None = None,
+                 variant_at_one: bool = False):
         params = inspect.signature(original).parameters
         missing = [p for p in splitk.LAUNCHER_PARAMS if p not in params]
         if missing:
             raise splitk.SourceMismatch(f"SGLang's {splitk.LAUNCHER} has no parameter {', '.join(missing)}: "
                                         "the split-K launcher reproduces 0.5.17's")
         self.original, self.kernel, self.choose, self.on_launch = original, kernel, choose, on_launch
+        self.variant_at_one = variant_at_one
         self.names = list(params)
         self.defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
         self._plans: dict[tuple, int] = {}
@@ -107,9 +109,9 @@ class SplitLauncher:
         return bound
 
     def split_for(self, a: dict) -> int:
-        """The split this call runs with (1: SGLang's launcher)."""
+        """The split the variant runs this call with; 0 where SGLang's launcher runs it."""
         if eligible(a):
-            return 1
+            return 0
         A, B, config = a["A"], a["B"], a["config"]
         key = (a["topk_ids"].shape[0], tuple(B.shape), A.dtype, tuple(sorted(config.items())))
         if key not in self._plans:
@@ -120,15 +122,15 @@ class SplitLauncher:
                 split = 1
             if len(self._plans) >= self.PLANS:
                 self._plans.clear()
-            self._plans[key] = split
+            self._plans[key] = split if split > 1 or self.variant_at_one else 0
         return self._plans[key]
 
     def __call__(self, *args, **kwargs):
         a = self.bind(args, kwargs)
         split = self.split_for(a)
         if self.on_launch is not None:
-            self.on_launch(split > 1)
-        if split == 1:
+            self.on_launch(split > 0)
+        if not split:
             return self.original(*args, **kwargs)
         self.run(a, split)
 

@@ -1,0 +1,71 @@
+"""Fused MoE with a source variant of SGLang's kernel, as the evaluator calls it: `py:` candidates named like
+moe_op's, whose configs may carry splits, and whose name may name an agent's registered variant:
+
+    py:astra_sglang.triton.moe.source_op:table_1xm16n64k128g1w4s4su1sd4_64xm32n64k64g8w4s3
+    py:astra_sglang.triton.moe.source_op:agent0123456789abcdef__table_1xm16n64k64g1w4s4
+
+The first runs the split-K variant (split 4 on the down projection at batch sizes near 1; at 64 SGLang's own
+kernel with that config); the second an agent's variant (sources.register) at every batch size. Everything
+else is moe_op.run's: SGLang's fused_experts in place, the config applied with SGLang's override, a config the
+GPU cannot run declining the shape; the provider puts the variant at SGLang's launcher for the call only.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+from astra_sglang.triton import moe_op
+from astra_sglang.triton.moe import sources
+from astra_sglang.triton.moe.knobs import Variant
+from astra_sglang.triton.moe.provider import KernelSourceProvider
+from astra_sglang.triton.moe_configs import nearest
+from astra_sglang.triton.moe_shapes import MoeShape
+
+MODULE = "py:astra_sglang.triton.moe.source_op:"
+_AGENT = "agent"
+
+
+@functools.cache
+def provider(name: str) -> KernelSourceProvider:
+    return KernelSourceProvider(name)
+
+
+def run(hidden, w1, w2, router_logits, topk_weights, variant: Variant, source: str = sources.SPLITK) -> None:
+    moe_op._sglang()  # SGLang's fused MoE module imported: the provider swaps a global of it
+    shape = MoeShape(w1.shape[0], w2.shape[2], hidden.shape[1], topk_weights.shape[1])
+    with provider(source).installed(variant, shape):
+        moe_op.run(hidden, w1, w2, router_logits, topk_weights, variant.config)
+
+
+def table_name(table: dict[int, Variant], source: str = sources.SPLITK) -> str:
+    prefix = "" if source == sources.SPLITK else source.replace("-", "") + "__"
+    return prefix + "table_" + "_".join(f"{m}x{table[m].code()}" for m in sorted(table))
+
+
+def candidate_path(table: dict[int, Variant], source: str = sources.SPLITK) -> str:
+    return MODULE + table_name(table, source)
+
+
+def parse(name: str) -> tuple[str, dict[int, Variant]]:
+    """(variant source, table) of an attribute name."""
+    source = sources.SPLITK
+    if name.startswith(_AGENT):
+        head, _, name = name.partition("__")
+        source = sources.AGENT + head.removeprefix(_AGENT)
+    table = {}
+    for entry in name.removeprefix("table_").split("_"):
+        tokens, _, code = entry.partition("x")
+        table[int(tokens)] = Variant.from_code(code)
+    return source, table
+
+
+def _table(source: str, table: dict[int, Variant]) -> Callable:
+    def op(hidden, w1, w2, router_logits, topk_weights) -> None:
+        run(hidden, w1, w2, router_logits, topk_weights, table[nearest(table, hidden.shape[0])], source)
+    return op
+
+
+def __getattr__(name: str) -> Callable:
+    if "table_" in name:
+        return _table(*parse(name))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
