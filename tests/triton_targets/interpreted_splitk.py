@@ -8,13 +8,12 @@ harness itself agrees; an agent-registered variant that advances its pointers by
 Prints one JSON object: {case: worst |out - ref| / (atol + rtol |ref|)}."""
 from __future__ import annotations
 
-import inspect
 import json
 import sys
-from pathlib import Path
 
 import torch
 import triton.language as tl
+from moe_standins import sglang_launcher
 
 from astra_sglang.triton.moe import sources, splitk
 from astra_sglang.triton.moe.splitk_launch import SplitLauncher
@@ -47,23 +46,9 @@ def align(ids: torch.Tensor, block_m: int, experts: int):
 
 
 def launcher(kernel) -> SplitLauncher:
-    """A SplitLauncher whose SGLang launcher is a stand-in with the installed launcher's signature (SGLang's
-    own module needs CUDA-only imports); only `run` is used here."""
-    import ast
-
-    source = splitk.read(sources.installed_kernel_file())
-    tree = ast.parse(Path(source.path).read_text())
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == splitk.LAUNCHER)
-    required = len(fn.args.args) - len(fn.args.defaults)
-    params = [inspect.Parameter(a.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                default=inspect.Parameter.empty if i < required else None)
-              for i, a in enumerate(fn.args.args)]
-
-    def original(*args, **kwargs):
-        raise AssertionError("split 1 runs the variant here too")
-
-    original.__signature__ = inspect.Signature(params)
-    return SplitLauncher(original, kernel, lambda call: 1)
+    """A SplitLauncher around a stand-in of SGLang's launcher (its module needs CUDA-only imports); only its `run`
+    is used here."""
+    return SplitLauncher(sglang_launcher(), kernel, lambda call: 1)
 
 
 def gemm_args(A, B, C, weights, ids, aligned, mul, top_k, dtype, config) -> dict:

@@ -16,6 +16,7 @@ HERE = Path(__file__).parent
 
 def test_every_split_computes_the_reference(torchvision_shim, tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="1", ASTRA_SGLANG_CACHE=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))  # moe_standins
     done = subprocess.run([sys.executable, str(HERE / "interpreted_splitk.py")], capture_output=True, text=True,
                           env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

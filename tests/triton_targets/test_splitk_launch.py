@@ -5,12 +5,12 @@ that record their launches; what the variant computes is tested under Triton's i
 from __future__ import annotations
 
 import contextlib
-import inspect
 import sys
 import types
 
 import pytest
 import torch
+from moe_standins import Recorder, sglang_launcher
 
 from astra_sglang.triton import moe_op
 from astra_sglang.triton.moe import provider as provider_mod
@@ -21,38 +21,6 @@ from astra_sglang.triton.space import MoeConfig
 
 CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4}
 E, INTER, HIDDEN, TOPK = 4, 48, 64, 2
-
-
-class Recorder:
-    """A Triton kernel stand-in: records (grid, keywords) of every launch."""
-
-    def __init__(self):
-        self.launches = []
-
-    def __getitem__(self, grid):
-        return lambda **kwargs: self.launches.append((grid, kwargs))
-
-
-def sglang_launcher():
-    """A function with SGLang's launcher signature (read from the installed source) that records its calls."""
-    import ast
-
-    from astra_sglang.triton.moe import sources
-
-    text = sources.installed_kernel_file().read_text()
-    fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == splitk.LAUNCHER)
-    required = len(fn.args.args) - len(fn.args.defaults)
-    calls = []
-
-    def original(*args, **kwargs):
-        calls.append((args, kwargs))
-
-    original.__signature__ = inspect.Signature([
-        inspect.Parameter(a.arg, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                          default=inspect.Parameter.empty if i < required else False)
-        for i, a in enumerate(fn.args.args)])
-    original.calls = calls
-    return original
 
 
 def gemm(tokens: int, down: bool, **flags):
