@@ -52,8 +52,12 @@ def _shape(model, tp, shape_text, dtype):
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/tune-TIME).")
 @click.option("--no-cache", is_flag=True, help="Evaluate every config again (the cache is still written).")
 @click.option("--timeout", default=900.0, show_default=True, help="Hard limit per isolated evaluation, seconds.")
+@click.option("--source-knob", default="", metavar="VARIANT",
+              help="fused_moe: also search a source variant's knob beside the configs: splitk (SGLang's kernel with "
+              "split-K, made from the installed source) or an agent's registered variant (agent-HASH); writes a "
+              "source patch.")
 def tune(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, rounds, width, budget, patches_dir, out,
-         no_cache, timeout):
+         no_cache, timeout, source_knob):
     """Tune KERNEL's Triton config per batch size against the config SGLang picks itself.
 
     For decode_attention / extend_attention: SGLang's Triton attention launchers hard-code their block sizes
@@ -66,12 +70,15 @@ def tune(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, r
     the same process), confirms the winners in a final evaluation and writes them (HOME/patches, or --patches-dir) in
     SGLang's file format (SGLang's own picks elsewhere) as a patch that `launch` and `profile --patched` load.
     Results are cached by GPU, Triton version, kernel source and shape. Writes OUT/tune.json and OUT/tune.md.
+    With --source-knob, the configs' split-K values are searched with them, and the winners are written as a
+    source patch: SGLang's kernel with split-K, regenerated from the installed source where it is served.
 
     \b
     Examples:
       astra-sglang tune fused_moe --model ./qwen3-moe --buckets 1,16,64,256 --patches-dir my-patches
       astra-sglang tune fused_moe --model ./qwen3-moe --profile astra-profile/base/profile.json --budget 300
       astra-sglang tune fused_moe --shape 8x14336x4096x2 --rounds 3 --width 6
+      astra-sglang tune fused_moe --shape 8x7168x4096x2 --buckets 1,4,16 --source-knob splitk
       astra-sglang tune decode_attention --model llama-3-8b --buckets 1x1024,16x2048,64x4096
       astra-sglang tune extend_attention --model llama-3-8b --buckets 512x0,2048x0,1024x4096
       astra-sglang launch --patches my-patches -- --model-path ./qwen3-moe
@@ -91,7 +98,8 @@ def tune(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, r
 
         patches_dir = user_patches_dir()
     options = TuneOptions(rounds=rounds, width=width, budget_s=budget, timeout_s=timeout, use_cache=not no_cache,
-                          patches_dir=patches_dir, command=shlex.join(["astra-sglang", *sys.argv[1:]]))
+                          patches_dir=patches_dir, command=shlex.join(["astra-sglang", *sys.argv[1:]]),
+                          source_knob=source_knob)
     from astra_sglang.triton.attn_space import KERNELS
 
     if kernel in KERNELS:
@@ -103,6 +111,10 @@ def tune(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, r
         raise AstraError(f"tune works on SGLang's Triton kernels fused_moe, decode_attention, extend_attention, not {kernel!r}; "
                          "CUDA ops: astra-sglang optimize")
     shape = _shape(model, tp, shape_text, dtype)
+    if source_knob:  # the variant is made (or found) before any evaluation: a source it does not fit stops here
+        from astra_sglang.triton.moe.sources import by_name
+
+        by_name(source_knob)
     if profile_json:
         found = profile_buckets(profile_json)
         click.echo("profile: fused_moe_kernel ran at batch sizes " +

@@ -58,6 +58,9 @@ class TuneOptions:
     use_cache: bool = True
     patches_dir: Path | None = None
     command: str = ""
+    source_knob: str = ""
+    """A source variant of SGLang's kernel searched beside the configs ("splitk", or a registered agent's
+    "agent-<hash>"): written as a source patch (kind triton-source) instead of a config patch."""
 
 
 def file_table(shape: MoeShape, chosen: dict[int, MoeConfig], picks_at) -> dict[int, MoeConfig]:
@@ -112,8 +115,17 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
     setup = Setup(shape=shape, buckets=buckets, picks=picks, gpu=facts.gpu, triton=facts.triton,
                   source_hash=facts.source_hash, seeds=seeds, smem=facts.smem)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tuner = MoeTuner(setup, batch, TuneCache("fused_moe") if options.use_cache else None, run_id=run_dir.name,
-                     echo=echo, width=options.width, timeout_s=options.timeout_s)
+    cache = TuneCache("fused_moe") if options.use_cache else None
+    if options.source_knob:  # configs with the variant's knobs, through the same evaluator
+        from astra_sglang.triton.moe.provider import KernelSourceProvider
+        from astra_sglang.triton.moe.splitk_tune import KnobTuner
+
+        provider = KernelSourceProvider(options.source_knob)
+        tuner = KnobTuner(provider, setup, batch, cache, run_id=run_dir.name, echo=echo, width=options.width,
+                          timeout_s=options.timeout_s)
+    else:
+        tuner = MoeTuner(setup, batch, cache, run_id=run_dir.name, echo=echo, width=options.width,
+                         timeout_s=options.timeout_s)
     evaluations, table, final = search_then_check(tuner, options, started, batch, run_dir, echo, "batch size")
     result = TuneResult(date=dt.date.today().isoformat(), gpu=facts.gpu, triton=facts.triton, sglang=facts.sglang,
                         source_hash=facts.source_hash, shape={"experts": shape.experts, "inter": shape.inter,
@@ -122,8 +134,13 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
                         buckets=tuner.finish(final, table), evaluations=evaluations + 1, cached=tuner.cached,
                         seconds=time.perf_counter() - started, final_ok=final.ok, final_reason=final.reason,
                         command=options.command)
-    tuned = {b.tokens: MoeConfig.from_code(b.chosen) for b in result.buckets if b.verdict == "tuned"}
-    if tuned and options.patches_dir:
+    tuned = {b.tokens: tuner.from_code(b.chosen) for b in result.buckets if b.verdict == "tuned"}
+    if tuned and options.patches_dir and options.source_knob:
+        from astra_sglang.triton.moe.splitk_tune import write_patch
+
+        result.config_file = write_patch(options.patches_dir, result, shape, file_table(shape, tuned, picks_at),
+                                         provider, run_dir.name)
+    elif tuned and options.patches_dir:
         from astra_sglang.patching.config_writer import write_config_patch
 
         folder = write_config_patch(options.patches_dir, result, file_table(shape, tuned, picks_at), facts.gpu,
