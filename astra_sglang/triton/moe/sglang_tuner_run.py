@@ -82,7 +82,7 @@ class BoundedRequest(BaseModel):
     sample: int
     seed: int
     deadline: float
-    """Epoch seconds: no config starts after it."""
+    """Epoch seconds: no config starts after it (each batch size gets an equal share of the time left)."""
     out: str
     """JSON-lines file: one TunerBatch per batch size."""
 
@@ -137,10 +137,11 @@ def bounded_child(request: BoundedRequest) -> None:
     tune = script.BenchmarkWorker.cls.tune
     space = common_utils.get_configs_compute_bound()
     experts, inter, hidden, topk = request.shape
-    for tokens in request.tokens:
+    for i, tokens in enumerate(request.tokens):
         configs, ranked = subset(space, request.ranked.get(tokens, []), request.sample, request.seed + tokens)
         log = Path(request.out).with_suffix(f".{tokens}.log")
-        os.environ.update(ASTRA_RAY_LOG=str(log), ASTRA_RAY_DEADLINE=repr(request.deadline))
+        share = (request.deadline - time.time()) / (len(request.tokens) - i)  # each batch size its share of the time
+        os.environ.update(ASTRA_RAY_LOG=str(log), ASTRA_RAY_DEADLINE=repr(time.time() + share))
         values = dict(num_tokens=tokens, num_experts=experts, shard_intermediate_size=2 * inter, hidden_size=hidden,
                       topk=topk, dtype=getattr(torch, request.dtype), use_fp8_w8a8=False, use_int8_w8a8=False,
                       use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False, block_shape=None,
