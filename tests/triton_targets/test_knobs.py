@@ -57,3 +57,15 @@ def test_extend_gives_the_config_first_then_its_splits():
     assert variants[0] == Variant(CONFIG)
     assert {v.split for v in variants} == {SplitK(1, 1), SplitK(1, 2), SplitK(1, 4)}  # the up GEMM has 896 blocks
     assert knobs.extend(CONFIG, 4096, **mixtral) == [Variant(CONFIG)]
+
+
+@pytest.mark.parametrize("variant, code", [
+    (Variant(CONFIG), "m16n64k128g1w4s4"),
+    (Variant(CONFIG, SplitK(1, 4)), "m16n64k128g1w4s4+splitk:SPLIT_K_DOWN=4"),
+    (Variant(CONFIG, SplitK(2, 8)), "m16n64k128g1w4s4+splitk:SPLIT_K_UP=2,SPLIT_K_DOWN=8"),
+])
+def test_screen_codes_name_the_knobs_by_their_file_keys(variant, code):
+    assert variant.screen_code() == code
+    base, _, knobs_text = code.partition("+")
+    extra = dict(item.split("=") for item in knobs_text.partition(":")[2].split(",") if item)
+    assert Variant.from_file_entry({**MoeConfig.from_code(base).sglang(), **{k: int(v) for k, v in extra.items()}}) == variant

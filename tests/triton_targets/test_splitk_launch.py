@@ -174,3 +174,22 @@ def test_op_names_round_trip(source):
     assert source_op.candidate_path(table, source) == source_op.MODULE + name
     with pytest.raises(AttributeError):
         source_op.no_such_op  # noqa: B018
+
+
+def test_the_screening_hook_runs_the_variant_with_the_config_alone(fake_sglang, reduced, monkeypatch):
+    module, seen, kernel = fake_sglang
+    overrides = []
+
+    @contextlib.contextmanager
+    def override(config):
+        overrides.append(config)
+        yield
+
+    fused_experts = moe_op._sglang()[0]
+    monkeypatch.setattr(moe_op, "_sglang", lambda: (fused_experts, override, None, None))
+    hidden, w1, w2, logits, weights = _tensors(1)
+    config = {**MoeConfig(16, 32, 64, 1, 4, 3).sglang(), "SPLIT_K_DOWN": 4}
+    source_op.screen(hidden, w1, w2, (weights, None, logits), None, config)
+    assert overrides == [MoeConfig(16, 32, 64, 1, 4, 3).sglang()] and isinstance(seen[-1], SplitLauncher)
+    assert [grid[1] for grid, _ in kernel.launches] == [4]
+    assert callable(getattr(source_op, "screen_agent0123456789abcdef"))

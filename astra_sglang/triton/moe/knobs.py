@@ -71,6 +71,12 @@ class Variant:
         extra = {KEYS[g]: v for g, v in (("up", self.split.up), ("down", self.split.down)) if v != 1}
         return {**self.config.sglang(), **extra}
 
+    def screen_code(self, source: str = "splitk") -> str:
+        """The screening tier's code (triton/moe/screen.py): `<config>+<variant>:KEY=VALUE,...`, the knobs as the
+        config file's keys; the config's own code where no split is set."""
+        extra = {k: v for k, v in self.file_entry().items() if k in KEYS.values()}
+        return self.config.code() + (f"+{source}:" + ",".join(f"{k}={v}" for k, v in extra.items()) if extra else "")
+
     @classmethod
     def from_file_entry(cls, entry: dict) -> "Variant":
         known = {k: v for k, v in entry.items() if k not in KEYS.values()}

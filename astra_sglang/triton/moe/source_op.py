@@ -8,6 +8,7 @@ The first runs the split-K variant (split 4 on the down projection at batch size
 kernel with that config); the second an agent's variant (sources.register) at every batch size. Everything
 else is moe_op.run's: SGLang's fused_experts in place, the config applied with SGLang's override, a config the
 GPU cannot run declining the shape; the provider puts the variant at SGLang's launcher for the call only.
+`screen` (and `screen_agent<hash>`) is the same call as the screening tier's launch makes it.
 """
 from __future__ import annotations
 
@@ -35,6 +36,17 @@ def run(hidden, w1, w2, router_logits, topk_weights, variant: Variant, source: s
     shape = MoeShape(w1.shape[0], w2.shape[2], hidden.shape[1], topk_weights.shape[1])
     with provider(source).installed(variant, shape):
         moe_op.run(hidden, w1, w2, router_logits, topk_weights, variant.config)
+
+
+def screen(hidden, w1, w2, topk_output, moe_runner_config, config: dict, source: str = sources.SPLITK) -> None:
+    """The screening tier's hook (its launch's `variants`, name -> "module:function", calls it with SGLang's
+    fused_experts arguments and the config's SGLang dict plus the knob keys, SPLIT_K_UP / SPLIT_K_DOWN): SGLang's
+    fused_experts in place on `hidden` with the config, and the variant at its launcher for the call."""
+    fused_experts, override_config, _, _ = moe_op._sglang()
+    variant = Variant.from_file_entry(config)
+    shape = MoeShape(w1.shape[0], w2.shape[2], hidden.shape[1], topk_output[0].shape[1])
+    with provider(source).installed(variant, shape), override_config(variant.config.sglang()):
+        fused_experts(hidden, w1, w2, topk_output, moe_runner_config=moe_runner_config)
 
 
 def table_name(table: dict[int, Variant], source: str = sources.SPLITK) -> str:
@@ -68,4 +80,6 @@ def _table(source: str, table: dict[int, Variant]) -> Callable:
 def __getattr__(name: str) -> Callable:
     if "table_" in name:
         return _table(*parse(name))
+    if name.startswith("screen_" + _AGENT):  # screen_agent<hash>: an agent's registered variant
+        return functools.partial(screen, source=sources.AGENT + name.removeprefix("screen_" + _AGENT))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
