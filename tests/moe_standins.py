@@ -36,3 +36,13 @@ def sglang_launcher():
         for i, a in enumerate(fn.args.args)])
     invoke_fused_moe_kernel.calls = calls
     return invoke_fused_moe_kernel
+
+
+def timed_row(shape, speedup: float, baseline_us: float = 100.0, dtype: str = "bfloat16"):
+    """An evaluator's row for `shape`: checked correct, the candidate `speedup` times faster than the baseline."""
+    from astra_sglang.harness.records import ShapeResult, Timing
+
+    us = baseline_us / speedup
+    return ShapeResult(shape=shape, dtype=dtype, correct=True, speedup=speedup,
+                       candidate=Timing(median_us=us, p10_us=us, p90_us=us),
+                       baseline=Timing(median_us=baseline_us, p10_us=baseline_us, p90_us=baseline_us))

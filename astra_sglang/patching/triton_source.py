@@ -15,11 +15,11 @@ graph counts once, at capture.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Callable
 
 from astra_sglang.errors import AstraError
+from astra_sglang.patching.bound import BoundPatch
 from astra_sglang.patching.manifest import ConfigFile, SourceVariant
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.triton import moe_configs
@@ -76,7 +76,7 @@ class SourceChoice:
         return variant.split.up if gemm == "up" else variant.split.down
 
 
-class SourcePatch:
+class SourcePatch(BoundPatch):
     """One patched launcher name: `fn` is what the patch layer binds in its place."""
 
     def __init__(self, original: Callable, folder: Path, variant: SourceVariant, files: list[ConfigFile],
@@ -84,26 +84,13 @@ class SourcePatch:
         handle = load_variant(variant, stats.op)
         if device is not None:  # SGLang reads a GPU's own files only
             files = [f for f in files if f.device == device.replace(" ", "_")]
-        self.original, self.stats, self.module, self.attr = original, stats, module, attr
-        self.fn = SplitLauncher(original, sources.kernel(handle), SourceChoice(folder, files), self._count)
+        super().__init__(original, stats, module, attr)
+        self.fn = SplitLauncher(original, sources.kernel(handle), SourceChoice(folder, files), self.count)
         self.fn.__astra_op__ = self
-
-    def _count(self, applied: bool) -> None:
-        self.stats.calls += 1
-        if applied:
-            self.stats.kernel_calls += 1
-        else:
-            self.stats.fallbacks += 1
 
     def around(self, original: Callable, *args, **kwargs):
         """SGLang HookRegistry AROUND hook."""
         return self.fn(*args, **kwargs)
-
-    def restore(self) -> None:
-        """SGLang's own launcher back in its module (where the patch is still the one bound there)."""
-        module = sys.modules.get(self.module)
-        if module is not None and getattr(module, self.attr, None) is self.fn:
-            setattr(module, self.attr, self.original)
 
 
 def current_device() -> str | None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from moe_standins import timed_row
 
-from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
+from astra_sglang.harness.records import EvalResult
 from astra_sglang.triton.moe import bar
 from astra_sglang.triton.moe.bar_report import summarize, write_report
 from astra_sglang.triton.moe.knobs import Variant
@@ -23,10 +24,7 @@ BEST = {1: MoeConfig(16, 64, 128, 1, 4, 4), 64: MoeConfig(16, 128, 64, 1, 8, 3),
 def result_for(comparison, speedups: dict[int, float]) -> EvalResult:
     out = EvalResult(kernel="fused_moe", candidate=comparison.request.candidate.name(), ok=True, stage="done")
     for shape in comparison.request.shapes:
-        s = speedups.get(shape[0], 1.0)
-        out.shapes.append(ShapeResult(shape=shape, dtype="bfloat16", correct=True, speedup=s,
-                                      candidate=Timing(median_us=50 / s, p10_us=50 / s, p90_us=50 / s),
-                                      baseline=Timing(median_us=50.0, p10_us=50.0, p90_us=50.0)))
+        out.shapes.append(timed_row(shape, speedups.get(shape[0], 1.0), baseline_us=50.0))
     return out
 
 

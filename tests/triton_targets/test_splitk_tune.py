@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from click.testing import CliRunner
+from moe_standins import timed_row
 
 from astra_sglang.cli import main
-from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
+from astra_sglang.harness.records import EvalResult
 from astra_sglang.patching.manifest import PatchManifest
 from astra_sglang.triton import moe_configs
 from astra_sglang.triton.moe import sources
@@ -46,11 +47,8 @@ class SplitLandscape:
             assert source == "splitk"
             result = EvalResult(kernel=req.kernel, candidate=req.candidate.name(), ok=True, stage="done", wall_s=30.0)
             for shape in req.shapes:
-                speed = self.speedup(table[moe_configs.nearest(table, shape[0])], shape[0])
-                result.shapes.append(ShapeResult(
-                    shape=shape, dtype="bfloat16", correct=True, speedup=speed,
-                    candidate=Timing(median_us=100 / speed, p10_us=100 / speed, p90_us=100 / speed),
-                    baseline=Timing(median_us=100.0, p10_us=100.0, p90_us=100.0)))
+                result.shapes.append(timed_row(shape, self.speedup(table[moe_configs.nearest(table, shape[0])],
+                                                                   shape[0])))
             out.append(result)
         return out
 
