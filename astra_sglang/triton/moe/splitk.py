@@ -4,7 +4,9 @@ At decode batch sizes the down projection has few output blocks. Mixtral's (hidd
 batch 1 routes 2 token slots to 2 experts: 2 M-blocks x 4096 / BLOCK_SIZE_N N-blocks (128 at BLOCK_SIZE_N 64,
 64 at 128) for an H100's 132 SMs, each block walking K = 14336 alone. With SPLIT_K, SPLIT_K programs share each
 output block, each taking every SPLIT_K-th K tile; the partial sums go to an fp32 workspace [SPLIT_K, rows, N]
-that a reduce kernel sums and casts (splitk_launch): no atomics, so results repeat bit for bit run to run.
+that a reduce kernel sums and casts (splitk_launch): no atomics, so results repeat bit for bit run to run. (Triton
+has bf16 atomic adds on sm_90, and SGLang's own FUSE_SUM_ALL_REDUCE path adds into its output with them; here they
+would round every partial to bf16 and sum in arrival order, for one launch saved.)
 
 What the transform does, each step checked against what it expects (anything else is refused, naming it):
 - appends the parameters `stride_ck` (the workspace's split stride) and `SPLIT_K: tl.constexpr`;
