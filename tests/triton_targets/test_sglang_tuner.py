@@ -197,3 +197,11 @@ def test_the_model_folder_names_the_shape(tmp_path):
     config = json.loads((folder / "config.json").read_text())
     assert (config["num_local_experts"], config["intermediate_size"], config["hidden_size"],
             config["num_experts_per_tok"]) == (128, 768, 2048, 8)
+
+
+def test_the_folders_own_modules_are_recorded_and_missing_ones_named(tmp_path):
+    folder = tuner_folder(tmp_path, script=SCRIPT.replace("import ray\n", "import ray\nimport search_space\n"))
+    with pytest.raises(AstraError, match="imports search_space, which is neither in .* nor installed here"):
+        TunerScript.open(folder)
+    (folder / "search_space.py").write_text("SPACE = []\n")
+    assert "search_space.py" in TunerScript.open(folder).hashes

@@ -14,6 +14,7 @@ import ast
 import hashlib
 import json
 import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,8 @@ DEFINES = {SCRIPT: ("BenchmarkWorker", "benchmark_config", "main", "ServerArgs")
 class TunerScript:
     folder: Path
     hashes: dict[str, str]
-    """File name -> sha256 (first 16 hex digits) of the files run."""
+    """File name -> sha256 (first 16 hex digits) of the files run: the script, common_utils.py and any other module
+    of the folder they import."""
     batch_sizes_flag: bool
     """The script takes --batch-sizes (several batch sizes in one run); else one --batch-size per run."""
 
@@ -42,10 +44,11 @@ class TunerScript:
     def open(cls, folder: str | Path) -> "TunerScript":
         folder = Path(folder)
         hashes = {}
+        for name in DEFINES:
+            if not (folder / name).is_file():
+                raise AstraError(f"{folder} is not SGLang's benchmark/kernels/fused_moe_triton folder: no {name}")
         for name, needed in DEFINES.items():
             path = folder / name
-            if not path.is_file():
-                raise AstraError(f"{folder} is not SGLang's benchmark/kernels/fused_moe_triton folder: no {name}")
             text = path.read_text()
             tree = ast.parse(text, filename=str(path))
             defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
@@ -55,6 +58,8 @@ class TunerScript:
                 raise AstraError(f"{path} defines no {', '.join(missing)}: not a tuner script this runner knows")
             check_imports(path, tree)
             hashes[name] = hashlib.sha256(text.encode()).hexdigest()[:16]
+            for local in local_imports(folder, path, tree):
+                hashes.setdefault(local.name, hashlib.sha256(local.read_bytes()).hexdigest()[:16])
         return cls(folder, hashes, "--batch-sizes" in (folder / SCRIPT).read_text())
 
 
@@ -67,6 +72,23 @@ def sglang_imports(tree: ast.Module) -> list[tuple[str, str]]:
         elif isinstance(node, ast.Import):
             out += [(a.name, "") for a in node.names if a.name.startswith("sglang")]
     return out
+
+
+def local_imports(folder: Path, path: Path, tree: ast.Module) -> list[Path]:
+    """The folder's own modules the file imports; AstraError for a module that is neither there, nor served
+    (ray), nor installed: the files to carry are the folder's, and only they."""
+    import importlib.util
+
+    out = []
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+        for top in {n.split(".")[0] for n in names}:
+            if (folder / f"{top}.py").is_file():
+                out.append(folder / f"{top}.py")
+            elif top != "ray" and top not in sys.stdlib_module_names and importlib.util.find_spec(top) is None:
+                raise AstraError(f"{path.name} imports {top}, which is neither in {folder} nor installed here")
+    return sorted(set(out))
 
 
 def check_imports(path: Path, tree: ast.Module) -> None:
