@@ -13,7 +13,7 @@ Ranked configs (--ranked FILE, JSON {batch size: [config codes]}, e.g. our scree
 bounded subset; without it, the configs SGLang ships for this expert shape on other GPUs. Only configs inside
 SGLang's space count: SGLang's tuner could not have picked any other.
 Usage: python3 benchmarks/moe_sglang_bar.py --tuner-dir DIR --out OUT [--preset mixtral-8x7b-tp2 | --shape ExNxHxK]
-       [--batch-sizes 1,4,16,64] [--gpus 0,1] [--sample 24] [--seed 0] [--deadline 480] [--tuner-share 0.45]
+       [--batch-sizes 1,4,16,64] [--gpus 0,1] [--sample 24] [--seed 0] [--deadline 400] [--tuner-share 0.45]
        [--ranked FILE] [--ours FILE] [--full]
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--gpus", help="e.g. 0,1 (default: every visible GPU)")
     p.add_argument("--sample", type=int, default=24, help="random configs of SGLang's space per batch size")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--deadline", type=float, default=480.0, help="seconds for the whole run")
+    p.add_argument("--deadline", type=float, default=400.0, help="seconds for the whole run")
     p.add_argument("--tuner-share", type=float, default=0.45, help="of the deadline, for SGLang's tuner")
     p.add_argument("--ranked", type=Path)
     p.add_argument("--ours", type=Path, help="a config file in SGLang's format to compare with the tuner's best")

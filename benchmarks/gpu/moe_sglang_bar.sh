@@ -9,7 +9,7 @@
 # SGLang's release tag (v0.5.17), never committed.
 # Usage (GPU machine, repo root): bash benchmarks/gpu/moe_sglang_bar.sh [OUTDIR]
 # env: PRESET (mixtral-8x7b-tp2 | qwen3-30b-a3b | deepseek-v2-lite), BATCH_SIZES (1,4,16,64), SAMPLE (24), SEED (0),
-#      DEADLINE (430 s for the python part), GPUS (every visible), RANKED (JSON {batch: [codes]}), OURS, FULL=1
+#      DEADLINE (400 s for the python part), GPUS (every visible), RANKED (JSON {batch: [codes]}), OURS, FULL=1
 # OUTDIR (default $OUT, else /tmp/moe-bar) gets env.txt, bar.log, tuner.json, bar.jsonl, bar.md (printed last).
 set -u
 OUTDIR=${1:-${OUT:-/tmp/moe-bar}}; mkdir -p "$OUTDIR"
@@ -20,9 +20,9 @@ cat "$OUTDIR/env.txt"
 TUNER_DIR=${TUNER_DIR:-.bar/fused_moe_triton}
 [ -f "$TUNER_DIR/tuning_fused_moe_triton.py" ] || { echo "no SGLang tuner in $TUNER_DIR (carry it: see this script's head)"; exit 2; }
 export ASTRA_SGLANG_CACHE=${ASTRA_SGLANG_CACHE:-/tmp/astra-cache}
-DEADLINE=${DEADLINE:-430}
+DEADLINE=${DEADLINE:-400}
 # Its own process group: an interrupted run leaves no tuner or evaluation child behind.
-setsid timeout --kill-after=15 $((DEADLINE + 60)) python3 benchmarks/moe_sglang_bar.py --tuner-dir "$TUNER_DIR" \
+setsid timeout --kill-after=10 $((DEADLINE + 40)) python3 benchmarks/moe_sglang_bar.py --tuner-dir "$TUNER_DIR" \
   --out "$OUTDIR" --preset "${PRESET:-mixtral-8x7b-tp2}" --batch-sizes "${BATCH_SIZES:-1,4,16,64}" \
   --sample "${SAMPLE:-24}" --seed "${SEED:-0}" --deadline "$DEADLINE" ${GPUS:+--gpus "$GPUS"} \
   ${RANKED:+--ranked "$RANKED"} ${OURS:+--ours "$OURS"} ${FULL:+--full} > "$OUTDIR/bar.log" 2>&1 &

@@ -123,7 +123,7 @@ def bounded_child(request: BoundedRequest) -> None:
     import torch
 
     folder = Path(request.folder)
-    sys.path[:0] = [str(shim_dir(Path(request.out).parent)), str(folder)]
+    sys.path[:0] = [str(shim_dir(Path(request.out).with_suffix(""))), str(folder)]  # a child's own: no write races
     spec = importlib.util.spec_from_file_location("tuning_fused_moe_triton", folder / "tuning_fused_moe_triton.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
