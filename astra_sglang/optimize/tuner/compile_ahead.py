@@ -30,6 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 
+from astra_sglang.optimize.tuner.screen_launch import describe
 from astra_sglang.optimize.tuner.screen_records import CompileJob, CompileOutcome
 
 SIMULATED_DIR = "astra-simulated"
@@ -92,9 +93,7 @@ def compile_job(job: CompileJob) -> CompileOutcome:
         with counter:
             _kernel(job).preload(job.data)
     except Exception as exc:  # noqa: BLE001 - a config Triton cannot compile fails alone
-        first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-        return CompileOutcome(ok=False, seconds=time.perf_counter() - start,
-                              reason=f"{type(exc).__name__}: {first}"[:300])
+        return CompileOutcome(ok=False, seconds=time.perf_counter() - start, reason=describe(exc))
     return CompileOutcome(ok=True, seconds=time.perf_counter() - start, cached=counter.hits > 0)
 
 

@@ -19,7 +19,7 @@ import threading
 import time
 import traceback
 
-from astra_sglang.optimize.tuner.screen_launch import ScreenFailure, ScreenLaunch, load_launch
+from astra_sglang.optimize.tuner.screen_launch import ScreenFailure, ScreenLaunch, describe, load_launch
 from astra_sglang.optimize.tuner.screen_records import Screened
 
 FATAL_EXIT = 3
@@ -38,11 +38,6 @@ def _stage_of(exc: BaseException) -> str:
     if name in ("CompilationError", "CompileTimeAssertionFailure"):
         return "compile"
     return "launch"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
 
 
 def screen_one(launch: ScreenLaunch, config: str, bucket, cutoff_us: float | None, worker: str) -> tuple[Screened, bool]:
@@ -65,7 +60,7 @@ def screen_one(launch: ScreenLaunch, config: str, bucket, cutoff_us: float | Non
         out.update(stage=exc.stage, reason=exc.reason[:300])
     except Exception as exc:  # noqa: BLE001 - a config's failure is its answer, not the worker's end
         fatal = launch.fatal(exc)
-        out.update(stage="crash" if fatal else _stage_of(exc), reason=_first_line(exc))
+        out.update(stage="crash" if fatal else _stage_of(exc), reason=describe(exc))
     return Screened(**out, hits=counter.hits, misses=counter.misses, seconds=time.perf_counter() - start), fatal
 
 
@@ -103,4 +98,4 @@ def main(conn, target: str, options: dict, gpu: str | None, clock, beat_s: float
     except (EOFError, KeyboardInterrupt):
         return
     except Exception as exc:  # noqa: BLE001 - told to the pool, which stops this worker
-        conn.send(("error", f"{_first_line(exc)}\n{traceback.format_exc(limit=6)}"))
+        conn.send(("error", f"{describe(exc)}\n{traceback.format_exc(limit=6)}"))
