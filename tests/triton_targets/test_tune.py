@@ -86,7 +86,7 @@ def test_every_evaluation_tries_one_config_at_every_batch_size():
 def test_the_search_climbs_to_the_best_config():
     land = Landscape()
     tuner = MoeTuner(_setup(), land, echo=lambda _: None, width=4)
-    tuner.search(rounds=8)
+    tuner.search(rounds=12)
     for tokens in (1, 64):
         assert tuner.best(tokens).config == TARGET[tokens].code()
         assert tuner.chosen()[tokens] == TARGET[tokens]
