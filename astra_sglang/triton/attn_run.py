@@ -10,11 +10,11 @@ from astra_sglang.errors import AstraError
 from astra_sglang.triton import moe_configs
 from astra_sglang.triton.attn_space import SMEM_BYTES, AttnShape, space
 from astra_sglang.triton.attn_targets import sglang_pick, target
-from astra_sglang.triton.attn_tune import AttnSetup, AttnTuner, Bucket
+from astra_sglang.triton.attn_tune import AttnSetup, Bucket, attn_tuner
 from astra_sglang.triton.cache import TuneCache
 from astra_sglang.triton.results import TuneResult
 from astra_sglang.triton.run import Facts, TuneOptions, search_then_check, write_outputs
-from astra_sglang.triton.tune import Batch
+from astra_sglang.optimize.tuner.bucket import Batch
 
 
 def facts_here(kernel: str) -> Facts:
@@ -46,7 +46,7 @@ def tune_attention(kernel: str, shape: AttnShape, buckets: list[Bucket], run_dir
     setup = AttnSetup(kernel=kernel, shape=shape, buckets=buckets, picks=picks, gpu=facts.gpu, triton=facts.triton,
                       source_hash=facts.source_hash, smem=facts.smem)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tuner = AttnTuner(setup, batch, TuneCache(kernel) if options.use_cache else None, run_id=run_dir.name,
+    tuner = attn_tuner(setup, batch, TuneCache(kernel) if options.use_cache else None, run_id=run_dir.name,
                       echo=echo, width=options.width, timeout_s=options.timeout_s)
     evaluations, table, final = search_then_check(tuner, options, started, batch, run_dir, echo, "bucket")
     result = TuneResult(kernel=kernel, date=dt.date.today().isoformat(), gpu=facts.gpu, triton=facts.triton,

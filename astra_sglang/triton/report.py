@@ -9,7 +9,7 @@ from rich.table import Table
 
 from astra_sglang.paths import templates_dir
 from astra_sglang.triton.results import TuneResult
-from astra_sglang.triton.tune import WIN_MARGIN
+from astra_sglang.optimize.tuner.bucket import WIN_MARGIN
 
 VERDICTS = {"tuned": "tuned config", "sglang-best": "SGLang's pick (already the best)",
             "no-valid-config": "SGLang's pick (no config passed)", "not-measured": "SGLang's pick (not measured)"}

@@ -15,7 +15,8 @@ from astra_sglang.triton.moe_shapes import MoeShape
 from astra_sglang.triton.report import write_report
 from astra_sglang.triton.results import TuneResult
 from astra_sglang.triton.space import SMEM_BYTES, MoeConfig
-from astra_sglang.triton.tune import Batch, MoeTuner, Setup
+from astra_sglang.optimize.tuner.bucket import Batch, BucketTuner
+from astra_sglang.triton.tune import Setup, moe_tuner
 
 KERNEL_FILE = "kernels/ops/moe/fused_moe_triton_kernels.py"
 LAUNCHER_FILES = ("srt/layers/moe/moe_runner/triton_utils/fused_moe.py",)
@@ -75,7 +76,7 @@ def file_table(shape: MoeShape, chosen: dict[int, MoeConfig], picks_at) -> dict[
     return dict(sorted(table.items()))
 
 
-def search_then_check(tuner: MoeTuner, options: TuneOptions, started: float, batch: Batch, run_dir: Path, echo,
+def search_then_check(tuner: BucketTuner, options: TuneOptions, started: float, batch: Batch, run_dir: Path, echo,
                       unit: str):
     """The search under the options' rounds and budget, then one final evaluation (a new process, every check)
     of the chosen table against SGLang's pick, kept as run_dir/final.json: (evaluations, table, final)."""
@@ -90,7 +91,7 @@ def search_then_check(tuner: MoeTuner, options: TuneOptions, started: float, bat
     return evaluations, table, final
 
 
-def write_outputs(result: TuneResult, tuner: MoeTuner, run_dir: Path, bucket_name=str) -> None:
+def write_outputs(result: TuneResult, tuner: BucketTuner, run_dir: Path, bucket_name=str) -> None:
     """run_dir/tune.json, measurements.json (every config measured, per bucket) and the report tune.md."""
     (run_dir / "tune.json").write_text(result.model_dump_json(indent=1))
     (run_dir / "measurements.json").write_text(json.dumps(
@@ -112,7 +113,7 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
     setup = Setup(shape=shape, buckets=buckets, picks=picks, gpu=facts.gpu, triton=facts.triton,
                   source_hash=facts.source_hash, seeds=seeds, smem=facts.smem)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tuner = MoeTuner(setup, batch, TuneCache("fused_moe") if options.use_cache else None, run_id=run_dir.name,
+    tuner = moe_tuner(setup, batch, TuneCache("fused_moe") if options.use_cache else None, run_id=run_dir.name,
                      echo=echo, width=options.width, timeout_s=options.timeout_s)
     evaluations, table, final = search_then_check(tuner, options, started, batch, run_dir, echo, "batch size")
     result = TuneResult(date=dt.date.today().isoformat(), gpu=facts.gpu, triton=facts.triton, sglang=facts.sglang,
