@@ -62,21 +62,11 @@ class ScreenPool:
         why = "; ".join(run.notes) or "the screening budget ran out first"
         results = [run.results.get(c) or Screened(config=c, bucket=bucket, stage="unscreened", reason=why[:300])
                    for c in configs]
-        ok = [r for r in results if r.stage == "done"]
-        best = min(ok, key=lambda r: r.us, default=None)
-        failed: dict[str, int] = {}
-        for r in results:
-            if r.stage not in ("done", "slow"):
-                failed[r.stage] = failed.get(r.stage, 0) + 1
-        stats = ScreenStats(
-            bucket=bucket, gpus=[w.name for w in self.workers], configs=len(configs),
-            screened=sum(r.stage != "unscreened" for r in results), ok=len(ok), failed=failed,
-            wall_s=time.time() - started, compile_jobs=self.compiler.jobs - jobs,
-            compile_s=self.compiler.seconds - seconds, compile_failed=self.compiler.failed - failures,
-            hits=sum(r.hits for r in results), misses=sum(r.misses for r in results),
-            restarts=sum(w.restarts for w in self.workers) - restarts, notes=run.notes,
-            best=best.config if best else None, best_us=best.us if best else None,
-            best_index=configs.index(best.config) if best else None)
+        stats = ScreenStats.of(
+            bucket, configs, results, gpus=[w.name for w in self.workers], wall_s=time.time() - started,
+            compile_jobs=self.compiler.jobs - jobs, compile_s=self.compiler.seconds - seconds,
+            compile_failed=self.compiler.failed - failures, notes=run.notes,
+            restarts=sum(w.restarts for w in self.workers) - restarts)
         return results, stats
 
     def _prepare(self, worker: WorkerHandle, bucket: Bucket, run: "_Run") -> bool:

@@ -98,6 +98,21 @@ class ScreenStats(BaseModel):
     notes: list[str] = Field(default_factory=list)
     """Workers that sat the bucket out, and why."""
 
+    @classmethod
+    def of(cls, bucket: Bucket, configs: list[str], results: list[Screened], **fields) -> "ScreenStats":
+        """The counts, the best and its position from the results (in `configs` order); `fields` give the rest
+        (gpus, wall_s, compile figures, restarts, notes)."""
+        ok = [r for r in results if r.stage == "done"]
+        best = min(ok, key=lambda r: r.us, default=None)
+        failed: dict[str, int] = {}
+        for r in results:
+            if r.stage not in ("done", "slow"):
+                failed[r.stage] = failed.get(r.stage, 0) + 1
+        return cls(bucket=bucket, configs=len(configs), screened=sum(r.stage != "unscreened" for r in results),
+                   ok=len(ok), failed=failed, hits=sum(r.hits for r in results), misses=sum(r.misses for r in results),
+                   best=best.config if best else None, best_us=best.us if best else None,
+                   best_index=configs.index(best.config) if best else None, **fields)
+
     @property
     def per_second(self) -> float:
         return self.screened / self.wall_s if self.wall_s > 0 else 0.0
