@@ -30,6 +30,26 @@ def _shape(model, tp, shape_text, dtype):
     return shape
 
 
+def _lanes(gpus: str | None):
+    """(the strict tier's batch: a pool over the GPUs where there are several, the GPU ids to screen on, the pool
+    to close or None)."""
+    from astra_sglang.harness.isolate import evaluate_many
+    from astra_sglang.search.devices import visible_gpus
+
+    here = visible_gpus()
+    lanes = visible_gpus(gpus) if gpus is not None else here
+    unknown = [g for g in lanes if g not in here]
+    if unknown or not lanes:
+        raise AstraError(f"--gpus {gpus!r}: no GPU {', '.join(unknown) or '(none given)'} here (visible: "
+                         f"{', '.join(here) or 'none'})")
+    if len(lanes) == 1:
+        return evaluate_many, lanes, None
+    from astra_sglang.search.pool import LocalPool
+
+    pool = LocalPool(lanes)
+    return pool.map, lanes, pool
+
+
 @click.command("tune")
 @click.argument("kernel")
 @click.option("--model", help="fused_moe: the model's config.json (or its folder): the expert shape (E, N per rank, "
@@ -52,8 +72,21 @@ def _shape(model, tp, shape_text, dtype):
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/tune-TIME).")
 @click.option("--no-cache", is_flag=True, help="Evaluate every config again (the cache is still written).")
 @click.option("--timeout", default=900.0, show_default=True, help="Hard limit per isolated evaluation, seconds.")
+@click.option("--gpus", help="GPU ids to use, e.g. 0,1 (default: every visible GPU): a screening worker on each, "
+              "and the isolated evaluations spread over them.")
+@click.option("--screen/--no-screen", default=True, show_default=True,
+              help="fused_moe: the screening tier first (each batch size's whole ordered space, fast), its finalists "
+              "to the isolated evaluator; --no-screen: the search of --rounds x --width evaluations alone.")
+@click.option("--screen-budget", type=float, help="Seconds for the screening tier over all batch sizes (default: "
+              "every config of each batch size's ordered space).")
+@click.option("--finalists", default=3, show_default=True,
+              help="Configs per batch size the screening tier hands to the isolated evaluator (one evaluation each).")
+@click.option("--space", "space_name", type=click.Choice(["sglang", "wide"]), default="sglang", show_default=True,
+              help="sglang: SGLang's tuning grid (1,920 configs); wide: with BLOCK_SIZE_K 32, GROUP_SIZE_M 8 and "
+              "maxnreg 128 (6,400).")
+@click.option("--ray", "ray_address", help="Screen on a Ray cluster (an address, or auto): one actor per GPU node.")
 def tune(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, rounds, width, budget, patches_dir, out,
-         no_cache, timeout):
+         no_cache, timeout, gpus, screen, screen_budget, finalists, space_name, ray_address):
     """Tune KERNEL's Triton config per batch size against the config SGLang picks itself.
 
     For decode_attention / extend_attention: SGLang's Triton attention launchers hard-code their block sizes
@@ -81,8 +114,8 @@ def tune(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, r
     from astra_sglang.triton.report import print_result
     from astra_sglang.triton.run import TuneOptions, tune_fused_moe
 
-    if rounds < 1 or width < 1:
-        raise AstraError("--rounds and --width must be at least 1")
+    if rounds < 1 or width < 1 or finalists < 1:
+        raise AstraError("--rounds, --width and --finalists must be at least 1")
     if buckets and profile_json:
         raise AstraError("give --buckets or --profile, not both")
     run_dir = Path(out or Path("runs") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -103,6 +136,15 @@ def tune(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, r
         raise AstraError(f"tune works on SGLang's Triton kernels fused_moe, decode_attention, extend_attention, not {kernel!r}; "
                          "CUDA ops: astra-sglang optimize")
     shape = _shape(model, tp, shape_text, dtype)
+    from astra_sglang.triton.run import facts_here
+
+    facts = facts_here()  # no GPU: said here, before anything is compiled or started
+    batch, lanes, pool = _lanes(gpus)
+    if screen:
+        from astra_sglang.triton.moe.two_tier import ScreenOptions
+
+        options.screen = ScreenOptions(gpus=lanes, budget_s=screen_budget, finalists=finalists, space=space_name,
+                                       ray=ray_address)
     if profile_json:
         found = profile_buckets(profile_json)
         click.echo("profile: fused_moe_kernel ran at batch sizes " +
@@ -112,7 +154,15 @@ def tune(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, r
         from astra_sglang.triton.moe_configs import BATCH_SIZES
 
         sizes = parse_buckets(buckets) if buckets else list(BATCH_SIZES)
-    result = tune_fused_moe(shape, sizes, run_dir, options, batch=evaluate_many, echo=click.echo)
+    from astra_sglang.optimize.tuner.screen_progress import ScreenProgress
+
+    try:
+        with ScreenProgress() as progress:
+            result = tune_fused_moe(shape, sizes, run_dir, options, batch=batch, facts=facts, echo=click.echo,
+                                    progress=progress if screen else None)
+    finally:
+        if pool is not None:
+            pool.close()
     print_result(result)
     if result.config_file:
         click.echo(f"config file: {result.config_file}")

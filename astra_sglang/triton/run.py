@@ -5,17 +5,18 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
 from astra_sglang.triton import moe_configs
 from astra_sglang.triton.cache import TuneCache
+from astra_sglang.triton.moe.two_tier import ScreenOptions
 from astra_sglang.triton.moe_shapes import MoeShape
 from astra_sglang.triton.report import write_report
 from astra_sglang.triton.results import TuneResult
 from astra_sglang.triton.space import SMEM_BYTES, MoeConfig
-from astra_sglang.optimize.tuner.bucket import Batch, BucketTuner
+from astra_sglang.optimize.tuner.bucket import Batch, BucketTuner, Finalists
 from astra_sglang.triton.tune import Setup, moe_tuner
 
 KERNEL_FILE = "kernels/ops/moe/fused_moe_triton_kernels.py"
@@ -59,6 +60,8 @@ class TuneOptions:
     use_cache: bool = True
     patches_dir: Path | None = None
     command: str = ""
+    screen: ScreenOptions | None = None
+    """The screening tier ahead of the strict one (its finalists are the search's only proposals)."""
 
 
 def file_table(shape: MoeShape, chosen: dict[int, MoeConfig], picks_at) -> dict[int, MoeConfig]:
@@ -100,7 +103,7 @@ def write_outputs(result: TuneResult, tuner: BucketTuner, run_dir: Path, bucket_
 
 
 def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: TuneOptions, batch: Batch,
-                   facts: Facts | None = None, picks_at=None, echo=print) -> TuneResult:
+                   facts: Facts | None = None, picks_at=None, echo=print, progress=None) -> TuneResult:
     started = time.perf_counter()
     facts = facts or facts_here()
     if picks_at is None:
@@ -113,8 +116,16 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
     setup = Setup(shape=shape, buckets=buckets, picks=picks, gpu=facts.gpu, triton=facts.triton,
                   source_hash=facts.source_hash, seeds=seeds, smem=facts.smem)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tuner = moe_tuner(setup, batch, TuneCache("fused_moe") if options.use_cache else None, run_id=run_dir.name,
-                     echo=echo, width=options.width, timeout_s=options.timeout_s)
+    proposer, screens = None, {}
+    if options.screen:
+        from astra_sglang.triton.moe.two_tier import screen_moe
+
+        chosen, screens = screen_moe(shape, {t: p.config for t, p in picks.items()}, facts.gpu, facts.triton,
+                                     facts.source_hash, facts.smem, options.screen, run_dir, options.use_cache, echo,
+                                     progress)
+        proposer, options = Finalists(chosen), replace(options, rounds=1, width=options.screen.finalists)
+    tuner = moe_tuner(setup, batch, TuneCache("fused_moe") if options.use_cache else None, proposer=proposer,
+                      run_id=run_dir.name, echo=echo, width=options.width, timeout_s=options.timeout_s)
     evaluations, table, final = search_then_check(tuner, options, started, batch, run_dir, echo, "batch size")
     result = TuneResult(date=dt.date.today().isoformat(), gpu=facts.gpu, triton=facts.triton, sglang=facts.sglang,
                         source_hash=facts.source_hash, shape={"experts": shape.experts, "inter": shape.inter,
@@ -122,7 +133,17 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
                                                               "dtype": shape.dtype},
                         buckets=tuner.finish(final, table), evaluations=evaluations + 1, cached=tuner.cached,
                         seconds=time.perf_counter() - started, final_ok=final.ok, final_reason=final.reason,
-                        command=options.command)
+                        command=options.command, screen=[s.stats for s in screens.values()])
+    for b in result.buckets:
+        if b.tokens in screens:
+            s = screens[b.tokens]
+            best = s.ranked()[:1]
+            b.screened = sum(r.stage != "unscreened" for r in s.results)
+            b.screen_best, b.screen_us = (best[0].config, best[0].us) if best else (None, None)
+            b.screen_pick_us = s.pick_us(b.pick)
+    untuned = sorted(set(file_table(shape, {}, picks_at)) - set(buckets))
+    if untuned:
+        result.notes.append(f"batch-size keys left at SGLang's pick (not tuned): {', '.join(map(str, untuned))}")
     tuned = {b.tokens: MoeConfig.from_code(b.chosen) for b in result.buckets if b.verdict == "tuned"}
     if tuned and options.patches_dir:
         from astra_sglang.patching.config_writer import write_config_patch

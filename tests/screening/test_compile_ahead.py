@@ -17,6 +17,7 @@ from astra_sglang.optimize.tuner.compile_ahead import CompilePool, HitCounter, S
 @pytest.fixture
 def hopper(monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 3.6 fuses by default
     previous = driver._active
     driver.set_active(StubDriver(GPUTarget("cuda", 90, 32)))
     yield tmp_path / "cache"

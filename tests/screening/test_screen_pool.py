@@ -62,9 +62,9 @@ def test_a_stale_worker_is_replaced_and_its_config_retried_once(tmp_path):
 
 
 def test_the_budget_leaves_configs_unscreened(tmp_path):
-    configs = [f"c{i:03d}" for i in range(400)]
+    configs = [f"c{i:04d}" for i in range(3000)]
     with _pool(tmp_path, {}) as pool:
-        results, stats = pool.screen(8, configs, budget_s=0.5)
+        results, stats = pool.screen(8, configs, budget_s=2.0)
     assert 0 < stats.screened < len(configs)
     assert {r.stage for r in results[stats.screened:]} == {"unscreened"}
 

@@ -3,8 +3,8 @@ GPU is a stand-in (tests, the benchmark's --simulate).
 
 Each config compiles two specializations (as fused MoE's two GEMMs do), simulated: the compile process sleeps
 `compile_s` and leaves a marker in the cache dir, the worker's first call finds it (a hit) or compiles itself (a
-miss: the same sleep). Its time comes from `landscape` ("module:function" of (config, bucket) -> microseconds),
-else from a hash of the config; timing one config takes `call_s` of wall time. `faults` makes a config misbehave
+miss: the same sleep). Its time comes from `landscape` ("module:function" of (config, bucket, **landscape_args)
+-> microseconds), else from a hash of the config; timing one config takes `call_s` of wall time. `faults` makes a config misbehave
 as real ones can:
 
     segv     the worker dies of a segfault            illegal  a CUDA illegal address (the worker exits)
@@ -51,13 +51,14 @@ def hashed_us(config: str, bucket) -> float:
 
 class SimulatedLaunch:
     def __init__(self, faults: dict[str, str] | None = None, compile_s: float = 0.02, call_s: float = 0.005,
-                 landscape: str | None = None):
+                 landscape: str | None = None, landscape_args: dict | None = None):
         self.faults, self.compile_s, self.call_s = dict(faults or {}), compile_s, call_s
         if landscape:
             module, _, name = landscape.partition(":")
             self.landscape = getattr(importlib.import_module(module), name)
         else:
             self.landscape = hashed_us
+        self.landscape_args = dict(landscape_args or {})
         self.bucket = None
         self.loaded: set[str] = set()
         self._counter = _Counter()
@@ -109,7 +110,7 @@ class SimulatedLaunch:
         return Checked(error=5.0 if fault == "wrong" else 0.1)
 
     def time(self, config: str, cutoff_us: float | None) -> Timed:
-        us = float(self.landscape(config, self.bucket))
+        us = float(self.landscape(config, self.bucket, **self.landscape_args))
         if cutoff_us is not None and us > cutoff_us:
             time.sleep(self.call_s / 5)
             return Timed(us=us, spread=0.0, replays=1, cut=True)
