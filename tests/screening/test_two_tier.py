@@ -7,51 +7,15 @@ import json
 
 import pytest
 
-from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
+from moe_fakes import ARGS, FACTS, PICK, SHAPE, Strict, us_of
+
 from astra_sglang.optimize.tuner.screen_records import Screened, ScreenStats
 from astra_sglang.optimize.tuner.two_tier import BucketScreen, finalists
 from astra_sglang.triton import moe_configs
-from astra_sglang.triton.moe.order import landscape_us
 from astra_sglang.triton.moe.two_tier import ScreenOptions
 from astra_sglang.triton.moe_configs import Pick
-from astra_sglang.triton.moe_op import parse_table
-from astra_sglang.triton.moe_shapes import MoeShape
-from astra_sglang.triton.run import Facts, TuneOptions, tune_fused_moe
+from astra_sglang.triton.run import TuneOptions, tune_fused_moe
 from astra_sglang.triton.space import MoeConfig
-
-SHAPE = MoeShape(128, 768, 2048, 8)
-GPU = "NVIDIA H100 80GB HBM3"
-FACTS = Facts(gpu=GPU, smem=227 * 1024, triton="3.6.0", sglang="0.5.17", source_hash="ef" * 32)
-PICK = MoeConfig(64, 64, 32, 8)
-ARGS = dict(experts=128, inter=768, hidden=2048, topk=8, gpu=GPU)
-
-
-def _us(config: MoeConfig, tokens: int) -> float:
-    return landscape_us(config.code(), tokens, **ARGS)
-
-
-class Strict:
-    """The isolated evaluator, agreeing with the screening landscape."""
-
-    def __init__(self):
-        self.requests = []
-
-    def __call__(self, reqs):
-        out = []
-        for req in reqs:
-            self.requests.append(req)
-            table = parse_table(req.candidate.path.rsplit(":", 1)[1])
-            rows = []
-            for shape in req.shapes:
-                config, tokens = table[moe_configs.nearest(table, shape[0])], shape[0]
-                cand, base = _us(config, tokens), _us(PICK, tokens)
-                rows.append(ShapeResult(shape=shape, dtype="bfloat16", correct=True, speedup=base / cand,
-                                        candidate=Timing(median_us=cand, p10_us=cand, p90_us=cand),
-                                        baseline=Timing(median_us=base, p10_us=base, p90_us=base)))
-            out.append(EvalResult(kernel=req.kernel, candidate=req.candidate.name(), ok=True, stage="done",
-                                  shapes=rows, wall_s=40.0))
-        return out
-
 
 def _picks(sizes):
     return [Pick(t, PICK, "default") for t in sizes]
@@ -82,7 +46,7 @@ def test_screening_finalists_go_through_the_strict_tier_which_writes(tmp_path, m
         best = min(screened, key=lambda r: r["us"])
         assert b.screen_best == best["config"] and b.verdict == "tuned"
         assert b.chosen == best["config"]  # the strict tier agrees here, so the screened best is written
-        assert b.final_speedup == pytest.approx(_us(PICK, b.tokens) / best["us"])
+        assert b.final_speedup == pytest.approx(us_of(PICK, b.tokens) / best["us"])
     written = moe_configs.read(tmp_path / "patches" / "fused_moe" / result.config_file.split("fused_moe/")[1])
     assert set(moe_configs.BATCH_SIZES) <= set(written)  # every key SGLang reads
     assert any("left at SGLang's pick (not tuned)" in n for n in result.notes)
