@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,10 +77,12 @@ def compile_job(job: CompileJob) -> CompileOutcome:
     start = time.perf_counter()
     if job.kind == "simulated":
         spec = json.loads(job.data)
+        marker = Path(os.environ["TRITON_CACHE_DIR"]) / SIMULATED_DIR / job.digest()
+        if marker.exists():
+            return CompileOutcome(ok=True, cached=True)
         time.sleep(spec.get("seconds", 0.0))
         if spec.get("fail"):
             return CompileOutcome(ok=False, seconds=time.perf_counter() - start, reason=spec["fail"])
-        marker = Path(os.environ["TRITON_CACHE_DIR"]) / SIMULATED_DIR / job.digest()
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(job.data)
         return CompileOutcome(ok=True, seconds=time.perf_counter() - start)
@@ -156,15 +158,19 @@ def _compile_process(cache_dir: str) -> None:
 class CompilePool:
     """Compile jobs on `workers` processes, each distinct specialization once. A compile process that dies
     (a crash inside Triton's compiler) breaks the pool: it is started again and the job retried once, then
-    failed."""
+    failed. `cancel_pending` drops what has not started (a bucket whose budget ran out leaves the next bucket's
+    compiles the whole pool)."""
 
     def __init__(self, workers: int, cache_dir: str | Path):
         self.workers, self.cache_dir = max(1, workers), str(cache_dir)
         self._lock = threading.Lock()
         self._futures: dict[str, Future] = {}
+        self._inner: dict[str, Future] = {}
         self._executor = self._start()
+        self.submitted = 0
         self.seconds = 0.0
         self.failed = 0
+        self.cached = 0
         self.restarts = 0
 
     def _start(self) -> ProcessPoolExecutor:
@@ -173,7 +179,8 @@ class CompilePool:
 
     @property
     def jobs(self) -> int:
-        return len(self._futures)
+        """Distinct specializations submitted so far (cancelled ones included)."""
+        return self.submitted
 
     def submit(self, job: CompileJob) -> Future:
         """The job's future (CompileOutcome); the same future for a specialization submitted before."""
@@ -182,6 +189,7 @@ class CompilePool:
             if digest not in self._futures:
                 outer: Future = Future()
                 self._futures[digest] = outer
+                self.submitted += 1
                 self._run(job, outer, retried=False)
             return self._futures[digest]
 
@@ -194,11 +202,18 @@ class CompilePool:
             executor = self._executor = self._start()
             self.restarts += 1
             inner = executor.submit(compile_job, job)
+        self._inner[job.digest()] = inner
         inner.add_done_callback(lambda f: self._done(job, outer, f, executor, retried))
 
     def _done(self, job: CompileJob, outer: Future, inner: Future, executor, retried: bool) -> None:
         try:
             outcome = inner.result()
+        except CancelledError:
+            with self._lock:  # submitted again later, it compiles then
+                self._futures.pop(job.digest(), None)
+                self._inner.pop(job.digest(), None)
+            outer.cancel()
+            return
         except BrokenProcessPool:
             if not retried:
                 with self._lock:
@@ -214,7 +229,15 @@ class CompilePool:
         with self._lock:
             self.seconds += outcome.seconds
             self.failed += not outcome.ok
+            self.cached += outcome.cached
+            self._inner.pop(job.digest(), None)
         outer.set_result(outcome)
+
+    def cancel_pending(self) -> int:
+        """Cancel every job not started yet; returns how many."""
+        with self._lock:
+            waiting = list(self._inner.values())
+        return sum(f.cancel() for f in waiting)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)

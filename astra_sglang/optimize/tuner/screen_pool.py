@@ -52,20 +52,22 @@ class ScreenPool:
         stop_at = min(x for x in (deadline, started + budget_s if budget_s is not None else None, float("inf"))
                       if x is not None)
         restarts = sum(w.restarts for w in self.workers)
-        jobs, seconds, failures = self.compiler.jobs, self.compiler.seconds, self.compiler.failed
-        run = _Run(configs, stop_at, on_result)
+        c = self.compiler
+        jobs, cached, seconds, failures = c.jobs, c.cached, c.seconds, c.failed
+        run = _Run(configs, started, stop_at, on_result)
         ready = [w for w, ok in zip(self.workers, self._each(lambda w: self._prepare(w, bucket, run))) if ok]
         if ready:
             futures = self._compile_ahead(ready, configs)
             with ThreadPoolExecutor(len(ready)) as ex:
                 list(ex.map(lambda w: self._lane(w, bucket, run, futures), ready))
+            self.compiler.cancel_pending()  # configs the budget left: their compiles would hold up the next bucket
         why = "; ".join(run.notes) or "the screening budget ran out first"
         results = [run.results.get(c) or Screened(config=c, bucket=bucket, stage="unscreened", reason=why[:300])
                    for c in configs]
         stats = ScreenStats.of(
             bucket, configs, results, gpus=[w.name for w in self.workers], wall_s=time.time() - started,
-            compile_jobs=self.compiler.jobs - jobs, compile_s=self.compiler.seconds - seconds,
-            compile_failed=self.compiler.failed - failures, notes=run.notes,
+            compile_jobs=c.jobs - jobs, compile_cached=c.cached - cached, compile_s=c.seconds - seconds,
+            compile_failed=c.failed - failures, notes=run.notes,
             restarts=sum(w.restarts for w in self.workers) - restarts)
         return results, stats
 
@@ -150,8 +152,8 @@ class ScreenPool:
 class _Run:
     """The shared state of one bucket's lanes: the next config, the best time so far, the results."""
 
-    def __init__(self, configs: list[str], stop_at: float, on_result):
-        self.configs, self.stop_at, self.on_result = configs, stop_at, on_result
+    def __init__(self, configs: list[str], started: float, stop_at: float, on_result):
+        self.configs, self.started, self.stop_at, self.on_result = configs, started, stop_at, on_result
         self.lock = threading.Lock()
         self.next = 0
         self.retries: list[str] = []
@@ -184,6 +186,7 @@ class _Run:
             return self.best_us * factor if self.best_us else None
 
     def record(self, result: Screened) -> None:
+        result = result.model_copy(update={"at_s": time.time() - self.started})
         with self.lock:
             self.results[result.config] = result
             if result.stage == "done" and (self.best_us is None or result.us < self.best_us):

@@ -42,7 +42,8 @@ def merge(bucket, configs: list[str], parts: list[tuple[list[Screened], ScreenSt
     stats = [s for _, s in parts]
     return results, ScreenStats.of(
         bucket, configs, results, gpus=[g for s in stats for g in s.gpus], wall_s=wall_s,
-        compile_jobs=sum(s.compile_jobs for s in stats), compile_s=sum(s.compile_s for s in stats),
+        compile_jobs=sum(s.compile_jobs for s in stats), compile_cached=sum(s.compile_cached for s in stats),
+        compile_s=sum(s.compile_s for s in stats),
         compile_failed=sum(s.compile_failed for s in stats), restarts=sum(s.restarts for s in stats),
         notes=[n for s in stats for n in s.notes])
 

@@ -66,6 +66,8 @@ class Screened(BaseModel):
     worker: str = ""
     seconds: float = 0.0
     """Wall time the worker spent on it (load, check, capture, replays)."""
+    at_s: float | None = None
+    """When its result came, in seconds from the start of its bucket's screening."""
 
     @property
     def ok(self) -> bool:
@@ -85,6 +87,9 @@ class ScreenStats(BaseModel):
     """Stage -> count of configs that did not finish."""
     wall_s: float
     compile_jobs: int = 0
+    """Distinct specializations sent to the compile pool (found in the cache there or compiled)."""
+    compile_cached: int = 0
+    """Of those, found in Triton's cache already (an earlier bucket, phase or run compiled them)."""
     compile_s: float = 0.0
     """CPU seconds of the compiles that ran (summed over processes)."""
     compile_failed: int = 0
@@ -95,6 +100,8 @@ class ScreenStats(BaseModel):
     best_us: float | None = None
     best_index: int | None = None
     """Position of the best config in the screening order (0: the first screened)."""
+    best_at_s: float | None = None
+    """When the best config's result came, in seconds from the start of the bucket's screening."""
     notes: list[str] = Field(default_factory=list)
     """Workers that sat the bucket out, and why."""
 
@@ -111,7 +118,8 @@ class ScreenStats(BaseModel):
         return cls(bucket=bucket, configs=len(configs), screened=sum(r.stage != "unscreened" for r in results),
                    ok=len(ok), failed=failed, hits=sum(r.hits for r in results), misses=sum(r.misses for r in results),
                    best=best.config if best else None, best_us=best.us if best else None,
-                   best_index=configs.index(best.config) if best else None, **fields)
+                   best_index=configs.index(best.config) if best else None,
+                   best_at_s=best.at_s if best else None, **fields)
 
     @property
     def per_second(self) -> float:
