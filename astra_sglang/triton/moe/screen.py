@@ -44,7 +44,7 @@ def parse(code: str) -> tuple[MoeConfig, str, dict[str, int]]:
 
 class MoeScreenLaunch:
     def __init__(self, experts: int, inter: int, hidden: int, topk: int, dtype: str = "bfloat16",
-                 launches: int = 10, replays: int = 10, warmup: int = 2, seed: int = 0,
+                 launches: int = 10, replays: int = 10, warmup: int = 1, seed: int = 0,
                  variants: dict[str, str] | None = None):
         import torch
 
