@@ -35,7 +35,8 @@ from pydantic import BaseModel
 from astra_sglang.optimize.tuner.screen_pool import ScreenPool
 from astra_sglang.optimize.tuner.screen_worker_handle import WorkerSettings
 from astra_sglang.triton import moe_configs
-from astra_sglang.triton.moe.order import gpu_model, landscape_us, ordered
+from astra_sglang.triton.moe.order import gpu_model, ordered
+from astra_sglang.triton.moe.simulate import SimulatedEvaluator, landscape_us
 from astra_sglang.triton.moe.two_tier import LAUNCH, ScreenOptions
 from astra_sglang.triton.moe_shapes import MoeShape
 
@@ -162,7 +163,9 @@ class Bench:
         if self.args.simulate:
             screen.target, screen.launch_options = SIMULATE, self.settings(shape).options
             facts = Facts(gpu=self.gpu, smem=self.smem, triton="3.6.0", sglang="simulated", source_hash="0" * 64)
-            batch = SimulatedStrict(shape, self.gpu)
+            picks = {p.tokens: p.config for p in moe_configs.sglang_picks(
+                shape.experts, shape.inter, shape.hidden, shape.topk, buckets)}
+            batch = SimulatedEvaluator(shape, self.gpu, picks.__getitem__)
         else:
             from astra_sglang.search.pool import LocalPool
             from astra_sglang.triton.run import facts_here
@@ -198,35 +201,6 @@ class Bench:
         if "tiers" in phases:
             for name in self.args.shapes.split(","):
                 self.tiers(name, SHAPES[name])
-
-
-class SimulatedStrict:
-    """--simulate's isolated evaluator: the cost model's times for the candidate and SGLang's pick."""
-
-    def __init__(self, shape: MoeShape, gpu: str):
-        self.shape, self.gpu = shape, gpu
-
-    def __call__(self, reqs):
-        from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
-        from astra_sglang.triton.moe_op import parse_table
-
-        picks = {p.tokens: p.config for p in moe_configs.sglang_picks(
-            self.shape.experts, self.shape.inter, self.shape.hidden, self.shape.topk, [s[0] for s in reqs[0].shapes])}
-        out = []
-        for req in reqs:
-            table = parse_table(req.candidate.path.rsplit(":", 1)[1])
-            rows = []
-            for shape in req.shapes:
-                t = shape[0]
-                args = (self.shape.experts, self.shape.inter, self.shape.hidden, self.shape.topk, self.gpu)
-                cand = landscape_us(table[moe_configs.nearest(table, t)].code(), t, *args)
-                base = landscape_us(picks[t].code(), t, *args)
-                rows.append(ShapeResult(shape=shape, dtype="bfloat16", correct=True, speedup=base / cand,
-                                        candidate=Timing(median_us=cand, p10_us=cand, p90_us=cand),
-                                        baseline=Timing(median_us=base, p10_us=base, p90_us=base)))
-            out.append(EvalResult(kernel=req.kernel, candidate=req.candidate.name(), ok=True, stage="done",
-                                  shapes=rows, wall_s=0.0))
-        return out
 
 
 def main() -> int:

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 from click.testing import CliRunner
-from moe_fakes import ARGS, FACTS, Strict
+from moe_fakes import ARGS, FACTS, LANDSCAPE, Strict
 
 from astra_sglang.cli import main
 from astra_sglang.triton import moe_configs
@@ -48,7 +48,7 @@ def test_a_run_through_both_tiers(tmp_path, monkeypatch):
     real = two_tier.open_screener
 
     def simulated(shape, options):
-        launch = {"landscape": "astra_sglang.triton.moe.order:landscape_us", "landscape_args": ARGS,
+        launch = {"landscape": LANDSCAPE, "landscape_args": ARGS,
                   "compile_s": 0.0, "call_s": 0.0002}
         return real(shape, dataclasses.replace(options, compile_workers=1, launch_options=launch,
                                                target="astra_sglang.optimize.tuner.screen_simulate:SimulatedLaunch"))

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from moe_fakes import ARGS, FACTS, PICK, SHAPE, Strict, us_of
+from moe_fakes import ARGS, FACTS, LANDSCAPE, PICK, SHAPE, Strict, us_of
 
 from astra_sglang.optimize.tuner.screen_records import Screened, ScreenStats
 from astra_sglang.optimize.tuner.two_tier import BucketScreen, finalists
@@ -22,7 +22,7 @@ def _picks(sizes):
 
 
 def _options(tmp_path, **screen):
-    launch = {"landscape": "astra_sglang.triton.moe.order:landscape_us", "landscape_args": ARGS,
+    launch = {"landscape": LANDSCAPE, "landscape_args": ARGS,
               "compile_s": 0.0, "call_s": 0.0005, "faults": screen.pop("faults", {})}
     return TuneOptions(use_cache=screen.pop("use_cache", False), patches_dir=tmp_path / "patches",
                        screen=ScreenOptions(gpus=["0", "1"], finalists=2, compile_workers=2, config_timeout_s=10,

@@ -166,8 +166,3 @@ def ordered(shape: MoeShape, tokens: int, pick: MoeConfig, gpu: GpuModel, space:
                  cost=lambda c: predict_us(c, tokens, shape, gpu), infeasible=lambda c: infeasible(c, gpu),
                  code=MoeConfig.code, prune_factor=prune)
 
-
-def landscape_us(config: str, tokens: int, experts: int, inter: int, hidden: int, topk: int, gpu: str) -> float:
-    """The cost model as a simulated GPU's times (screen_simulate's landscape: the benchmark's --simulate)."""
-    base = MoeConfig.from_code(config.partition("+")[0])
-    return predict_us(base, tokens, MoeShape(experts, inter, hidden, topk), gpu_model(gpu))
