@@ -1,5 +1,5 @@
 """The order a config space is screened in, so that the best come early: what must come first (the op's own
-pick: the bar every config is held to), then the seeds (configs tuned elsewhere, trusted as they are), then the
+pick: the bar every config is held to, screened whatever the rules below say), then the seeds (configs tuned elsewhere, trusted as they are), then the
 rest by a cost model's predicted time. Configs that cannot run are dropped with the reason (`infeasible`), and
 so are those the model puts past `prune_factor` x its best prediction (hopeless: a wasted compile and replay
 each); every dropped config is listed with why, so a benchmark can check the rule against a full screening.
@@ -33,12 +33,12 @@ def order(first: Iterable[C], seeds: Iterable[C], space: Iterable[C], cost: Call
     out: list[C] = []
     seen: set[str] = set()
 
-    def take(config: C) -> str | None:
+    def take(config: C, check: bool = True) -> str | None:
         key = code(config)
         if key in seen:
             return None
         seen.add(key)
-        why = infeasible(config)
+        why = infeasible(config) if check else None
         if why:
             pruned[key] = why
             return None
@@ -46,7 +46,7 @@ def order(first: Iterable[C], seeds: Iterable[C], space: Iterable[C], cost: Call
         return key
 
     for config in first:
-        if take(config):
+        if take(config, check=False):
             out.append(config)
     heads = len(out)
     for config in seeds:

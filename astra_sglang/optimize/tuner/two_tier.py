@@ -67,7 +67,10 @@ def screen_buckets(screener: Screener, orders: dict[Hashable, list[str]], picks:
         todo = [c for c in orders[bucket] if c not in known]
         if on_bucket:
             on_bucket(bucket, len(todo))
-        results, stats = screener.screen(bucket, todo, budget_s=share, deadline=deadline, on_result=on_result)
+        if todo:
+            results, stats = screener.screen(bucket, todo, budget_s=share, deadline=deadline, on_result=on_result)
+        else:  # everything known: no worker needs to prepare the bucket
+            results, stats = [], ScreenStats.of(bucket, [], [], gpus=[], wall_s=0.0)
         if cache:
             cache.add_many(key(bucket), [r for r in results if r.stage in KEEP])
         by = {r.config: r for r in results}
