@@ -60,6 +60,9 @@ class Row(BaseModel):
     start_s: float
     """Starting the workers (importing SGLang), before the wall clock."""
     per_gpu: float
+    steady_per_gpu: float | None
+    """From the first result on: the workers' preparing of the batch size left out."""
+    first_at_s: float | None
     hit_rate: float | None
     compile_jobs: int
     compile_cached: int
@@ -140,7 +143,9 @@ class Bench:
         pick_us = next((r.us for r in results if r.config == pick.config.code() and r.ok), None)
         row = Row(shape=name, phase=phase, gpus=len(gpus), bucket=self.args.batch, configs=len(configs),
                   screened=stats.screened, ok=stats.ok, wall_s=stats.wall_s, start_s=start_s,
-                  per_gpu=stats.per_second / len(gpus), hit_rate=stats.hit_rate, compile_jobs=stats.compile_jobs,
+                  per_gpu=stats.per_second / len(gpus), first_at_s=stats.first_at_s,
+                  steady_per_gpu=stats.steady_per_second / len(gpus) if stats.steady_per_second else None,
+                  hit_rate=stats.hit_rate, compile_jobs=stats.compile_jobs,
                   compile_cached=stats.compile_cached, compile_s=stats.compile_s, restarts=stats.restarts, failed=stats.failed, best=stats.best,
                   best_us=stats.best_us, best_index=stats.best_index, best_at_s=stats.best_at_s,
                   pick=pick.config.code(), pick_us=pick_us, dropped=len(order.pruned))

@@ -9,7 +9,11 @@
 #   bash benchmarks/gpu/moe_screen.sh [OUTDIR]
 # env: DEADLINE (seconds for the bench's phases, 470), SHAPES (qwen3,mixtral), PHASES (cold,warm1,warm2,tiers),
 #      BUCKETS (the tiers' batch sizes, 1,16,64,256,1024,4096), WARM (600), SCREEN_BUDGET (120), SIMULATE=1 (no GPU)
+#      WORK (the Triton cache, /tmp/moe-screen-work: kept for a later call on the same machine)
 # OUTDIR (default $OUT, else /tmp/moe-screen) gets env.txt, bench.log, moe_screen.jsonl, moe_screen.md, tune-*/.
+# Triton compiles of SGLang's whole space take most of a cold phase (a few CPU seconds each, two GEMMs a config):
+# where one call cannot hold every phase, the deadline cuts the last ones; run the rest in a second call, e.g.
+#   SHAPES=mixtral bash benchmarks/gpu/moe_screen.sh OUT2      PHASES=tiers bash benchmarks/gpu/moe_screen.sh OUT3
 set -u
 OUTDIR=${1:-${OUT:-/tmp/moe-screen}}; mkdir -p "$OUTDIR"
 source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt" 2>&1
@@ -18,7 +22,9 @@ source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt" 2>&1
   python3 -c "import triton; print('triton', triton.__version__)"; } >> "$OUTDIR/env.txt" 2>&1
 cat "$OUTDIR/env.txt"
 export ASTRA_SGLANG_CACHE=$(mktemp -d /tmp/moe-screen-cache.XXXX)  # no earlier result: every phase measures
-WORK=$(mktemp -d /tmp/moe-screen-work.XXXX)                        # the Triton cache (cubins) stays out of OUT
+# The Triton cache (cubins) stays out of OUT; a later call on the same (warm) machine finds it: its "cold" phases
+# then say how much they found compiled (compile_cached).
+WORK=${WORK:-/tmp/moe-screen-work}; mkdir -p "$WORK"
 DEADLINE=${DEADLINE:-470}
 # Its own process group, so a cut run leaves no screening worker or compile process behind.
 setsid timeout --kill-after=15 $((DEADLINE + 60)) python3 benchmarks/moe_screen_bench.py --out "$OUTDIR" \

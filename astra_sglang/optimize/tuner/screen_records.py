@@ -102,6 +102,8 @@ class ScreenStats(BaseModel):
     """Position of the best config in the screening order (0: the first screened)."""
     best_at_s: float | None = None
     """When the best config's result came, in seconds from the start of the bucket's screening."""
+    first_at_s: float | None = None
+    """When the first result came: the workers' preparing (inputs, reference) and the first compiles before it."""
     notes: list[str] = Field(default_factory=list)
     """Workers that sat the bucket out, and why."""
 
@@ -119,11 +121,19 @@ class ScreenStats(BaseModel):
                    ok=len(ok), failed=failed, hits=sum(r.hits for r in results), misses=sum(r.misses for r in results),
                    best=best.config if best else None, best_us=best.us if best else None,
                    best_index=configs.index(best.config) if best else None,
-                   best_at_s=best.at_s if best else None, **fields)
+                   best_at_s=best.at_s if best else None,
+                   first_at_s=min((r.at_s for r in results if r.at_s is not None), default=None), **fields)
 
     @property
     def per_second(self) -> float:
         return self.screened / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def steady_per_second(self) -> float | None:
+        """Configs per second from the first result on (preparing the bucket left out)."""
+        if self.first_at_s is None or self.screened < 2 or self.wall_s <= self.first_at_s:
+            return None
+        return (self.screened - 1) / (self.wall_s - self.first_at_s)
 
     @property
     def hit_rate(self) -> float | None:
