@@ -141,9 +141,6 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
             b.screened = sum(r.stage != "unscreened" for r in s.results)
             b.screen_best, b.screen_us = (best[0].config, best[0].us) if best else (None, None)
             b.screen_pick_us = s.pick_us(b.pick)
-    untuned = sorted(set(file_table(shape, {}, picks_at)) - set(buckets))
-    if untuned:
-        result.notes.append(f"batch-size keys left at SGLang's pick (not tuned): {', '.join(map(str, untuned))}")
     tuned = {b.tokens: MoeConfig.from_code(b.chosen) for b in result.buckets if b.verdict == "tuned"}
     if tuned and options.patches_dir:
         from astra_sglang.patching.config_writer import write_config_patch
@@ -154,5 +151,8 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
                                  moe_configs.file_name(shape.experts, shape.inter, facts.gpu))
     elif not tuned:
         result.notes.append("SGLang's own pick is the best measured at every batch size: no file written")
+    untuned = sorted(set(file_table(shape, {}, picks_at)) - set(buckets))
+    if untuned:
+        result.notes.append(f"batch-size keys left at SGLang's pick (not tuned): {', '.join(map(str, untuned))}")
     write_outputs(result, tuner, run_dir)
     return result
