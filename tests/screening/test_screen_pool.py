@@ -3,7 +3,6 @@ the worker, hang, freeze it, fail to compile or give wrong results fail alone; t
 others are timed; compiles ahead are found by the worker (hits); the budget leaves configs unscreened."""
 from __future__ import annotations
 
-
 from astra_sglang.optimize.tuner.screen_pool import ScreenPool
 from astra_sglang.optimize.tuner.screen_worker_handle import WorkerSettings
 
