@@ -32,13 +32,13 @@ from pathlib import Path
 from moe_screen_table import render
 from pydantic import BaseModel
 
+from astra_sglang.optimize.tuner.moe_order import gpu_model, ordered
+from astra_sglang.optimize.tuner.moe_simulate import SimulatedEvaluator, landscape_us
+from astra_sglang.optimize.tuner.moe_two_tier import LAUNCH, ScreenOptions
 from astra_sglang.optimize.tuner.screen_pool import ScreenPool
 from astra_sglang.optimize.tuner.screen_worker_handle import WorkerSettings
-from astra_sglang.triton import moe_configs
-from astra_sglang.triton.moe.order import gpu_model, ordered
-from astra_sglang.triton.moe.simulate import SimulatedEvaluator, landscape_us
-from astra_sglang.triton.moe.two_tier import LAUNCH, ScreenOptions
-from astra_sglang.triton.moe_shapes import MoeShape
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.moe.shapes import MoeShape
 
 SHAPES = {"qwen3": MoeShape(128, 768, 2048, 8), "mixtral": MoeShape(8, 14336, 4096, 2)}
 SIMULATED_GPU = "NVIDIA H100 80GB HBM3"
@@ -105,8 +105,8 @@ class Bench:
             lookup = moe_configs.sglang_module()
             lookup.get_device_name = lambda: SIMULATED_GPU  # SGLang's lookup on the simulated GPU
         else:
-            from astra_sglang.search.devices import visible_gpus
-            from astra_sglang.triton.run import facts_here
+            from astra_sglang.optimize.pool.devices import visible_gpus
+            from astra_sglang.optimize.tuner.moe_run import facts_here
 
             facts = facts_here()
             self.gpu, self.smem, self.gpus = facts.gpu, facts.smem, visible_gpus()
@@ -159,7 +159,7 @@ class Bench:
         if left < TIERS_MIN_S:
             self.log(f"{name} tiers: skipped, {left:.0f} s left (needs {TIERS_MIN_S})")
             return
-        from astra_sglang.triton.run import Facts, TuneOptions, tune_fused_moe
+        from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions, tune_fused_moe
 
         buckets = [int(b) for b in self.args.buckets.split(",")]
         screen = ScreenOptions(gpus=self.gpus, budget_s=min(self.args.screen_budget, left / 3),
@@ -172,8 +172,8 @@ class Bench:
                 shape.experts, shape.inter, shape.hidden, shape.topk, buckets)}
             batch = SimulatedEvaluator(shape, self.gpu, picks.__getitem__)
         else:
-            from astra_sglang.search.pool import LocalPool
-            from astra_sglang.triton.run import facts_here
+            from astra_sglang.optimize.pool.pool import LocalPool
+            from astra_sglang.optimize.tuner.moe_run import facts_here
 
             facts, pool = facts_here(), LocalPool(self.gpus)
             batch = pool.map

@@ -16,33 +16,9 @@ from pathlib import Path
 from typing import Literal
 
 from astra_sglang.errors import AstraError
+from astra_sglang.patchset.manifest import Target
 
 Status = Literal["ok", "not-installed", "missing-module", "missing-attr"]
-
-
-@dataclass(frozen=True)
-class Target:
-    module: str
-    attr: str
-
-    @classmethod
-    def parse(cls, text: str) -> "Target":
-        module, sep, attr = text.partition(":")
-        if not sep or not module or not attr or "." in attr:
-            raise AstraError(f"bad patch target {text!r}: write module:attr, e.g. sglang.srt.layers.layernorm:rmsnorm")
-        return cls(module, attr)
-
-    @property
-    def dotted(self) -> str:
-        """The form SGLang's HookRegistry takes."""
-        return f"{self.module}.{self.attr}"
-
-    @property
-    def package(self) -> str:
-        return self.module.split(".", 1)[0]
-
-    def __str__(self) -> str:
-        return f"{self.module}:{self.attr}"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from astra_sglang.optimize.tuner.screen_records import ScreenStats
+from astra_sglang.triton.screen_records import ScreenStats
 
 Verdict = Literal["tuned", "sglang-best", "no-valid-config", "not-measured"]
 

@@ -9,7 +9,7 @@ import pytest
 
 from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource, ShapeResult, Timing
 from astra_sglang.optimize.tuner.bucket import WIN_MARGIN, BucketTuner, Finalists
-from astra_sglang.triton.cache import CacheKey, TuneCache
+from astra_sglang.optimize.tuner.cache import CacheKey, TuneCache
 
 PICK = 0
 

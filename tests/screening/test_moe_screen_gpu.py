@@ -16,7 +16,7 @@ CONFIGS = ["m16n64k64g1w4s3", "m16n128k128g1w4s4", "m32n64k128g16w4s3", "m64n128
 
 def test_real_kernel_compiled_ahead_checked_and_timed(tmp_path):
     pytest.importorskip("sglang")
-    settings = WorkerSettings(target="astra_sglang.triton.moe.screen:MoeScreenLaunch", options={
+    settings = WorkerSettings(target="astra_sglang.optimize.tuner.moe_screen:MoeScreenLaunch", options={
         "experts": 8, "inter": 256, "hidden": 512, "topk": 2,
         "variants": {"same": "variant_same:fused_experts_same"}})
     with ScreenPool(settings, ["0"], tmp_path / "triton", compile_workers=4) as pool:

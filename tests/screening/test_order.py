@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from astra_sglang.optimize.tuner.order import order
-from astra_sglang.triton import moe_configs
-from astra_sglang.triton.moe.order import (expected_blocks, gpu_model, infeasible, ordered, predict_us,
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.optimize.tuner.moe_order import (expected_blocks, gpu_model, infeasible, ordered, predict_us,
                                            shipped_seeds)
-from astra_sglang.triton.moe_shapes import MoeShape
-from astra_sglang.triton.space import SPACES, MoeConfig
+from astra_sglang.triton.moe.shapes import MoeShape
+from astra_sglang.triton.moe.space import SPACES, MoeConfig
 
 H200 = gpu_model("NVIDIA H200")
 MIXTRAL = MoeShape(8, 14336, 4096, 2)

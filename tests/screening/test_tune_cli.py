@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from moe_fakes import ARGS, FACTS, LANDSCAPE, Strict
 
 from astra_sglang.cli import main
-from astra_sglang.triton import moe_configs
-from astra_sglang.triton.moe import two_tier
+from astra_sglang.optimize.tuner import moe_two_tier as two_tier
+from astra_sglang.triton.moe import configs as moe_configs
 
 SHAPE = "128x768x2048x8"
 
@@ -30,8 +30,8 @@ def test_no_gpu_is_one_line_before_anything_starts(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args,message", [(["--gpus", "3"], "no GPU 3 here (visible: 0, 1)"),
                                           (["--finalists", "0"], "at least 1")])
 def test_bad_screening_options(args, message, monkeypatch):
-    monkeypatch.setattr("astra_sglang.triton.run.facts_here", lambda: FACTS)
-    monkeypatch.setattr("astra_sglang.search.devices.visible_gpus",
+    monkeypatch.setattr("astra_sglang.optimize.tuner.moe_run.facts_here", lambda: FACTS)
+    monkeypatch.setattr("astra_sglang.optimize.pool.devices.visible_gpus",
                         lambda requested=None: ["0", "1"] if requested is None else requested.split(","))
     result = CliRunner().invoke(main, ["tune", "fused_moe", "--shape", SHAPE, *args])
     assert result.exit_code == 1 and message in result.output
@@ -39,8 +39,8 @@ def test_bad_screening_options(args, message, monkeypatch):
 
 def test_a_run_through_both_tiers(tmp_path, monkeypatch):
     monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("astra_sglang.triton.run.facts_here", lambda: FACTS)
-    monkeypatch.setattr("astra_sglang.search.devices.visible_gpus", lambda requested=None: ["0"])
+    monkeypatch.setattr("astra_sglang.optimize.tuner.moe_run.facts_here", lambda: FACTS)
+    monkeypatch.setattr("astra_sglang.optimize.pool.devices.visible_gpus", lambda requested=None: ["0"])
     monkeypatch.setattr("astra_sglang.harness.isolate.evaluate_many", Strict())
     lookup = moe_configs.sglang_module()  # SGLang's own lookup, on the facts' GPU (CPU has no device name)
     monkeypatch.setattr(lookup, "get_device_name", lambda: FACTS.gpu)

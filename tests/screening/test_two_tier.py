@@ -9,13 +9,13 @@ import pytest
 
 from moe_fakes import ARGS, FACTS, LANDSCAPE, PICK, SHAPE, Strict, us_of
 
-from astra_sglang.optimize.tuner.screen_records import Screened, ScreenStats
+from astra_sglang.optimize.tuner.moe_run import TuneOptions, tune_fused_moe
+from astra_sglang.optimize.tuner.moe_two_tier import ScreenOptions
 from astra_sglang.optimize.tuner.two_tier import BucketScreen, finalists
-from astra_sglang.triton import moe_configs
-from astra_sglang.triton.moe.two_tier import ScreenOptions
-from astra_sglang.triton.moe_configs import Pick
-from astra_sglang.triton.run import TuneOptions, tune_fused_moe
-from astra_sglang.triton.space import MoeConfig
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.moe.configs import Pick
+from astra_sglang.triton.moe.space import MoeConfig
+from astra_sglang.triton.screen_records import Screened, ScreenStats
 
 def _picks(sizes):
     return [Pick(t, PICK, "default") for t in sizes]

@@ -3,7 +3,7 @@ variant's extra knob checked and dropped (what a source-level knob's launch rece
 
 
 def fused_experts_same(hidden, w1, w2, topk_output, runner_config, config):
-    from astra_sglang.triton.moe_op import _sglang
+    from astra_sglang.triton.moe.op import _sglang
 
     fused_experts, override_config, _, _ = _sglang()
     config = dict(config)

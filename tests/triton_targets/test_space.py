@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from astra_sglang.errors import AstraError
-from astra_sglang.triton import moe_configs
-from astra_sglang.triton.space import MoeConfig, fits, neighbors, space, useful
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.moe.space import MoeConfig, fits, neighbors, space, useful
 
 
 @pytest.mark.parametrize("config", [MoeConfig(64, 64, 32, 8), MoeConfig(16, 256, 128, 1, 8, 2)])

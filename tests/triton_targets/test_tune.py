@@ -6,16 +6,16 @@ import json
 import pytest
 
 from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
-from astra_sglang.patching.manifest import PatchManifest
-from astra_sglang.patching.store import PatchStore
-from astra_sglang.triton import moe_configs
-from astra_sglang.triton.cache import TuneCache
-from astra_sglang.triton.moe_configs import Pick
-from astra_sglang.triton.moe_op import parse_table
-from astra_sglang.triton.moe_shapes import MoeShape
-from astra_sglang.triton.run import Facts, TuneOptions, file_table, tune_fused_moe
-from astra_sglang.triton.space import VALUES, MoeConfig
-from astra_sglang.triton.tune import WIN_MARGIN, Setup, moe_tuner
+from astra_sglang.optimize.tuner.cache import TuneCache
+from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions, file_table, tune_fused_moe
+from astra_sglang.optimize.tuner.moe_tune import WIN_MARGIN, Setup, moe_tuner
+from astra_sglang.patchset.manifest import PatchManifest
+from astra_sglang.patchset.store import PatchStore
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.moe.configs import Pick
+from astra_sglang.triton.moe.op import parse_table
+from astra_sglang.triton.moe.shapes import MoeShape
+from astra_sglang.triton.moe.space import VALUES, MoeConfig
 
 SHAPE = MoeShape(128, 768, 2048, 8)
 PICK = MoeConfig(64, 64, 32, 8)

@@ -23,7 +23,7 @@ from collections import defaultdict
 from typing import Callable, Generic, Hashable, Protocol, TypeVar
 
 from astra_sglang.harness.records import EvalRequest, EvalResult
-from astra_sglang.triton.cache import CacheKey, Measurement, TuneCache
+from astra_sglang.optimize.tuner.cache import CacheKey, Measurement, TuneCache
 from astra_sglang.triton.results import BucketResult
 
 WIN_MARGIN = 1.02

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from astra_sglang.optimize.tuner.screen_launch import describe
-from astra_sglang.optimize.tuner.screen_records import CompileJob, CompileOutcome
+from astra_sglang.triton.screen_records import CompileJob, CompileOutcome
 
 SIMULATED_DIR = "astra-simulated"
 """Where simulated compiles leave their marker inside the cache dir (screen_simulate.py reads it)."""

@@ -4,7 +4,7 @@ A launch lives in the worker process for its whole life: it imports the op's cod
 and reference once (`prepare`), and then answers per config code: what it would compile (`jobs`, for compiling
 ahead), whether its output is right (`check`, whose call also loads the config's kernels) and how long one call
 takes (`time`). The worker handles everything else (isolation, heartbeat, counting). Fused MoE's launch is
-`astra_sglang.triton.moe.screen:MoeScreenLaunch`; `screen_simulate.SimulatedLaunch` stands in for a GPU.
+`astra_sglang.optimize.tuner.moe_screen:MoeScreenLaunch`; `screen_simulate.SimulatedLaunch` stands in for a GPU.
 
 A config that must not be timed raises `ScreenFailure(stage, reason)`; an exception after which the device is
 unusable (a CUDA illegal address poisons the context) is `fatal`: the worker answers and exits, and a new one
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from astra_sglang.errors import AstraError
-from astra_sglang.optimize.tuner.screen_records import Bucket, CompileJob
+from astra_sglang.triton.screen_records import Bucket, CompileJob
 
 
 @dataclass(frozen=True)

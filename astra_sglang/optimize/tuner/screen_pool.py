@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Callable
 
 from astra_sglang.optimize.tuner.compile_ahead import CompilePool
-from astra_sglang.optimize.tuner.screen_records import Bucket, CompileJob, Screened, ScreenStats
 from astra_sglang.optimize.tuner.screen_worker_handle import WorkerHandle, WorkerLost, WorkerSettings
+from astra_sglang.triton.screen_records import Bucket, CompileJob, Screened, ScreenStats
 
 CUTOFF = 1.5
 """A config whose first replay is this much slower than the best so far is not timed further: screening keeps

@@ -8,7 +8,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from astra_sglang.optimize.tuner.screen_records import Screened
+from astra_sglang.triton.screen_records import Screened
 
 
 class ScreenProgress:

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
-from astra_sglang.optimize.tuner.screen_records import Screened, ScreenStats
 from astra_sglang.optimize.tuner.screen_worker_handle import WorkerSettings
+from astra_sglang.triton.screen_records import Screened, ScreenStats
 
 
 class HostScreener:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from astra_sglang.optimize.tuner.compile_ahead import SIMULATED_DIR
 from astra_sglang.optimize.tuner.screen_launch import Checked, Timed, cuda_fatal
-from astra_sglang.optimize.tuner.screen_records import CompileJob
+from astra_sglang.triton.screen_records import CompileJob
 
 GEMMS = ("gemm1", "gemm2")
 

@@ -20,7 +20,7 @@ import time
 import traceback
 
 from astra_sglang.optimize.tuner.screen_launch import ScreenFailure, ScreenLaunch, describe, load_launch
-from astra_sglang.optimize.tuner.screen_records import Screened
+from astra_sglang.triton.screen_records import Screened
 
 FATAL_EXIT = 3
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Protocol
 
-from astra_sglang.optimize.tuner.screen_records import Screened, ScreenStats
+from astra_sglang.triton.screen_records import Screened, ScreenStats
 
 FINALIST_SLACK = 1.01
 """A finalist screened no slower than the pick x this (screening is one process and a few replays: a config
