@@ -1,5 +1,6 @@
-"""Where the project's data lives: specs (extract/), templates (harness_templates/), patches/, caches, and the
-user folder (the user's own specs and patches).
+"""Where the project's data lives: the op specs (extract/, the specs extraction reads; installed as
+astra_sglang._specs), templates (harness_templates/), patches/, caches, and the user folder (the user's own
+specs and patches).
 
 The top-level folders are mapped into the installed package (see pyproject.toml), so they resolve the
 same way from a checkout (`pip install -e .`) and from a wheel.
@@ -11,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 
-_CHECKOUT_FOLDERS = {"astra_sglang._extract": "extract", "astra_sglang._templates": "harness_templates",
+_CHECKOUT_FOLDERS = {"astra_sglang._specs": "extract", "astra_sglang._templates": "harness_templates",
                      "astra_sglang._patches": "patches"}
 
 
@@ -26,7 +27,7 @@ def _pkg_dir(name: str) -> Path:
 
 
 def specs_dir() -> Path:
-    return _pkg_dir("astra_sglang._extract")
+    return _pkg_dir("astra_sglang._specs")
 
 
 def templates_dir() -> Path:

@@ -11,48 +11,25 @@ SGLang's op was faster, the failed checks, and the per-call rows.
 """
 from __future__ import annotations
 
-import json
 import math
-import re
 import sys
 from pathlib import Path
 
-from astra_sglang.patching.manifest import MeasuredShape, PatchManifest
+from astra_sglang.patchset.manifest import PatchManifest
+from astra_sglang.patchset.record import gate_max_bytes, read_rows, timed_against_sglang
+from astra_sglang.patchset.record import record as record_measurements
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 
 def rows(out: Path, pattern: str) -> list[dict]:
-    found = []
-    for path in sorted(out.glob(pattern)):
-        found += [r for r in map(json.loads, path.read_text().splitlines()) if r.get("type", "shape") == "shape"]
-    return found
-
-
-def timed_against_sglang(row: dict) -> bool:
-    return bool(row.get("speedup")) and str(row.get("candidate_label", "")).startswith("patches/") \
-        and str(row.get("baseline_label", "")).startswith("py:")
+    return read_rows(sorted(out.glob(pattern)))
 
 
 def record(manifest: PatchManifest, timed: list[dict], checked: list[dict], gpu: str, date: str,
            source: str) -> PatchManifest:
-    """The manifest with this run's figures (a copy; the caller saves it)."""
-    manifest = manifest.model_copy(deep=True)
-    spec = get_spec(manifest.op)
-    mine = [r for r in timed if timed_against_sglang(r)]
-    if mine:
-        manifest.measured = [MeasuredShape(shape=tuple(r["shape"]), dtype=r["dtype"], candidate_us=r["candidate"]["median_us"],
-                                           baseline_us=r["baseline"]["median_us"], speedup=r["speedup"],
-                                           pct_roofline=r.get("pct_roofline")) for r in mine]
-        manifest.baseline = mine[0]["baseline_label"]
-        manifest.provenance.date, manifest.provenance.gpu = date, gpu
-        clause = f"`measured`: {source}"
-        notes, found = re.subn(r"`measured`: [^;]*", lambda m: clause, manifest.provenance.notes)
-        manifest.provenance.notes = notes if found else f"{notes}; {clause}".lstrip("; ")
-    covered = [r for r in timed + checked if r.get("covered", True) and r.get("correct") is not None]
-    failed = [r for r in covered if r["correct"] is False]
-    passed = [r for r in covered if r["correct"]]
-    manifest.gate_max_bytes = None if failed or not passed else max(
-        spec.call_bytes(tuple(r["shape"]), r["dtype"]) for r in passed)
+    """The manifest with this run's figures and gate bound, disabled (a copy; the caller saves it)."""
+    manifest = record_measurements(manifest, timed, gpu, date, source)
+    manifest.gate_max_bytes = gate_max_bytes(manifest.op, timed + checked)
     manifest.enabled = False
     return manifest
 

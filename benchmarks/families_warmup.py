@@ -19,7 +19,7 @@ DEVICE, DTYPE = "cuda", torch.bfloat16  # the timed step and per_call.py run bf1
 
 def _activation(name: str) -> Callable[[str], None]:
     def warm(sets: str) -> None:
-        from astra_sglang.ops import adapters
+        from astra_sglang.baselines import adapters
 
         x = torch.randn(4, 2 * 4096, device=DEVICE, dtype=DTYPE)
         getattr(adapters, f"sglang_{name}")(x, torch.empty(4, 4096, device=DEVICE, dtype=DTYPE))
@@ -43,8 +43,8 @@ def _gemma_fused_add_rmsnorm(sets: str) -> None:
 def _rotary_embedding(sets: str) -> None:
     """SGLang's fused rope JIT-compiles per (is_neox, rotary width, dtype): every head_dim of the timed sets, bf16,
     neox (the spec's default, and Llama's), through the harness's adapter."""
-    from astra_sglang.ops.adapters import sglang_rotary_embedding
-    from astra_sglang.ops.rope import cos_sin_cache
+    from astra_sglang.baselines.adapters import sglang_rotary_embedding
+    from astra_sglang.references.rope import cos_sin_cache
     from astra_sglang.specs.registry import get_spec, resolve_shapes
 
     spec = get_spec("rotary_embedding")
@@ -61,7 +61,7 @@ def _rotary_embedding(sets: str) -> None:
 def _topk_softmax(sets: str) -> None:
     """SGLang's topk_softmax (through its kernel registry) on both of its paths: a power-of-two expert count (one
     kernel) and Qwen1.5-MoE's 60 (softmax into a workspace, then the top-k kernel)."""
-    from astra_sglang.ops.adapters import KERNEL_BASELINES
+    from astra_sglang.baselines.adapters import KERNEL_BASELINES
 
     module, name = KERNEL_BASELINES["topk_softmax"].removeprefix("py:").split(":")
     op = getattr(importlib.import_module(module), name)
@@ -74,8 +74,8 @@ def _topk_softmax(sets: str) -> None:
 def _group_quant(sets: str) -> None:
     """SGLang's JIT per_token_group_quant compiles one module per (dtype, scale layout): every combination the steps
     call (bf16 and fp16, row- and column-major / TMA-aligned scales), and its per-token kernel."""
-    from astra_sglang.ops import adapters
-    from astra_sglang.ops.quant import allocate_scales
+    from astra_sglang.baselines import adapters
+    from astra_sglang.references.quant import allocate_scales
 
     for dtype in (torch.bfloat16, torch.float16):
         for tokens, width in ((4, 7168), (4, 128)):

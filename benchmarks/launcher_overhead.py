@@ -20,7 +20,7 @@ import torch
 
 from astra_sglang.harness.abi import KernelLibrary, Launcher
 from astra_sglang.patching import fastcall
-from astra_sglang.patching.ops import PatchedOp
+from astra_sglang.patching.patched_op import PatchedOp
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.paths import templates_dir
 from astra_sglang.specs.registry import get_spec
@@ -134,9 +134,9 @@ class _StandInKernel:
 
 
 def launch_patch() -> None:
-    from astra_sglang.patching.manifest import LaunchTable
     from astra_sglang.patching.stats import OpStats as Stats
     from astra_sglang.patching.triton_launch import LaunchPatch
+    from astra_sglang.patchset.manifest import LaunchTable
 
     table = LaunchTable(kernel="extend_attention", heads=32, kv_heads=8, head_dim=128, dtype="bfloat16",
                         device="GPU", triton="3.6.0", by="extend", max_key=4096,

@@ -27,13 +27,13 @@ import sys
 import time
 from pathlib import Path
 
-from astra_sglang.triton import moe_configs
+from astra_sglang.triton.moe import configs as moe_configs
 from astra_sglang.triton.moe.bar import PRESETS, final_request, requests, rows
 from astra_sglang.triton.moe.bar_report import summarize, write_report
 from astra_sglang.triton.moe.sglang_tuner import TunerScript
 from astra_sglang.triton.moe.sglang_tuner_run import run_bounded, run_full
-from astra_sglang.triton.moe_shapes import MoeShape, parse_buckets
-from astra_sglang.triton.space import MoeConfig
+from astra_sglang.triton.moe.shapes import MoeShape, parse_buckets
+from astra_sglang.triton.moe.space import MoeConfig
 
 EVAL_TIMEOUT_S = 300.0
 FINAL_NEEDS_S = 90.0
@@ -87,7 +87,7 @@ def header(args, shape: MoeShape, gpus: list[str]) -> dict:
 
 
 def evaluate(gpus: list[str], comparisons) -> list:
-    from astra_sglang.search.pool import LocalPool
+    from astra_sglang.optimize.pool.pool import LocalPool
 
     with LocalPool(gpus) as pool:
         return pool.map([c.request for c in comparisons])
@@ -105,7 +105,7 @@ def main(argv=None) -> Path:
     started = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
     shape, tokens = shape_of(args), parse_buckets(args.batch_sizes)
-    from astra_sglang.search.devices import visible_gpus
+    from astra_sglang.optimize.pool.devices import visible_gpus
 
     gpus = visible_gpus(args.gpus)
     script = TunerScript.open(args.tuner_dir)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from astra_sglang.optimize.tuner.report import VERDICTS
 from astra_sglang.profile.compare import compare
 from astra_sglang.profile.records import Profile
-from astra_sglang.triton.report import VERDICTS
 from astra_sglang.triton.results import TuneResult
 
 OP = "fused_moe"

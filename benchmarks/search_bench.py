@@ -28,18 +28,18 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from astra_sglang.agents.database import ORIGINAL
-from astra_sglang.agents.llm import OpenAIModel
-from astra_sglang.agents.loop import Optimizer
-from astra_sglang.agents.records import LLMConfig, RunConfig
-from astra_sglang.agents.replay import KernelReplay, variants
-from astra_sglang.agents.scripted import ScriptedModel
 from astra_sglang.harness.records import EvalRequest, KernelSource
+from astra_sglang.optimize.agents.database import ORIGINAL
+from astra_sglang.optimize.agents.llm import OpenAIModel
+from astra_sglang.optimize.agents.loop import Optimizer
+from astra_sglang.optimize.agents.replay import KernelReplay, variants
+from astra_sglang.optimize.agents.scripted import ScriptedModel
+from astra_sglang.optimize.pool.devices import visible_gpus
+from astra_sglang.optimize.pool.pool import LocalPool, harness_evaluate
+from astra_sglang.optimize.pool.simulate import SimulatedBuilder, SimulatedEvaluator
+from astra_sglang.optimize.pool.stats import Span
+from astra_sglang.optimize.records import LLMConfig, RunConfig
 from astra_sglang.paths import kernels_dir
-from astra_sglang.search.devices import visible_gpus
-from astra_sglang.search.pool import LocalPool, harness_evaluate
-from astra_sglang.search.simulate import SimulatedBuilder, SimulatedEvaluator
-from astra_sglang.search.stats import Span
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 FAST_P = (1.0, 1.1)

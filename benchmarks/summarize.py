@@ -30,8 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 OPS = ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse"]
 DTYPE = "bfloat16"  # the table's dtype; the checks cover every dtype a patch serves
 DECODE_TOKENS = 64  # per-call figures in the table: 1-64 tokens, where the host's work per call matters
-NAMES = {"py:astra_sglang.ops.adapters:sglang_silu_and_mul": "sglang.srt.layers.activation.silu_and_mul"}
-"""Baselines by the name a user knows (the adapter calls exactly that function)."""
+NAMES = {f"py:astra_sglang.{package}.adapters:sglang_silu_and_mul": "sglang.srt.layers.activation.silu_and_mul"
+         for package in ("baselines", "ops")}
+"""Baselines by the name a user knows (the adapter calls exactly that function); rows recorded before the
+adapters moved to astra_sglang.baselines name them by their old module."""
 BEGIN, END = "<!-- results: written by benchmarks/summarize.py -->", "<!-- /results -->"
 
 

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from astra_sglang.cli import eager_note, main
+from astra_sglang.baselines import defaults
+from astra_sglang.baselines.adapters import KERNEL_BASELINES
+from astra_sglang.cli import main
+from astra_sglang.cli.bench import eager_note
 from astra_sglang.harness import isolate
 from astra_sglang.harness.records import BuildInfo, EvalResult, ShapeResult, Timing
-from astra_sglang.ops import defaults
-from astra_sglang.ops.adapters import KERNEL_BASELINES
 from astra_sglang.paths import kernels_dir, patches_dir
 
 OPS = ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse"]
@@ -41,7 +42,7 @@ def bench(monkeypatch, tmp_path):
 
     def invoke(args, sglang=True, gpu=True):
         monkeypatch.setattr(defaults, "missing_for", lambda op: None if sglang else "sglang")
-        monkeypatch.setattr("astra_sglang.cli._has_gpu", lambda: gpu)
+        monkeypatch.setattr("astra_sglang.cli.bench._has_gpu", lambda: gpu)
         res = CliRunner().invoke(main, ["bench", *args, "--shapes", "quick", "--out", str(tmp_path / "r.jsonl")])
         return res, seen[-1] if seen else None
 
@@ -116,6 +117,42 @@ def test_without_a_gpu_one_line_names_both_sides(bench):
     assert "no CUDA GPU here" in res.output and "patches/rmsnorm (the shipped patch) vs ours:rmsnorm" in res.output
 
 
+@pytest.mark.parametrize("flag", ["--per-call", "--ncu"])
+def test_per_call_and_ncu_say_in_one_line_what_they_need(bench, monkeypatch, flag):
+    monkeypatch.setattr("shutil.which", lambda name: None)  # no ncu either
+    res, req = bench(["rmsnorm", flag], gpu=False)
+    assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1 and req is None
+    assert "needs a CUDA GPU" in res.output
+    res, _ = bench(["decode_attention", flag], gpu=True)  # an op neither knows how to run
+    assert res.exit_code == 1 and "not decode_attention" in res.output
+    res, _ = bench(["rmsnorm", "--per-call", "--ncu"])
+    assert res.exit_code == 1 and "one at a time" in res.output
+
+
+def test_per_call_times_the_ops_patch_from_the_set_launch_serves(bench, monkeypatch, tmp_path):
+    from astra_sglang.serving import per_call
+
+    calls = []
+    monkeypatch.setattr(per_call, "main", lambda folder, tokens, patches, ops: calls.append(
+        (folder, tokens, patches, ops)) or 0)
+    res, req = bench(["silu_and_mul", "--per-call"])
+    assert res.exit_code == 0 and req is None, res.output
+    assert calls == [(tmp_path / "r.jsonl", per_call.TOKENS, None, ["silu_and_mul"])]
+
+
+def test_ncu_profiles_the_patch_and_sglangs_op_at_the_shapes_asked_for(bench, monkeypatch, tmp_path):
+    from astra_sglang.profile import ncu_table
+    from astra_sglang.specs.registry import get_spec, resolve_shapes
+
+    calls = []
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(ncu_table, "main", lambda folder, items, patches: calls.append((folder, items, patches)))
+    res, req = bench(["rmsnorm", "--ncu"])
+    assert res.exit_code == 0 and req is None, res.output
+    quick = [f"rmsnorm:{'x'.join(map(str, s))}" for s in resolve_shapes(get_spec("rmsnorm"), "quick")]
+    assert calls == [(tmp_path / "r.jsonl", quick, patches_dir())]
+
+
 def test_eager_note_only_where_the_host_sets_the_eager_time(bench):
     res, _ = bench(["rmsnorm"])
     note = [ln for ln in res.output.splitlines() if ln.startswith("eager is over")]
@@ -142,7 +179,7 @@ def test_group_quant_defaults_to_its_disabled_patch_against_sglangs_jit_kernel(b
     assert res.exit_code == 0, res.output
     assert Path(req.candidate.path) == (patches_dir() / "per_token_group_quant_fp8" / "kernel.cu").resolve()
     assert req.baseline.path == KERNEL_BASELINES["per_token_group_quant_fp8"]
-    assert req.baseline.path == "py:astra_sglang.ops.adapters:sglang_per_token_group_quant_fp8"
+    assert req.baseline.path == "py:astra_sglang.baselines.adapters:sglang_per_token_group_quant_fp8"
     assert res.output.splitlines()[0] == (
         "per_token_group_quant_fp8: patches/per_token_group_quant_fp8 (the shipped patch, disabled in the patch set) "
-        "vs py:astra_sglang.ops.adapters:sglang_per_token_group_quant_fp8 (SGLang's own op)")
+        "vs py:astra_sglang.baselines.adapters:sglang_per_token_group_quant_fp8 (SGLang's own op)")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from astra_sglang.baselines.adapters import KERNEL_BASELINES
 from astra_sglang.harness.isolate import evaluate
 from astra_sglang.harness.records import EvalRequest, KernelSource
-from astra_sglang.ops.adapters import KERNEL_BASELINES
-from astra_sglang.ops.variants import VARIANTS, first_kernel
-from astra_sglang.patching.manifest import PatchManifest
+from astra_sglang.kernels.variants import VARIANTS, first_kernel
+from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.paths import patches_dir
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from astra_sglang.patching.manifest import PatchManifest
+from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.paths import patches_dir
 from astra_sglang.specs.registry import get_spec
 

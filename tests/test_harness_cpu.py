@@ -1,4 +1,5 @@
 """Harness pieces that need no GPU: comparisons, builds (nvcc), isolation, the CLI without a GPU."""
+import re
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,7 @@ from click.testing import CliRunner
 
 from astra_sglang.cli import main
 from astra_sglang.harness.build import build_library, parse_ptxas
+from astra_sglang.harness import draw, prestate
 from astra_sglang.harness.compare import compare, error_ratio
 from astra_sglang.harness.inputs import allocate, fill
 from astra_sglang.harness.isolate import evaluate
@@ -17,9 +19,9 @@ from astra_sglang.specs.registry import get_spec
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _silu_case(shape=(4, 8)):
+def _silu_case(shape=(4, 8), dtype="bfloat16"):
     spec = get_spec("silu_and_mul")
-    args = fill(spec, allocate(spec, shape, "bfloat16", "cpu"), torch.Generator().manual_seed(1))
+    args = fill(spec, allocate(spec, shape, dtype, "cpu"), torch.Generator().manual_seed(1))
     ref = args.upcast()
     spec.reference_fn()(*ref.call_args(spec))
     return spec, args, ref
@@ -32,14 +34,36 @@ def test_error_ratio_treats_equal_infinities_as_exact_and_nan_as_failure():
     assert ratio[0] == 0 and torch.isinf(ratio[1]) and ratio[2] == 0
 
 
-@pytest.mark.parametrize("fraction, reason", [(1.0, "never written"), (0.5, "left NaN (unwritten)")])
-def test_unwritten_output_is_named(fraction, reason):
-    spec, args, ref = _silu_case()
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("fraction, reason", [(1.0, "out: never written"),
+                                              (0.5, "out: 16 of 32 elements left unwritten (still the NaN poison)")])
+def test_unwritten_output_is_named(dtype, fraction, reason):
+    spec, args, ref = _silu_case(dtype=dtype)
     args.tensors[1].copy_(ref.tensors[1])
-    rows = int(args.tensors[1].shape[0] * fraction)
-    args.tensors[1][:rows] = float("nan")
-    verdict = compare(spec, "bfloat16", args, ref)
-    assert not verdict.ok and reason in verdict.reason
+    draw.poison(args.tensors[1][:int(args.tensors[1].shape[0] * fraction)])
+    verdict = compare(spec, dtype, args, ref)
+    assert not verdict.ok and verdict.reason == reason
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_a_nan_the_kernel_computed_is_not_called_unwritten(dtype):
+    spec, args, ref = _silu_case(dtype=dtype)
+    args.tensors[1].copy_(ref.tensors[1])
+    args.tensors[1][1:3] = torch.rsqrt(torch.zeros(2, 1)) * 0.0  # inf * 0: a NaN of the hardware's own pattern
+    verdict = compare(spec, dtype, args, ref)
+    assert not verdict.ok and verdict.reason.startswith("out: computed NaN at 16 of 32 elements"), verdict.reason
+
+
+def test_unwritten_is_told_by_what_the_buffer_held_before_the_call():
+    spec, args, ref = _silu_case()
+    prestate.prepare(spec, args.tensors, "finite", torch.Generator().manual_seed(2))
+    before = prestate.snapshot(spec, args.tensors)
+    args.tensors[1][2:].copy_(ref.tensors[1][2:])  # rows 0-1 never written: random finite values stay
+    verdict = compare(spec, "bfloat16", args, ref, before=before, held=prestate.HELD["finite"])
+    # (a random value that happens to lie within the tolerance of the true one is not a failure)
+    assert not verdict.ok and re.fullmatch(r"out: 1[0-6] of 32 elements left unwritten \(still the random "
+                                           r"values put there\)", verdict.reason), verdict.reason
+    assert "wrong values" in compare(spec, "bfloat16", args, ref).reason  # without the snapshot: just wrong
 
 
 def test_correct_output_passes_and_rounding_is_within_tolerance():
@@ -198,10 +222,12 @@ def test_cli_bench_l2_mode_reaches_the_request_and_the_rows(tmp_path, monkeypatc
         return EvalResult(kernel=req.kernel, candidate="c", ok=True, build=BuildInfo(ok=True), l2=req.l2)
 
     monkeypatch.setattr(isolate, "evaluate", fake_evaluate)
-    monkeypatch.setattr("astra_sglang.cli._has_gpu", lambda: False)
+    monkeypatch.setattr("astra_sglang.cli.bench._has_gpu", lambda: False)
     out = CliRunner().invoke(main, ["bench", "silu_and_mul", "--shapes", "1x8", "--l2", "hot"])
     assert out.exit_code == 1 and "no CUDA GPU here" in out.output
-    assert seen[0].l2 == "hot"
+    assert seen[0].l2 == "hot" and seen[0].sandwich == "off"
+    CliRunner().invoke(main, ["bench", "rmsnorm", "--shapes", "served", "--sandwich"])
+    assert seen[1].sandwich == "any" and [s[0] for s in seen[1].shapes] == [1, 8, 32, 128, 512, 2048, 8192, 16384]
     assert CliRunner().invoke(main, ["bench", "silu_and_mul", "--l2", "warm"]).exit_code == 2
     write_jsonl(EvalResult(kernel="silu_and_mul", candidate="c", l2="hot",
                            shapes=[ShapeResult(shape=(1, 8), dtype="bfloat16")]), tmp_path / "r.jsonl")
@@ -229,7 +255,7 @@ def test_timing_rounds_record_only_after_the_warmup_rounds_and_seconds():
     calls = []
 
     def fn(name):
-        def replay():
+        def replay(_round):
             calls.append(name)
             now[0] += 0.05  # each replay takes 50 ms of the fake clock
             return now[0]
@@ -243,6 +269,14 @@ def test_timing_rounds_record_only_after_the_warmup_rounds_and_seconds():
     calls.clear()
     assert len(rounds({"a": fn("a")}, replays=2, warmup=3, warmup_s=0.0, clock=lambda: now[0])["a"]) == 2
     assert len(calls) == 5  # the 3 warm-up rounds still run when no seconds are asked for
+
+
+def test_rounds_hand_every_replay_its_round():
+    from astra_sglang.harness.timing import rounds
+
+    seen = []
+    rounds({"a": lambda r: seen.append(r) or 1.0}, replays=2, warmup=1, warmup_s=0.0)
+    assert seen == [0, 1, 2]
 
 
 def test_launch_count_ignores_one_slow_probe_replay():

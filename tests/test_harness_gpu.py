@@ -1,4 +1,5 @@
-"""On a GPU: our kernels pass every check on every shape; every cheat and fault is rejected for its reason."""
+"""On a GPU: our kernels pass every check on every shape; every fault fails that candidate only, for its reason
+(the cheat fixtures: tests/evaluator/test_gpu_fixtures.py)."""
 from pathlib import Path
 
 import pytest
@@ -38,21 +39,6 @@ def test_honest_vectorized_fixture_passes_and_is_timed():
     for row in result.shapes:
         assert row.speedup and row.candidate.median_us > 0 and row.pct_roofline > 0
         assert row.eager_candidate_us and row.eager_baseline_us
-
-
-@pytest.mark.parametrize("fixture, reason", [
-    ("noop.cu", "never written"),
-    ("partial_write.cu", "left NaN (unwritten)"),
-    ("cache_results.cu", "skips work or caches results for repeated inputs"),
-    ("own_stream.cu", "work not ordered on the given stream"),
-    ("foreign_buffer.cu", "reads memory of an earlier call"),
-    ("low_precision.cu", "too imprecise"),
-])
-def test_cheats_are_rejected_for_their_reason(fixture, reason):
-    result = evaluate(_request("silu_and_mul", FIXTURES / "cheats" / fixture, [(64, 4096)], time=True))
-    assert not result.ok
-    assert reason in result.reason, result.reason
-    assert result.shapes[0].candidate is None  # a rejected candidate is never timed
 
 
 @pytest.mark.parametrize("fixture, stage, reason", [

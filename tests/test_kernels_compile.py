@@ -34,7 +34,7 @@ def test_kernel_compiles(source: Path, tmp_path: Path) -> None:
 
 
 def _variants():
-    from astra_sglang.ops.variants import VARIANTS
+    from astra_sglang.kernels.variants import VARIANTS
 
     return [(op, v.base, v.defines) for op, v in VARIANTS.items()]
 
@@ -80,7 +80,7 @@ ROPE_CORNERS = [(64, 1, 1), (256, 2, 1), (512, 4, 1), (64, 4, 1), (128, 2, 0)]
 
 def test_rope_knob_corners_build_without_spills(tmp_path: Path, monkeypatch) -> None:
     from astra_sglang.harness.build import build_library
-    from astra_sglang.tuner.knobs import parse_knobs
+    from astra_sglang.kernels.knobs import parse_knobs
 
     kernel = (ROOT / "patches/rotary_embedding/kernel.cu").read_text()
     knobs = {k.name: k.values for k in parse_knobs(kernel)}

@@ -35,7 +35,7 @@ def test_table_rows_and_geomean(bench_script, tmp_path, shapes):
 
 
 def test_knobs_sh_passes_flags_optimize_has():
-    from astra_sglang.agents.cli import optimize
+    from astra_sglang.cli.optimize import optimize
 
     flags = {opt for p in optimize.params for opt in p.opts}
     line = next(ln for ln in SCRIPT.read_text().splitlines() if "astra-sglang optimize" in ln)

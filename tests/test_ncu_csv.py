@@ -82,8 +82,9 @@ def test_a_shape_range_beyond_the_request_is_not_trusted():
     assert per_shape == [{}, {}] and problem
 
 
-def test_ncu_table_defaults_to_every_paper_shape_and_reads_dram_bytes_per_second(bench_script):
-    table = bench_script("ncu_table")
+def test_ncu_table_defaults_to_every_paper_shape_and_reads_dram_bytes_per_second():
+    from astra_sglang.profile import ncu_table as table
+
     wanted = table.wanted_shapes([])
     assert list(wanted) == ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse"]
     assert sum(map(len, wanted.values())) == 26
@@ -99,8 +100,9 @@ def test_ncu_table_defaults_to_every_paper_shape_and_reads_dram_bytes_per_second
     assert "| ours (2 kernels, 1st shown) | 1.00 |" in table.row("op", "1x2", "ours", two)
 
 
-def test_stall_shares_are_percentages_of_the_cycles_per_issue(bench_script, tmp_path):
-    table = bench_script("ncu_table")
+def test_stall_shares_are_percentages_of_the_cycles_per_issue(tmp_path):
+    from astra_sglang.profile import ncu_table as table
+
     facts = {"Warp State Statistics: Warp Cycles Per Issued Instruction (cycle)": 20.0,
              **{f"Command line profiler metrics: {m}": v for m, v in zip(table.STALL_METRICS, (10.0, 2.0, 1.0, 3.0))}}
     path = tmp_path / "ncu.jsonl"

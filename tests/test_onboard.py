@@ -146,4 +146,4 @@ def test_real_sglang_activation(env):
     out = CliRunner().invoke(main, ["onboard", "sglang.srt.layers.activation:gelu_and_mul", "--shapes", calls,
                                     "--name", "gelu_and_mul_user"])
     assert out.exit_code == 0, out.output
-    assert "astra_sglang.ops.reference:gelu_and_mul" in out.output  # the tool's fp64 reference of that name
+    assert "astra_sglang.references.small_ops:gelu_and_mul" in out.output  # the tool's fp64 reference of that name

@@ -13,10 +13,10 @@ import torch
 
 from astra_sglang.harness.abi import KernelLibrary, Launcher
 from astra_sglang.harness.build import build_library
-from astra_sglang.ops.rope import cos_sin_cache, rotary_embedding
-from astra_sglang.ops.variants import first_kernel
-from astra_sglang.patching.manifest import PatchManifest
+from astra_sglang.kernels.variants import first_kernel
+from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.paths import patches_dir
+from astra_sglang.references.rope import cos_sin_cache, rotary_embedding
 from astra_sglang.specs.registry import get_spec
 
 pytestmark = pytest.mark.gpu
@@ -127,7 +127,7 @@ def test_unsupported_layouts_are_declined():
 def _sglang_rope():
     if importlib.util.find_spec("sglang") is None or importlib.util.find_spec("tvm_ffi") is None:
         pytest.skip("SGLang's JIT rope needs sglang and tvm_ffi")
-    from astra_sglang.ops.adapters import sglang_rotary_embedding
+    from astra_sglang.baselines.adapters import sglang_rotary_embedding
 
     return sglang_rotary_embedding
 
@@ -162,9 +162,9 @@ def test_harness_passes_the_patch_everywhere_against_the_reference_kernel():
 
 
 def test_harness_times_the_patch_against_sglangs_op():
+    from astra_sglang.baselines.adapters import KERNEL_BASELINES
     from astra_sglang.harness.isolate import evaluate
     from astra_sglang.harness.records import EvalRequest, KernelSource
-    from astra_sglang.ops.adapters import KERNEL_BASELINES
     from astra_sglang.specs.registry import resolve_shapes
 
     _sglang_rope()
@@ -178,7 +178,7 @@ def test_harness_times_the_patch_against_sglangs_op():
 
 def test_live_patch_serves_sglangs_keyword_call():
     """The patched op with the built kernel at SGLang's call: keywords, positions first, strided qkv views."""
-    from astra_sglang.patching.ops import PatchedOp
+    from astra_sglang.patching.patched_op import PatchedOp
     from astra_sglang.patching.stats import OpStats
 
     def original(q, k, cos_sin_cache, positions, *, is_neox, rope_dim=0, fused_args=None):

@@ -100,7 +100,7 @@ def test_merge_reference_defines_both_neg_inf_and_base():
 
 
 def test_sglang_baselines_name_what_sglang_calls():
-    from astra_sglang.ops.adapters import sglang_baseline
+    from astra_sglang.baselines.adapters import sglang_baseline
 
     assert sglang_baseline(get_spec("rmsnorm")) == "py:sglang.srt.layers.layernorm:rmsnorm"
     assert sglang_baseline(get_spec("silu_and_mul")) == "py:sglang.srt.layers.activation:silu_and_mul"

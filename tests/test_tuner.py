@@ -5,9 +5,9 @@ import pytest
 
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.build import build_library
+from astra_sglang.kernels.knobs import Knob, configs, dim_sources, dispatch_source, parse_knobs
+from astra_sglang.optimize.tuner.cuda_tune import run_tuner
 from astra_sglang.specs.registry import get_spec
-from astra_sglang.tuner import run_tuner
-from astra_sglang.tuner.knobs import Knob, configs, dim_sources, dispatch_source, parse_knobs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "honest" / "silu_and_mul_knobs.cu"
 
@@ -96,9 +96,9 @@ def test_tuner_latin_square_picks_each_shapes_best_configuration(tmp_path, monke
 
 
 def test_a_tuned_kernel_can_be_tuned_again():
+    from astra_sglang.kernels.knobs import dispatch_source, parse_knobs, strip_dispatch
     from astra_sglang.paths import patches_dir
     from astra_sglang.specs.registry import get_spec
-    from astra_sglang.tuner.knobs import dispatch_source, parse_knobs, strip_dispatch
 
     spec = get_spec("silu_and_mul")
     source = (patches_dir() / "silu_and_mul" / "kernel.cu").read_text()
@@ -111,9 +111,9 @@ def test_a_tuned_kernel_can_be_tuned_again():
 
 
 def test_a_winner_replaces_a_patch_only_when_faster(tmp_path):
-    from astra_sglang.agents.records import Winner
-    from astra_sglang.agents.winner import existing_is_better, write_patch
     from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
+    from astra_sglang.optimize.records import Winner
+    from astra_sglang.optimize.winner import existing_is_better, write_patch
 
     def winner(speedups):
         rows = [ShapeResult(shape=(n, 4096), dtype="bfloat16", correct=True, speedup=x,

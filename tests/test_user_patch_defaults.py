@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from astra_sglang.agents import cli as agents_cli
+from astra_sglang.baselines import defaults
+from astra_sglang.cli import optimize as agents_cli
 from astra_sglang.cli import main
 from astra_sglang.harness import isolate
 from astra_sglang.harness.records import BuildInfo, EvalResult
-from astra_sglang.ops import defaults
-from astra_sglang.patching.store import ENV_PATCHES
+from astra_sglang.patchset.store import ENV_PATCHES
 from astra_sglang.paths import ENV_HOME, patches_dir, specs_dir
 
 USER_OP = "my_act_and_mul"
@@ -65,7 +65,7 @@ def bench(home: Path, op: str, monkeypatch):
 
     monkeypatch.setattr(isolate, "evaluate", fake_evaluate)
     monkeypatch.setattr(defaults, "missing_for", lambda name: None)
-    monkeypatch.setattr("astra_sglang.cli._has_gpu", lambda: True)
+    monkeypatch.setattr("astra_sglang.cli.bench._has_gpu", lambda: True)
     out = CliRunner().invoke(main, ["--home", str(home), "bench", op, "--shapes", "quick",
                                     "--out", str(home.parent / "r.jsonl")])
     assert out.exit_code == 0, out.output
@@ -80,7 +80,8 @@ def tuner_start(home: Path, op: str, monkeypatch) -> tuple[str, str]:
         starts.append(Path(start))
         return None
 
-    monkeypatch.setitem(sys.modules, "astra_sglang.tuner", types.SimpleNamespace(run_tuner=run_tuner))
+    monkeypatch.setitem(sys.modules, "astra_sglang.optimize.tuner.cuda_tune",
+                        types.SimpleNamespace(run_tuner=run_tuner))
     monkeypatch.setattr(agents_cli, "harness_evaluator", lambda: lambda req: None)
     out = CliRunner().invoke(main, ["--home", str(home), "optimize", op, "--tuner", "--rounds", "1", "--gpus", "none",
                                     "--out", str(home.parent / "run")])

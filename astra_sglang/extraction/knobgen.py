@@ -7,7 +7,7 @@ its callers pass them on, and a kernel whose body holds a site gains its own one
 calls `astra_launch_cfg<original values...>`, so the knobbed file still is the original at its defaults.
 Candidate values stay in what is legal: block sizes are multiples of 32 up to 1024, vector widths divide
 the 16-byte alignment the launchers check; what a value breaks anyway (a static_assert) the tuner finds
-by building each configuration alone (tuner/screen.py).
+by building each configuration alone (optimize/tuner/screen.py).
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import jinja2
 from astra_sglang.errors import AstraError
 from astra_sglang.extraction.knobsites import LaunchPath, Site, launch_path
 from astra_sglang.extraction.knobtokens import Func, Tok, match
+from astra_sglang.kernels.knobs import DERIVED_MARK
 from astra_sglang.paths import templates_dir
-from astra_sglang.tuner.knobs import DERIVED_MARK
 
 KNOBBED_NAME = "knobbed.cu"
 ALIGN_BYTES = 16

@@ -108,7 +108,7 @@ def _kernel_missing(parsed: units.Parsed, main: Path, name: str) -> None:
 
 def compile_check(kernel_cu: Path) -> None:
     """nvcc must accept the extracted file; else an error naming the original file and line that broke it."""
-    from astra_sglang.extraction import linemap
+    from astra_sglang.harness import linemap
     from astra_sglang.harness.build import build_library
 
     info = build_library(kernel_cu)

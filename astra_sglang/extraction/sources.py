@@ -45,6 +45,14 @@ def _package_dir(name: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def sglang_package_dir() -> Path:
+    """The installed sglang package's folder, found without importing it (importing it pulls the server in)."""
+    root = _package_dir("sglang")
+    if root is None:
+        raise AstraError("sglang is not installed here: its fused MoE config files and lookup are part of it")
+    return root
+
+
 def _version(pkg_dir: Path, dist: str) -> str:
     """Version from the dist-info next to the package, else the package's own version file."""
     for meta in sorted(pkg_dir.parent.glob("*.dist-info/METADATA")):

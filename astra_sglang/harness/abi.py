@@ -15,6 +15,9 @@ from astra_sglang.specs.dtypes import ABI_CODES
 MAX_DIMS = 4
 ASTRA_OK = 0
 ASTRA_UNSUPPORTED = -1
+ASTRA_REPLACED = -2
+"""The harness's own code for a Python callable that replaced a tensor's storage or class instead of writing
+into it (gpu_eval.python_op); never returned by a kernel library."""
 DTYPE_CODES = {getattr(torch, name): code for name, code in ABI_CODES.items()}
 """torch dtype -> AstraDType code of harness_templates/astra_abi.h."""
 

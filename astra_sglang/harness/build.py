@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
-from astra_sglang.extraction import linemap
+from astra_sglang.harness import linemap
 from astra_sglang.harness.records import BuildInfo
 from astra_sglang.paths import cache_dir, templates_dir
 

@@ -1,6 +1,7 @@
 """Elementwise comparison of a call's outputs with the fp64 reference, and precision against the original.
 
-`compare` checks every out and in-place argument: unwritten (NaN-poisoned) elements, values beyond the
+`compare` checks every out and in-place argument: unwritten elements (still what they held before the call: the
+NaN poison, random values, an earlier call's results), NaNs the kernel computed, values beyond the
 spec's tolerance, and the RMS error in units of that tolerance, which `less_precise` sets against the
 original op's on the same inputs. Integer arguments (indices, counts, flags) are compared exactly; fp8 ones
 after upcasting, with their own default tolerance (limits.FP8_TOLERANCE) where the spec gives none.
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from astra_sglang.harness.draw import INT_POISON
+from astra_sglang.harness import draw, prestate
 from astra_sglang.harness.inputs import OpArgs, checked_args
 from astra_sglang.harness.limits import (FP8_TOLERANCE, PRECISION_FLOOR, PRECISION_MIN_ELEMENTS,
                                          PRECISION_MULTIPLE, PRECISION_MULTIPLE_DEFAULT)
@@ -49,14 +50,35 @@ def mismatch(out: torch.Tensor, expect: torch.Tensor, tol: Tolerance | None) -> 
     return error_ratio(out, expected_as_stored(out, expect), tol.atol, tol.rtol) > 1.0
 
 
-def _exact(arg: Argument, out: torch.Tensor, expect: torch.Tensor) -> Verdict | None:
+def _left(out: torch.Tensor, bad: torch.Tensor, prior: torch.Tensor | None) -> torch.Tensor:
+    """The failing elements that still hold what they held before the call (its snapshot `prior` where the
+    caller took one) or the poison, which no arithmetic writes."""
+    same = draw.poisoned(out)
+    if prior is not None:
+        same |= draw.bits(out) == draw.bits(prior)
+    return bad & same
+
+
+def _unwritten(arg: Argument, out: torch.Tensor, left: torch.Tensor, held: str) -> Verdict:
+    count = int(left.sum())
+    if count == left.numel():
+        return Verdict(False, f"{arg.name}: never written", float("inf"))
+    if bool(draw.poisoned(out[left]).all()):
+        held = prestate.HELD["nan"]
+    what = "what they held before the call" if arg.role == "inplace" else held
+    return Verdict(False, f"{arg.name}: {count} of {left.numel()} elements left unwritten (still {what})",
+                   float("inf"))
+
+
+def _exact(arg: Argument, out: torch.Tensor, expect: torch.Tensor, prior: torch.Tensor | None,
+           held: str) -> Verdict | None:
     bad = out != expect.to(out.dtype)
     count = int(bad.sum())
     if not count:
         return None
-    if out.dtype != torch.bool and bool((out[bad] == INT_POISON[out.dtype]).all()):
-        what = "never written" if count == out.numel() else f"{count} elements left unwritten"
-        return Verdict(False, f"{arg.name}: {what}", float("inf"))
+    left = _left(out, bad, prior)
+    if bool(left.any()):
+        return _unwritten(arg, out, left, held)
     return Verdict(False, f"{arg.name}: wrong values: {count} of {out.numel()} elements differ (compared "
                           "exactly)", float("inf"))
 
@@ -98,37 +120,47 @@ def error_ratio(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) 
     return torch.where(torch.isnan(ratio), torch.full_like(ratio, float("inf")), ratio)
 
 
-def compare(spec: KernelSpec, dtype: str, got: OpArgs, ref: OpArgs, rows: slice | None = None) -> Verdict:
+def compare(spec: KernelSpec, dtype: str, got: OpArgs, ref: OpArgs, rows: slice | None = None,
+            before: list[torch.Tensor | None] | None = None, held: str = prestate.HELD["nan"]) -> Verdict:
+    """Every out and in-place argument of `got` against the fp64 reference `ref`. `before`: what each held
+    before the call (prestate.snapshot), which `held` describes; a failing element that still holds it was
+    left unwritten, a NaN the kernel wrote where the reference is finite was computed."""
     result = Verdict(True)
     for index, _role in checked_args(spec):
         arg = spec.tensor_args[index]
         tol = tolerance_of(spec, arg, dtype)
         out, expect = got.tensors[index], ref.tensors[index]
+        prior = before[index] if before is not None else None
         if rows is not None:
             out, expect = out[rows], expect[rows]
+            prior = prior[rows] if prior is not None else None
         if tol is None:
-            wrong = _exact(arg, out, expect)
+            wrong = _exact(arg, out, expect, prior, held)
             if wrong is not None:
                 return wrong
             continue
         expect = expected_as_stored(out, expect)
-        nan_out = torch.isnan(out) & ~torch.isnan(expect)
-        if bool(nan_out.any()):
-            frac = float(nan_out.double().mean())
-            what = "never written" if frac > 0.999 else f"{frac:.1%} of elements left NaN (unwritten)"
-            return Verdict(False, f"{arg.name}: {what}", float("inf"))
         ratio = error_ratio(out, expect, tol.atol, tol.rtol)
-        value = float(ratio.max()) if ratio.numel() else 0.0
-        if value > 1.0:
-            bad = ratio > 1.0
-            rel = float(((out.double() - expect).abs() / (expect.abs() + tol.atol))[bad].max())
-            kind = "too imprecise (low-precision math?)" if rel < 0.25 else "wrong values"
-            return Verdict(False, f"{arg.name}: {kind}: {int(bad.sum())} elements beyond tolerance, "
-                                  f"worst {value:.1f}x atol+rtol|ref|", value)
-        finite = ratio[torch.isfinite(ratio)]
-        sq, n = float((finite * finite).sum()), finite.numel()
-        stored = str(out.dtype).removeprefix("torch.")
-        result.absorb(Verdict(True, err_ratio=value, sq_sum=sq, count=n, parts={stored: (sq, n)}))
+        bad = ratio > 1.0
+        if not bool(bad.any()):
+            finite = ratio[torch.isfinite(ratio)]
+            sq, n = float((finite * finite).sum()), finite.numel()
+            stored = str(out.dtype).removeprefix("torch.")
+            result.absorb(Verdict(True, err_ratio=float(ratio.max()) if ratio.numel() else 0.0, sq_sum=sq,
+                                  count=n, parts={stored: (sq, n)}))
+            continue
+        left = _left(out, bad, prior)
+        if bool(left.any()):
+            return _unwritten(arg, out, left, held)
+        made = torch.isnan(out) & ~torch.isnan(expect)
+        if bool(made.any()):
+            return Verdict(False, f"{arg.name}: computed NaN at {int(made.sum())} of {out.numel()} elements where "
+                                  "the reference is finite (written by the kernel, not left unwritten)", float("inf"))
+        value = float(ratio.max())
+        rel = float(((out.double() - expect).abs() / (expect.abs() + tol.atol))[bad].max())
+        kind = "too imprecise (low-precision math?)" if rel < 0.25 else "wrong values"
+        return Verdict(False, f"{arg.name}: {kind}: {int(bad.sum())} elements beyond tolerance, "
+                              f"worst {value:.1f}x atol+rtol|ref|", value)
     return result
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -16,6 +17,18 @@ from astra_sglang.specs.records import Argument
 INT_POISON = {torch.int64: -0x5A5A5A5A5A5A5A5B, torch.int32: -0x5A5A5A5B, torch.int8: -0x5B, torch.uint8: 0xA5,
               torch.bool: True}
 """Integer outputs are poisoned with these instead of NaN: values no index or count takes."""
+NAN_BITS = {torch.float64: 0x7FF5A5A5A5A5A5A5, torch.float32: 0x7FA5A5A5, torch.float16: 0x7EA5,
+            torch.bfloat16: 0x7FA5, torch.float8_e5m2: 0x7D, torch.float8_e4m3fn: 0x7F}
+"""Float outputs are poisoned with a NaN of this bit pattern: a payload no arithmetic produces (CUDA writes
+0x7FFF / 0x7FFFFFFF for a NaN it computes), so a poisoned element still there was never written, and a NaN of
+another pattern was computed by the kernel. fp8 e4m3 has one NaN pattern only: there `compare`'s snapshot of
+the outputs before the call tells the two apart."""
+BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bit patterns as integers (same storage, same strides)."""
+    return t.view(BITS[t.element_size()]) if t.dtype != torch.bool else t
 
 
 def bound(value, dims: dict[str, int]):
@@ -29,9 +42,19 @@ def is_float(dtype: torch.dtype) -> bool:
 
 def poison(t: torch.Tensor) -> None:
     if is_float(t.dtype):
-        t.fill_(math.nan)
+        bits(t).fill_(NAN_BITS[t.dtype])
     else:
         t.fill_(INT_POISON[t.dtype])
+
+
+def poisoned(t: torch.Tensor) -> torch.Tensor:
+    """Elementwise: the element holds the poison (device-side, no sync); never for bool, whose poison (True) is
+    also a value."""
+    if t.dtype == torch.bool:
+        return torch.zeros_like(t)
+    if is_float(t.dtype):
+        return bits(t) == NAN_BITS[t.dtype]
+    return t == INT_POISON[t.dtype]
 
 
 def _rows(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -82,44 +105,97 @@ def values(arg: Argument, shape: tuple[int, ...], dtype: torch.dtype, gen: torch
     raise TypeError(f"unknown init kind {init!r}")
 
 
-def perturb(arg: Argument, t: torch.Tensor, gen: torch.Generator, dims: dict[str, int]) -> None:
-    """Change one element of input `t` (or swap two, for kinds that must stay distinct) within its kind's
-    values. Full and generator kinds are left as they are: no other value is known to be valid."""
-    if not t.numel() or isinstance(arg.init, (kinds.Full, kinds.Generator)):
-        return
-    at = tuple(int(torch.randint(n, (1,), generator=gen, device=gen.device)) for n in t.shape)
-    step = float(torch.randn((), generator=gen, device=gen.device).abs()) + 1.0
+@dataclass
+class Change:
+    """One element of every row of a [rows, ...] tensor changed (two swapped, for kinds that must stay distinct):
+    where, and the bit patterns before and after, so that it can be undone and told apart from a write."""
+
+    index: tuple[torch.Tensor, ...]
+    """An advanced index into the rows tensor (first entry: the row)."""
+    old: torch.Tensor
+    new: torch.Tensor
+
+    def undo(self, rows: torch.Tensor) -> None:
+        bits(rows)[self.index] = self.old
+
+    def redo(self, rows: torch.Tensor) -> None:
+        bits(rows)[self.index] = self.new
+
+    def on_row(self, row: int, t: torch.Tensor) -> None:
+        """Apply row `row`'s change to `t`, a tensor of one row's shape (the expected inputs of that row)."""
+        if not hasattr(self, "_rows"):  # where each row's entries are, read back once (not a sync per row)
+            self._rows: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+            for entry, (r, *at) in enumerate(zip(*(i.tolist() for i in self.index))):
+                self._rows.setdefault(r, []).append((entry, tuple(at)))
+        for entry, at in self._rows.get(row, []):
+            bits(t)[at] = self.new[entry]
+
+
+def _positions(shape: tuple[int, ...], rows: int, gen: torch.Generator) -> list[torch.Tensor]:
+    return [torch.randint(n, (rows,), generator=gen, device=gen.device) for n in shape]
+
+
+def _swap(arg: Argument, rows_t: torch.Tensor, gen: torch.Generator) -> tuple | None:
+    """Index pairs of neighbouring elements in every row (both keep a Distinct / Permutation kind valid)."""
+    rows, shape = rows_t.shape[0], tuple(rows_t.shape[1:])
+    row = torch.arange(rows, device=rows_t.device)
+    if shape and shape[-1] >= 2:
+        at = _positions(shape, rows, gen)
+        other = [*at[:-1], (at[-1] + 1) % shape[-1]]
+        return tuple(torch.cat([a, b]) for a, b in zip([row, *at], [row, *other]))
     init = arg.init
+    if isinstance(init, kinds.Distinct) and init.per == "all" and math.prod(shape) > 1:
+        first = [torch.zeros_like(row)] * len(shape)  # the first two elements in flat order
+        second = list(torch.unravel_index(torch.ones_like(row), shape)) if shape else first
+        return tuple(torch.cat([a, b]) for a, b in zip([row, *first], [row, *second]))
+    return None
+
+
+def perturb_rows(arg: Argument, rows_t: torch.Tensor, gen: torch.Generator, dims: dict[str, int]) -> Change | None:
+    """Change one element of every row of input `rows_t` ([rows, *shape]) within its kind's values, in place
+    (one launch for all rows), and return the change. Full and generator kinds are left as they are (None): no
+    other value is known to be valid."""
+    init, dtype = arg.init, rows_t.dtype
+    if not rows_t.numel() or isinstance(init, (kinds.Full, kinds.Generator)):
+        return None
     if isinstance(init, (kinds.Distinct, kinds.Permutation)):
-        # swap with the neighbouring element of the same row (or of the tensor): both stay valid
-        if t.shape[-1] < 2 and not (isinstance(init, kinds.Distinct) and init.per == "all" and t.numel() > 1):
-            return
-        flat = t.reshape(-1) if t.is_contiguous() else None
-        if t.shape[-1] >= 2:
-            other = (*at[:-1], (at[-1] + 1) % t.shape[-1])
-            a, b = t[at].clone(), t[other].clone()
-            t[at], t[other] = b, a
-        elif flat is not None:
-            a, b = flat[0].clone(), flat[1].clone()
-            flat[0], flat[1] = b, a
-        return
+        index = _swap(arg, rows_t, gen)
+        if index is None:
+            return None
+        old = bits(rows_t)[index]
+        half = old.shape[0] // 2
+        change = Change(index, old, torch.cat([old[half:], old[:half]]))
+        change.redo(rows_t)
+        return change
+    count = rows_t.shape[0]
+    index = (torch.arange(count, device=rows_t.device), *_positions(tuple(rows_t.shape[1:]), count, gen))
+    old = rows_t[index]
+    step = torch.randn(count, generator=gen, device=gen.device).abs() + 1.0
     if isinstance(init, kinds.RandInt):
         low, high = int(bound(init.low, dims)), int(bound(init.high, dims))
-        if high - low > 1:
-            t[at] = low + (int(t[at]) - low + int(step)) % (high - low)
-        return
-    if t.dtype == torch.bool:
-        t[at] = not bool(t[at])
-        return
-    if not is_float(t.dtype):
-        t[at] = int(t[at]) + int(step)
-        return
-    if isinstance(init, kinds.Uniform):
+        if high - low <= 1:
+            return None
+        new = low + (old.long() - low + step.long()) % (high - low)
+    elif dtype == torch.bool:
+        new = ~old
+    elif not is_float(dtype):
+        new = old.long() + step.long()
+    elif isinstance(init, kinds.Uniform):
         low, high = float(bound(init.low, dims)), float(bound(init.high, dims))
-        new = low + (float(t[at]) - low + (high - low) * 0.37 * step) % (high - low)
-        t[at].copy_(torch.tensor(new))
-        return
-    t[at].copy_(t[at].float() + step * (init.std or 1.0))
+        new = low + torch.remainder(old.float() - low + (high - low) * 0.37 * step, high - low)
+    else:
+        new = old.float() + step * (init.std or 1.0)
+    new = new.to(dtype)
+    if is_float(dtype):  # a step lost to rounding at a large magnitude: flip the sign instead
+        new = torch.where(bits(new) == bits(old), (-(old.float()) - 1.0).to(dtype), new)
+    change = Change(index, bits(old).clone(), bits(new).clone())
+    change.redo(rows_t)
+    return change
+
+
+def perturb(arg: Argument, t: torch.Tensor, gen: torch.Generator, dims: dict[str, int]) -> None:
+    """Change one element of input `t` (or swap two) within its kind's values: `perturb_rows` on one row."""
+    perturb_rows(arg, t.unsqueeze(0), gen, dims)
 
 
 def dtype_of(arg: Argument, dtype: str) -> torch.dtype:

@@ -10,30 +10,41 @@ from __future__ import annotations
 
 import gc
 import importlib
+import random
 import zlib
 
 import torch
 
-from astra_sglang.harness.abi import KernelLibrary, Launcher
+from astra_sglang.harness.abi import ASTRA_REPLACED, KernelLibrary, Launcher
+from astra_sglang.harness.arena import Arena, set_bytes
+from astra_sglang.harness.budget import device_ledger
 from astra_sglang.harness.check import NOT_COVERED, Checker
 from astra_sglang.harness.compare import precision_verdict
 from astra_sglang.harness.cost import shape_cost
 from astra_sglang.harness.limits import COMPUTE_MARGIN, FLOOR_MARGIN, ROOFLINE_MARGIN
 from astra_sglang.harness.records import EvalRequest, ShapeResult
+from astra_sglang.harness.integrity import Integrity
+from astra_sglang.harness.sandwich import Sandwich
 from astra_sglang.harness.timed import TimedSets
-from astra_sglang.harness.timing import (MAX_LAUNCHES, Ceilings, blame, capture, eager_us, launches_for,
-                                         memory_budget, ratio_median, rotation_sets, summarize, time_graphs)
+from astra_sglang.harness.timed_run import TimedRun
+from astra_sglang.harness.timing import Ceilings, blame, plan_sets, ratio_median, summarize
 from astra_sglang.specs.records import KernelSpec
+from astra_sglang.specs.registry import served_shapes
 
 
 def python_op(spec: KernelSpec, path: str):
-    """A Python callable behind the Launcher interface: fn(*spec-ordered args); ABI code 0."""
+    """A Python callable behind the Launcher interface: fn(*spec-ordered args); ABI code 0.
+
+    The callable is handed views of the harness's tensors, not the tensors themselves: replacing a view's storage
+    (`out.set_(...)`, `out.data = ...`) or its class (a lazily computed tensor) leaves the harness's buffers as
+    they were, and is reported as such (ASTRA_REPLACED) rather than judged through the replaced object."""
     module, _, name = path.removeprefix("py:").rpartition(":")
     fn = getattr(importlib.import_module(module), name)
     kinds = [a.kind for a in spec.arguments]
 
     def launch(tensors, scalars) -> int:
-        ts, ss = iter(tensors), iter(scalars)
+        handed = [t.detach() for t in tensors]
+        ts, ss = iter(handed), iter(scalars)
         try:
             fn(*[next(ts) if k == "tensor" else next(ss) for k in kinds])
         except (ValueError, TypeError, NotImplementedError, AssertionError):
@@ -42,6 +53,9 @@ def python_op(spec: KernelSpec, path: str):
             if "CUDA" in str(exc):  # a device fault: the context is gone, let the worker report it
                 raise
             return -1  # a dispatch refusal such as "failed to dispatch data type Float"
+        for t, h in zip(tensors, handed):
+            if type(h) is not type(t) or h.data_ptr() != t.data_ptr() or h.stride() != t.stride():
+                return ASTRA_REPLACED
         return 0
 
     return launch
@@ -70,21 +84,37 @@ def physics(row: ShapeResult, roofline_gbps: float, empty_us: float, hot: bool, 
     return ""
 
 
+CHECK_SETS = 4
+"""Argument sets a check-only shape takes (the trials cycle through them; the first two stay apart)."""
+
+
 class GpuSession:
     def __init__(self, spec: KernelSpec, candidate_lib: str, baseline_lib: str, probes_lib: str, req: EvalRequest):
         self.spec, self.req = spec, req
         self.faults = {(tuple(f.shape), f.dtype): f.reason for f in req.baseline_faults}
         self.device = torch.device("cuda", torch.cuda.current_device())
-        self.candidate = self._launcher(candidate_lib)
-        self.baseline = self._launcher(baseline_lib)
-        # A non-blocking side stream: work a kernel puts on the legacy default stream is not ordered with it.
+        self.ledger = device_ledger(self.device)
+        self.ledger.join()
+        # One non-blocking stream for the checks, the captures and the eager calls alike; work a kernel puts on
+        # the legacy default stream is not ordered with it.
         self.stream = torch.cuda.Stream(device=self.device)
-        with torch.cuda.stream(self.stream):
+        with torch.cuda.stream(self.stream):  # before any candidate code is loaded
             ceilings = Ceilings(probes_lib)
             # Only where the cost model counts FLOPs: the probe costs ~0.1 s and 400 MB.
             self.tflops = ceilings.measure_matmul() if spec.cost else None
+        # The baseline first: what a Python candidate's import changes is then the candidate's doing.
+        self.baseline = self._launcher(baseline_lib)
+        self.integrity = Integrity() if candidate_lib.startswith("py:") else None
+        self.candidate = self._launcher(candidate_lib)
         self.gpu = torch.cuda.get_device_name(self.device)
         self.roofline, self.empty_us = ceilings.roofline_gbps, ceilings.empty_us
+        self.l2 = torch.cuda.get_device_properties(self.device).L2_cache_size
+        # Read before every cold replay: twice the L2, so that none of the preparation's writes stay in it.
+        self.flush = torch.zeros(2 * self.l2, dtype=torch.uint8, device=self.device) if req.l2 == "cold" else None
+        self.served = set(served_shapes(spec))
+
+    def close(self) -> None:
+        self.ledger.leave()
 
     def _launcher(self, library: str):
         if library.startswith("py:"):
@@ -97,11 +127,21 @@ class GpuSession:
         # No cleanup in a `finally`: after a CUDA fault, empty_cache() raises again, and that second error
         # would replace the first one, which names the side that faulted.
         with torch.cuda.stream(self.stream):
-            if self.req.check:
-                self._check(row, shape, dtype)
+            arena, rng = self._arena(row, shape, dtype)
+            if self.req.check:  # with hot L2 the sets share their inputs: the trials take buffers of their own
+                self._check(row, shape, dtype, arena if not arena.shared else None)
             if self.req.time and row.correct is not False and row.covered:
                 progress(stage="time", shape=shape, dtype=dtype)
-                blame("timing", lambda: self._time(row, shape, dtype))
+                blame("timing", lambda: self._time(row, arena, rng))
+            del arena
+            self.ledger.release()
+            if self._placed(shape) and row.correct is not False and row.covered and row.candidate and row.baseline:
+                progress(stage="sandwich", shape=shape, dtype=dtype)
+                blame("sandwich", lambda: self._sandwich(row, shape, dtype))
+        changed = self.integrity.changed() if self.integrity else ""
+        if changed:  # a Python candidate patched what the harness measures or judges with
+            row.correct, row.candidate, row.speedup, row.sandwich = False, None, None, None
+            row.reason = f"changed the harness's own {changed} (a Python candidate may not patch the evaluator)"
         gc.collect()
         torch.cuda.empty_cache()
         return row
@@ -112,10 +152,26 @@ class GpuSession:
     def _seed(self, shape, dtype) -> int:
         return self.req.seed * 7919 + zlib.crc32(repr((shape, dtype)).encode()) % 100_000
 
-    def _check(self, row: ShapeResult, shape, dtype) -> None:
+    def _arena(self, row: ShapeResult, shape, dtype) -> tuple[Arena, random.Random]:
+        """The shape's argument sets, as many as the timing needs (timing.plan_sets) within this GPU's shared
+        memory budget (harness/budget.py), at least two."""
+        rng = random.Random(self._seed(shape, dtype))
+        hot = self.req.l2 == "hot"
+        shared = frozenset(i for i, a in enumerate(self.spec.tensor_args) if a.role == "in") if hot else frozenset()
+        per_set = set_bytes(self.spec, shape, dtype, shared)
+        floor = max(self.empty_us, row.min_bytes / self.roofline / 1e3,
+                    row.flops / self.tflops / 1e6 if row.flops and self.tflops else 0.0)
+        want = (plan_sets(per_set, floor, 1 << 62, random.Random(0)) * 9 // 8 + 2) * per_set \
+            if self.req.time else CHECK_SETS * per_set
+        budget = self.ledger.grant(want, torch.cuda.mem_get_info(self.device)[0], least=2 * per_set)
+        count = plan_sets(per_set, floor, budget, rng) + 1 if self.req.time else CHECK_SETS
+        count = max(2, min(count, budget // max(per_set, 1)))
+        return Arena(self.spec, shape, dtype, self.device, count, shared), rng
+
+    def _check(self, row: ShapeResult, shape, dtype, arena: Arena | None) -> None:
         seed = self._seed(shape, dtype)
         cand, base = self._runner(self.candidate), self._runner(self.baseline)
-        verdict = blame("candidate", lambda: Checker(self.spec, shape, dtype, self.device, seed).run(
+        verdict = blame("candidate", lambda: Checker(self.spec, shape, dtype, self.device, seed, arena).run(
             cand, self.req.edge_cases))
         row.correct = verdict.ok if verdict.covered else None
         row.reason, row.max_err_ratio = verdict.reason, verdict.err_ratio if verdict.covered else None
@@ -127,8 +183,8 @@ class GpuSession:
         if fault:  # an earlier child's context died in the original here: the reference alone judges
             row.baseline_defect = f"{BASELINE_CRASHED} ({fault})"
             return
-        # The same seed: the original meets the very inputs the candidate met, trial for trial.
-        base_verdict = blame("baseline", lambda: Checker(self.spec, shape, dtype, self.device, seed).run(
+        # The same seed: the original meets the very inputs, pre-states and buffers the candidate met.
+        base_verdict = blame("baseline", lambda: Checker(self.spec, shape, dtype, self.device, seed, arena).run(
             base, self.req.edge_cases))
         if not base_verdict.ok:
             row.baseline_defect = base_verdict.reason
@@ -140,31 +196,23 @@ class GpuSession:
         if worse:
             row.correct, row.reason = False, worse
             return
-        agree = Checker(self.spec, shape, dtype, self.device, seed + 1).agreement(cand, base)
+        agree = Checker(self.spec, shape, dtype, self.device, seed + 1, arena).agreement(cand, base)
         if not agree.ok:
             row.correct, row.reason = False, agree.reason
 
-    def _time(self, row: ShapeResult, shape, dtype) -> None:
+    def _time(self, row: ShapeResult, arena: Arena, rng: random.Random) -> None:
         hot = self.req.l2 == "hot"
-        sets = TimedSets(self.spec, shape, dtype, self.device, seed=1234, hot=hot)
-        budget = memory_budget()
-        per_set = sets.own_bytes()
-        sets.grow(1 if hot else rotation_sets(per_set, budget))
+        sets = TimedSets(arena, seed=rng.randrange(1 << 30))
 
         def fn(launcher):
-            return lambda i: launcher(sets.sets[i].tensors, sets.sets[i].scalars)
+            return lambda i: launcher(sets.arena.args(i).tensors, sets.arena.args(i).scalars)
 
         fns = {"candidate": fn(self.candidate)}
         if not row.baseline_defect.startswith((NOT_COVERED, BASELINE_CRASHED)):  # nothing to compare with
             fns["baseline"] = fn(self.baseline)
-        probe = len(sets.sets)
-        launches = max(blame(name, lambda: launches_for(f, probe)) for name, f in fns.items())
-        launches = max(1, min(launches, MAX_LAUNCHES, max(probe, budget // max(per_set, 1))))
-        sets.grow(launches)
-        graphs = {name: blame(name, lambda: capture(f, launches, launches)) for name, f in fns.items()}
-        samples = time_graphs(graphs, launches)
+        run = TimedRun(sets, fns, rng, self.flush)
+        samples, wrong = run.graphs()
         row.candidate = summarize(samples["candidate"])
-        wrong = blame("candidate", lambda: sets.verify(graphs["candidate"].replay, "the timed graph"))
         wrong = wrong or physics(row, self.roofline, self.empty_us, hot, tflops=self.tflops)
         if wrong:  # what was timed is not what was checked: no figure for it
             row.correct, row.reason, row.candidate = False, wrong, None
@@ -177,13 +225,25 @@ class GpuSession:
         compute_us = row.flops / self.tflops / 1e6 if row.flops and self.tflops else 0.0
         row.floor_us = max(row.min_bytes / self.roofline / 1e3, compute_us, self.empty_us)
         row.tflops = row.flops / row.candidate.median_us / 1e6 if row.flops else None
-        cand = fns["candidate"]
-        row.eager_candidate_us = blame("candidate", lambda: eager_us(cand, launches))
-        wrong = blame("candidate", lambda: sets.verify(lambda: [cand(i) for i in range(launches)], "eager calls"))
+        row.eager_candidate_us, wrong = blame("candidate", lambda: run.eager("candidate", check=True))
         wrong = wrong or physics(row, self.roofline, 0.0, hot, row.eager_candidate_us, "a call, eager", self.tflops)
         if wrong:
             row.correct, row.reason, row.candidate, row.speedup, row.eager_candidate_us = False, wrong, None, None, None
             return
         if row.baseline:
-            row.eager_baseline_us = blame("baseline", lambda: eager_us(fns["baseline"], launches))
+            row.eager_baseline_us = blame("baseline", lambda: run.eager("baseline", check=False))[0]
 
+    def _placed(self, shape) -> bool:
+        """Whether the request times this shape in place too."""
+        return self.req.sandwich == "any" or (self.req.sandwich == "served" and tuple(shape) in self.served)
+
+    def _sandwich(self, row: ShapeResult, shape, dtype) -> None:
+        """The op between its model neighbours (harness/sandwich.py), where the spec names them."""
+        sandwich = Sandwich.for_shape(self.spec, shape, dtype, self.device, self.ledger)
+        if sandwich is None:
+            return
+        timing, wrong = sandwich.run(self._runner(self.candidate), self._runner(self.baseline),
+                                     random.Random(self._seed(shape, dtype)))
+        if wrong:
+            row.correct, row.reason, row.candidate, row.speedup = False, wrong, None, None
+        row.sandwich = timing

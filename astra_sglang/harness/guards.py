@@ -13,7 +13,7 @@ from astra_sglang.harness.limits import CANARY
 from astra_sglang.specs.records import KernelSpec
 
 
-def _logical_mask(guard: Guarded, tensor: torch.Tensor) -> torch.Tensor:
+def logical_mask(guard: Guarded, tensor: torch.Tensor) -> torch.Tensor:
     """True at every byte of the buffer that belongs to an element of the (strided) tensor."""
     size = tensor.element_size()
     marks = torch.zeros(guard.extent // size, dtype=torch.int32, device=tensor.device)
@@ -47,7 +47,7 @@ def outside_write(spec: KernelSpec, args: OpArgs) -> str:
             continue
         canary = guard.buffer != CANARY
         if guard.strided:
-            canary &= ~_logical_mask(guard, tensor)
+            canary &= ~logical_mask(guard, tensor)
         else:
             canary[guard.pre:guard.pre + guard.extent] = False
         byte = _first(canary)
@@ -77,7 +77,7 @@ def input_written(spec: KernelSpec, args: OpArgs, before: list[torch.Tensor | No
         if guard is None:
             return f"{arg.name}: wrote into an input-only argument (byte {byte})"
         inside = guard.pre <= byte < guard.pre + guard.extent and (
-            not guard.strided or bool(_logical_mask(guard, tensor)[byte]))
+            not guard.strided or bool(logical_mask(guard, tensor)[byte]))
         if inside:
             element = (byte - guard.pre) // tensor.element_size()
             return f"{arg.name}: wrote into an input-only argument, at element {element}"
@@ -98,7 +98,7 @@ def outside_flag(spec: KernelSpec, args: OpArgs) -> torch.Tensor:
             continue
         canary = guard.buffer != CANARY
         if guard.strided:
-            flags.append((canary & ~_logical_mask(guard, tensor)).any())
+            flags.append((canary & ~logical_mask(guard, tensor)).any())
         else:
             flags.append(canary[:guard.pre].any() | canary[guard.pre + guard.extent:].any())
     return torch.stack(flags).any() if flags else torch.zeros((), dtype=torch.bool)

@@ -1,5 +1,5 @@
 """Fresh random arguments for a spec'd op: inputs drawn anew per trial (by each argument's init kind, see
-draw.py), outputs poisoned with NaN (integers with a sentinel)."""
+draw.py), outputs poisoned with NaN (integers with a sentinel; prestate.py gives them other contents too)."""
 from __future__ import annotations
 
 import math
@@ -90,9 +90,32 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-def _guarded(arg: Argument, dims: tuple[int, ...], dtype: torch.dtype, device) -> tuple[torch.Tensor, Guarded]:
-    """The tensor at a 16-byte-aligned (not 256; the argument's `align` where the spec raises it) offset inside
-    canary bytes; rows `ALIGN_SHIFT` bytes apart beyond their width when the spec allows the argument strided."""
+@dataclass(frozen=True)
+class Layout:
+    """Where a tensor lies inside its guarded byte buffer: `pre` canary bytes, the elements (rows `ALIGN_SHIFT`
+    bytes apart beyond their width where the spec allows the argument strided), slack, all of it `nbytes`
+    long (a multiple of 256, so that buffers placed back to back keep the alignment)."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: torch.dtype
+    pre: int
+    extent: int
+    nbytes: int
+    strided: bool
+
+    def tensor(self, buffer: torch.Tensor) -> torch.Tensor:
+        """The tensor inside `buffer` (uint8, one buffer of this layout)."""
+        flat = buffer[self.pre:self.pre + self.extent].view(self.dtype)
+        return flat.as_strided(self.shape, self.strides) if self.strided else flat.view(self.shape)
+
+    def guard(self, buffer: torch.Tensor) -> "Guarded":
+        return Guarded(buffer, self.pre, self.extent, self.strided)
+
+
+def layout(arg: Argument, dims: tuple[int, ...], dtype: torch.dtype) -> Layout:
+    """The guarded layout of one tensor argument: at a 16-byte-aligned (not 256; the argument's `align` where
+    the spec raises it) offset inside canary bytes, at least a row of them before and after."""
     size = torch.empty((), dtype=dtype).element_size()
     width = dims[-1] if dims else 1
     rows = math.prod(dims[:-1]) if len(dims) > 1 else 1
@@ -101,14 +124,16 @@ def _guarded(arg: Argument, dims: tuple[int, ...], dtype: torch.dtype, device) -
     extent = ((rows - 1) * row_stride + width) * size if math.prod(dims) else 0
     slack = max(GUARD_BYTES, width * size)
     pre = _round_up(slack, 256) + max(ALIGN_SHIFT, arg.align)
-    buffer = torch.full((pre + extent + slack,), CANARY, dtype=torch.uint8, device=device)
-    flat = buffer[pre:pre + extent].view(dtype)
-    if strided:
-        strides = [row_stride * math.prod(dims[i + 1:-1]) for i in range(len(dims) - 1)] + [1]
-        tensor = flat.as_strided(dims, strides)
-    else:
-        tensor = flat.view(dims)
-    return tensor, Guarded(buffer, pre, extent, strided)
+    strides = tuple([row_stride * math.prod(dims[i + 1:-1]) for i in range(len(dims) - 1)] + [1]) if dims else ()
+    if not strided:
+        strides = tuple(math.prod(dims[i + 1:]) for i in range(len(dims)))
+    return Layout(tuple(dims), strides, dtype, pre, extent, _round_up(pre + extent + slack, 256), strided)
+
+
+def _guarded(arg: Argument, dims: tuple[int, ...], dtype: torch.dtype, device) -> tuple[torch.Tensor, Guarded]:
+    where = layout(arg, dims, dtype)
+    buffer = torch.full((where.nbytes,), CANARY, dtype=torch.uint8, device=device)
+    return where.tensor(buffer), where.guard(buffer)
 
 
 def allocate(spec: KernelSpec, shape: tuple[int, ...], dtype: str, device: torch.device | str,

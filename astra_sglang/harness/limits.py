@@ -50,10 +50,16 @@ per-replay ratios within 2-3%) so that noise alone does not disqualify an honest
 
 # -- memory the timing may use -----------------------------------------------------------------------------
 TIMING_MEMORY_FRACTION = 0.25
-"""Of the free device memory, for the per-launch argument sets of one timed shape."""
+"""Of the free device memory, at most, for the argument sets of one shape (one bound of harness/budget.py's
+grant, for memory other programs hold on the GPU)."""
 TIMING_MEMORY_CAP = 4 << 30
 """At most this many bytes: 2x the bytes a roofline-bound kernel moves in one 300 us replay on an H200
 (4.3 TB/s), so that every launch of a replay gets its own arguments at any shape."""
+GPU_MEMORY_SHARE = 0.5
+"""Of a GPU's memory, for the argument sets of every evaluation running on it together (harness/budget.py's
+ledger shares it out): nine evaluations sizing their sets from the free memory each, as if alone, ran one GPU
+out of memory (H200, 2026-11-27). Half leaves room for the CUDA contexts, the builds' and probes' buffers and
+an SGLang server on the same GPU."""
 
 # -- guard regions -----------------------------------------------------------------------------------------
 GUARD_BYTES = 4096

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from astra_sglang.harness.ncu_csv import NVTX_RANGE, attribute, parse_ncu_csv, parse_ncu_launches, shape_range
 from astra_sglang.harness.records import EvalResult, ShapeResult
@@ -33,6 +33,15 @@ TIMEOUT_S = 180
 PER_SHAPE_S = 30  # extra allowance per further shape in one process (its replay passes, not a start-up)
 
 log = logging.getLogger("astra_sglang.harness.ncu")
+
+
+class ProfileFacts(BaseModel):
+    """Hardware facts about one evaluated kernel, beyond what EvalResult carries."""
+
+    ncu: dict[str, float] = Field(default_factory=dict)
+    """Nsight Compute metrics (name -> value), when a profiler is available."""
+    registers: int | None = None
+    spill_bytes: int | None = None
 
 
 class ProfileRequest(BaseModel):
@@ -132,8 +141,6 @@ class NcuProfiler:
         return per_shape
 
     def __call__(self, source: str, result: EvalResult):
-        from astra_sglang.agents.records import ProfileFacts
-
         facts = ProfileFacts(registers=result.build.registers if result.build else None,
                              spill_bytes=result.build.spill_bytes if result.build else None)
         shape = pick_shape(result)

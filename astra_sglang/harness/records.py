@@ -50,8 +50,13 @@ class EvalRequest(BaseModel):
     seed: int = 0
     timeout_s: float = 600.0
     l2: Literal["cold", "hot"] = "cold"
-    """Timing: "cold" rotates input copies over >= 2x the L2 (DESIGN.md's rule); "hot" replays one input set,
+    """Timing: "cold" gives every launch its own argument set and empties the L2 before every replay (DESIGN.md's
+    rule); "hot" replays one input set,
     as in serving where the producer kernel just wrote it (e.g. silu_and_mul after the gate/up GEMM)."""
+    sandwich: Literal["off", "served", "any"] = "off"
+    """Also time correct shapes between the GEMMs they have in the model (harness/sandwich.py), where the spec
+    names them: "served", the shapes of the `served` set (the acceptance gate's figure); "any", every shape a
+    model config matches. `ShapeResult.sandwich`."""
     baseline_faults: list["BaselineFault"] = Field(default_factory=list)
     """Shapes where the baseline crashed an earlier child's CUDA context: checked against the reference only."""
     done: list["ShapeResult"] = Field(default_factory=list)
@@ -82,6 +87,30 @@ class Timing(BaseModel):
     median_us: float
     p10_us: float
     p90_us: float
+
+
+class SandwichTiming(BaseModel):
+    """The op timed where it runs in the model: GEMM -> op -> GEMM in one CUDA graph (harness/sandwich.py)."""
+
+    model: str
+    before: str
+    """The GEMM before the op (it writes the op's input), e.g. "down_proj 64x14336x4096" (m x k x n)."""
+    after: str
+    repeats: int
+    """GEMM -> op -> GEMM per replay, each over its own argument set."""
+    gemms_us: Timing
+    """Both GEMMs alone, per repeat (the third graph of the run)."""
+    candidate_us: Timing
+    baseline_us: Timing
+    """The whole sandwich, per repeat, with the candidate's and the baseline's op."""
+    op_candidate_us: float
+    op_baseline_us: float
+    """The op's share: the sandwich minus the GEMMs alone, medians of the per-round differences."""
+    speedup: float | None
+    """Median over rounds of the baseline's share over the candidate's (None: no round left the candidate's
+    share positive, the GEMMs' spread swallowing the op)."""
+    saved_us: float
+    """Median over rounds of the baseline's sandwich minus the candidate's: the time a call saves in place."""
 
 
 class ShapeResult(BaseModel):
@@ -116,6 +145,9 @@ class ShapeResult(BaseModel):
     eager_candidate_us: float | None = None
     eager_baseline_us: float | None = None
     """Per call with Python dispatch (ctypes launch, no graph), host-timed."""
+    sandwich: SandwichTiming | None = None
+    """The op timed between its model neighbours (EvalRequest.sandwich); where measured, scoring uses its
+    speedup (EvalResult.scored)."""
 
 
 class EvalResult(BaseModel):
@@ -140,9 +172,11 @@ class EvalResult(BaseModel):
     """Set with stage "baseline_crash": where the baseline killed the child's CUDA context."""
 
     def scored(self) -> list[tuple[ShapeResult, float]]:
-        """(row, speedup) of every row a winner is judged on: the timed rows it serves, and each row it
-        declines at 1.0x (there the original op serves the call, at the original's speed)."""
-        return [(s, s.speedup if s.covered else 1.0) for s in self.shapes if (s.speedup or not s.covered)]
+        """(row, speedup) of every row a winner is judged on: the timed rows it serves, at the speedup measured
+        between its model neighbours where that was measured (the sandwich: as the server runs it), else
+        isolated; and each row it declines at 1.0x (there the original op serves the call, at its speed)."""
+        return [(s, (s.sandwich.speedup if s.sandwich and s.sandwich.speedup else s.speedup) if s.covered else 1.0)
+                for s in self.shapes if (s.speedup or not s.covered)]
 
     @property
     def geomean_speedup(self) -> float | None:

@@ -19,8 +19,12 @@ def table(result: EvalResult) -> Table:
              f"SM-copy roofline {_f(result.roofline_gbps, '{:.0f}')} GB/s | empty kernel in a graph "
              f"{_f(result.empty_kernel_us)} us")
     t = Table(title=title, title_justify="left")
-    for col in ("shape", "dtype", "check", "cand us (p10-p90)", "base us", "speedup", "GB/s", "% roof",
-                "floor us", "eager cand/base us"):
+    columns = ["shape", "dtype", "check", "cand us (p10-p90)", "base us", "speedup", "GB/s", "% roof", "floor us",
+               "eager cand/base us"]
+    placed = any(s.sandwich for s in result.shapes)
+    if placed:  # the op between its model neighbours (harness/sandwich.py)
+        columns += ["in place: op us cand/base", "in place speedup"]
+    for col in columns:
         t.add_column(col, justify="left" if col in ("shape", "dtype", "check") else "right")
     for s in result.shapes:
         check = {True: "pass", False: "FAIL", None: "-"}[s.correct] if s.covered else "not covered"
@@ -30,8 +34,13 @@ def table(result: EvalResult) -> Table:
             f"{s.candidate.median_us:.2f} ({s.candidate.p10_us:.2f}-{s.candidate.p90_us:.2f})")
         base = "-" if s.baseline is None else f"{s.baseline.median_us:.2f}"
         eager = "-" if s.eager_candidate_us is None else f"{s.eager_candidate_us:.1f}/{_f(s.eager_baseline_us, '{:.1f}')}"
-        t.add_row("x".join(map(str, s.shape)), s.dtype, check, cand, base, _f(s.speedup, "{:.3f}x"),
-                  _f(s.gbps, "{:.0f}"), _f(s.pct_roofline, "{:.0f}%"), _f(s.floor_us), eager)
+        cells = ["x".join(map(str, s.shape)), s.dtype, check, cand, base, _f(s.speedup, "{:.3f}x"),
+                 _f(s.gbps, "{:.0f}"), _f(s.pct_roofline, "{:.0f}%"), _f(s.floor_us), eager]
+        if placed:
+            w = s.sandwich
+            cells += ["-", "-"] if w is None else [f"{w.op_candidate_us:.2f}/{w.op_baseline_us:.2f}",
+                                                   _f(w.speedup, "{:.3f}x")]
+        t.add_row(*cells)
     return t
 
 
@@ -43,10 +52,17 @@ def print_result(result: EvalResult, console: Console | None = None) -> None:
             console.print(f"  {'x'.join(map(str, s.shape))} {s.dtype}: {s.reason}")
         if s.baseline_defect:
             console.print(f"  {'x'.join(map(str, s.shape))} {s.dtype}: baseline defect: {s.baseline_defect}")
+    for s in result.shapes:
+        if s.sandwich:
+            w = s.sandwich
+            console.print(f"  {'x'.join(map(str, s.shape))} {s.dtype} in place ({w.model}): {w.before} -> op -> "
+                          f"{w.after}, x{w.repeats} a replay; GEMMs alone {w.gemms_us.median_us:.2f} us, saved "
+                          f"{w.saved_us:.2f} us a call")
     geo = result.geomean_speedup
     declined = sum(1 for s in result.shapes if not s.covered)
     status = "ok" if result.ok else f"FAILED ({result.stage}): {result.reason}"
-    console.print(f"geomean speedup {_f(geo, '{:.3f}x')}"
+    placed = " (in place where timed in place)" if any(s.sandwich for s in result.shapes) else ""
+    console.print(f"geomean speedup {_f(geo, '{:.3f}x')}{placed}"
                   f"{f' ({declined} declined shapes at 1.0x)' if declined else ''} | build {_f(result.build and result.build.seconds, '{:.1f}')}s"
                   f"{' (cached)' if result.build and result.build.cached else ''} | L2 {result.l2} | wall {result.wall_s:.1f}s"
                   f" | {status}")

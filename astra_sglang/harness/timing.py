@@ -1,28 +1,27 @@
 """Kernel-only timing by CUDA-graph replay, one argument set per launch; ceilings measured in the same process.
 
-- L2: a replay's launches each read their own argument set, over >= 2x the L2 in all (cold L2 per launch);
-  every launch having its own set also lets harness/timed.py check each timed launch's work afterwards.
+- Argument sets: a replay's launches each read their own (plan_sets); the L2 is emptied before every replay
+  (timed_run.py); every launch having its own set also lets harness/timed.py check each timed launch's work.
 - Interleaved: candidate and baseline graphs replay alternately (order flipped each round), so clock
   and thermal drift hit both; the speedup is the median of per-round ratios.
 - Ceilings: an SM copy kernel (bytes read + written) and an empty kernel, in graphs, same run.
-- Eager: per call with Python dispatch (no graph), host-timed: reported separately and labelled.
+- Eager: per call with Python dispatch (no graph), host-timed (timed_run.py): reported separately and labelled.
 """
 from __future__ import annotations
 
 import ctypes
+import random
 import statistics
 import time
 from typing import Callable
 
 import torch
 
-from astra_sglang.harness.limits import TIMING_MEMORY_CAP, TIMING_MEMORY_FRACTION
 from astra_sglang.harness.records import Timing
 
 LaunchFn = Callable[[int], int]  # launch on the current stream using input set i; returns the ABI code
 MIN_REPLAY_US = 300.0  # one replay lasts at least this long, so event resolution (~0.5 us) is noise
 MAX_LAUNCHES = 2000
-MAX_SETS = 512
 # Unrecorded replays first, by time: right after the checks, rmsnorm 16384x8192 (104% of the copy probe)
 # timed 146 us over 3 warm-up + 20 recorded replays (~25 ms), but 131 us over 200 replays and 131 us when
 # nothing ran before it; SGLang's kernel (70% of the probe) moved ~1%: a transient of under ~100 ms that
@@ -32,37 +31,40 @@ MATMUL_N = 8192
 """The matmul rate probe's size: 1.1 TFLOP a launch, large enough for cuBLAS's fastest tiles on an H100/H200."""
 
 
-def memory_budget() -> int:
-    """Bytes the argument sets of one timed shape may take on the current device."""
-    free, _total = torch.cuda.mem_get_info()
-    return int(min(TIMING_MEMORY_CAP, TIMING_MEMORY_FRACTION * free))
+def plan_sets(per_set: int, floor_us: float, budget: int, rng: random.Random) -> int:
+    """How many argument sets (= launches of the timed graph, each its own set): enough that a replay lasts
+    MIN_REPLAY_US even at the floor time (`floor_us`: no kernel is faster, so a real one's replays last longer);
+    at most MAX_LAUNCHES; then up to an eighth more, drawn at random, so that a kernel cannot know the count
+    ahead; at most what the memory `budget` holds with one set to spare (the second graph launches one more).
+    L2 cold needs no more sets than that: every replay comes after a read of twice the L2 (timed_run.py), and
+    every launch of it reads its own set once."""
+    want = int(min(-(-MIN_REPLAY_US // max(floor_us, 0.05)), MAX_LAUNCHES))
+    want += rng.randrange(want // 8 + 1)
+    return int(max(1, min(want, budget // max(per_set, 1) - 1)))
 
 
-def rotation_sets(set_bytes: int, budget: int | None = None) -> int:
-    """How many input copies make one pass cold in L2 (>= 2x L2), within the memory budget."""
-    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    want = -(-2 * l2 // max(set_bytes, 1))
-    budget = memory_budget() if budget is None else budget
-    return int(max(1, min(want, MAX_SETS, budget // max(set_bytes, 1))))
-
-
-def capture(fn: LaunchFn, launches: int, sets: int) -> torch.cuda.CUDAGraph:
+def capture(fn: LaunchFn, order: list[int]) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of fn(i) for every i in `order`, captured on the current stream: the stream the checks and
+    the eager calls use too (a kernel must not tell them apart by its stream), unless that is the default
+    stream, which cannot capture."""
     graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
+    stream = torch.cuda.current_stream()
+    if stream == torch.cuda.default_stream():
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        fn(0)  # warm-up outside capture (module load, lazy init)
+        fn(order[0])  # warm-up outside capture (module load, lazy init)
         stream.synchronize()
         with torch.cuda.graph(graph, stream=stream):
-            for i in range(launches):
-                code = fn(i % sets)
+            for i in order:
+                code = fn(i)
                 if code != 0:
                     raise RuntimeError(f"launch during graph capture returned {code}")
     torch.cuda.synchronize()
     return graph
 
 
-def _replay_us(graph: torch.cuda.CUDAGraph) -> float:
+def replay_us(graph: torch.cuda.CUDAGraph) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     graph.replay()
@@ -82,10 +84,10 @@ def launch_count(probe_replays_us: list[float], sets: int) -> int:
 
 
 def launches_for(fn: LaunchFn, sets: int, probes: int = 5) -> int:
-    probe = capture(fn, sets, sets)
+    probe = capture(fn, list(range(sets)))
     for _ in range(2):
-        _replay_us(probe)
-    return launch_count([_replay_us(probe) for _ in range(probes)], sets)
+        replay_us(probe)
+    return launch_count([replay_us(probe) for _ in range(probes)], sets)
 
 
 def blame(who: str, step):
@@ -110,28 +112,30 @@ def interleaved(fns: dict[str, LaunchFn], sets: int, replays: int = 20, warmup: 
     Every capture and replay ends in a sync, so a fault is raised naming the fn whose launches made it
     (e.g. "in the baseline: ..."): an original op that faults only here is not blamed on the candidate."""
     launches = max(blame(name, lambda: launches_for(fn, sets)) for name, fn in fns.items())
-    graphs = {name: blame(name, lambda: capture(fn, launches, sets)) for name, fn in fns.items()}
+    order = [i % sets for i in range(launches)]
+    graphs = {name: blame(name, lambda: capture(fn, order)) for name, fn in fns.items()}
     return time_graphs(graphs, launches, replays, warmup, warmup_s)
 
 
 def time_graphs(graphs: dict[str, torch.cuda.CUDAGraph], launches: int, replays: int = 20, warmup: int = 3,
                 warmup_s: float = WARMUP_S) -> dict[str, list[float]]:
     """Per-launch microseconds of each captured graph of `launches` launches, replays interleaved."""
-    return rounds({name: (lambda g=g: _replay_us(g) / launches) for name, g in graphs.items()}, replays, warmup,
+    return rounds({name: (lambda _r, g=g: replay_us(g) / launches) for name, g in graphs.items()}, replays, warmup,
                   warmup_s)
 
 
-def rounds(replay: dict[str, Callable[[], float]], replays: int, warmup: int, warmup_s: float,
+def rounds(replay: dict[str, Callable[[int], float]], replays: int, warmup: int, warmup_s: float,
            clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
-    """One sample per fn per round, the order flipped every round; rounds are recorded once at least `warmup`
-    of them and `warmup_s` seconds have passed, until each fn has `replays` samples."""
+    """One sample per fn per round (each fn is handed the round's number), the order flipped every round;
+    rounds are recorded once at least `warmup` of them and `warmup_s` seconds have passed, until each fn has
+    `replays` samples."""
     order = list(replay)
     samples: dict[str, list[float]] = {name: [] for name in order}
     start, r = clock(), 0
     while len(samples[order[0]]) < replays:
         recorded = r >= warmup and clock() - start >= warmup_s
         for name in (order if r % 2 == 0 else order[::-1]):
-            us = blame(name, replay[name])
+            us = blame(name, lambda: replay[name](r))
             if recorded:
                 samples[name].append(us)
         r += 1
@@ -145,18 +149,6 @@ def summarize(samples: list[float]) -> Timing:
 
 def ratio_median(baseline: list[float], candidate: list[float]) -> float:
     return statistics.median(b / c for b, c in zip(baseline, candidate))
-
-
-def eager_us(fn: LaunchFn, sets: int, calls: int = 300) -> float:
-    """Per call including Python dispatch and the ctypes launch; host clock, synchronized at both ends."""
-    for i in range(10):
-        fn(i % sets)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for i in range(calls):
-        fn(i % sets)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 class Ceilings:

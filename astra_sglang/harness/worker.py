@@ -12,7 +12,7 @@ from pathlib import Path
 
 from astra_sglang.harness.build import build_library
 from astra_sglang.harness.records import BaselineFault, BuildInfo, EvalRequest, EvalResult, KernelSource, ShapeResult
-from astra_sglang.ops.variants import first_kernel
+from astra_sglang.kernels.variants import first_kernel
 from astra_sglang.paths import templates_dir
 from astra_sglang.specs.registry import get_spec
 
@@ -95,6 +95,7 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
             result.shapes.append(row)
             progress(stage="shape_done", row=row.model_dump(mode="json"))
             all_ok &= row.correct is not False
+    session.close()
     result.ok = all_ok
     result.stage = "done"
     if not all_ok:

@@ -14,7 +14,7 @@ from types import ModuleType
 @dataclass
 class Reference:
     kind: str
-    """"astra" (ops/reference.py, fp64), "native_method", "native_function" or "original"."""
+    """"astra" (references/small_ops.py, fp64), "native_method", "native_function" or "original"."""
     target: str
     """module:function, or module:Class for a native method."""
     note: str
@@ -30,10 +30,10 @@ def _calls_name(fn, name: str) -> bool:
 
 
 def find_reference(module: ModuleType, func: str) -> Reference:
-    from astra_sglang.ops import reference as ours
+    from astra_sglang.references import small_ops as ours
 
     if callable(getattr(ours, func, None)):
-        return Reference("astra", f"astra_sglang.ops.reference:{func}", "the tool's fp64 reference of that name")
+        return Reference("astra", f"astra_sglang.references.small_ops:{func}", "the tool's fp64 reference of that name")
     for name, obj in sorted(vars(module).items()):
         if (inspect.isclass(obj) and getattr(obj, "__module__", "") == module.__name__
                 and callable(getattr(obj, "forward_native", None)) and callable(getattr(obj, "forward_cuda", None))

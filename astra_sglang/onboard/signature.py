@@ -11,24 +11,11 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
-
 from astra_sglang.errors import AstraError
+from astra_sglang.patching.recorder import CallRecord
 
 OUT_NAMES = ("out", "output", "result", "dst")
 SCALAR_TYPES = {float: "float", int: "int", bool: "bool"}
-
-
-class TensorCall(BaseModel):
-    shape: list[int]
-    dtype: str
-
-
-class CallRecord(BaseModel):
-    """One recorded call: tensor arguments by name (shape, dtype); scalars by value."""
-
-    tensors: dict[str, TensorCall]
-    scalars: dict[str, Any] = {}
 
 
 @dataclass

@@ -12,7 +12,8 @@ import torch
 
 from astra_sglang.errors import AstraError
 from astra_sglang.onboard.reference import Reference, find_reference
-from astra_sglang.onboard.signature import CallRecord, Param, params_of, plan_dims
+from astra_sglang.onboard.signature import Param, params_of, plan_dims
+from astra_sglang.patching.recorder import CallRecord
 from astra_sglang.paths import templates_dir, user_ops_dir, user_specs_dir
 
 TOLERANCES = {"bfloat16": (1.6e-2, 1.6e-2), "float16": (2e-3, 2e-3), "float32": (1e-5, 1e-5)}
@@ -142,8 +143,9 @@ def onboard(entry: str, calls: list[CallRecord], *, name: str | None = None, mod
 def cpu_check(name: str, shapes: list[tuple[int, ...]], dtypes: list[str]) -> list[str]:
     """The spec loads, the reference runs on the smallest shape (fp64), and its targets exist; AstraError with
     the first failure, else what was checked."""
+    from astra_sglang.extraction.static_targets import static_check
     from astra_sglang.harness.inputs import allocate, fill
-    from astra_sglang.patching.targets import Target, static_check
+    from astra_sglang.patchset.manifest import Target
     from astra_sglang.specs.registry import get_spec
 
     spec = get_spec(name)

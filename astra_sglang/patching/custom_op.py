@@ -14,7 +14,7 @@ from astra_sglang.specs.records import KernelSpec
 
 
 class Runs(Protocol):
-    """What the custom op dispatches to (patching/ops.py's PatchedOp, which imports this module)."""
+    """What the custom op dispatches to (patching/patched_op.py's PatchedOp, which imports this module)."""
 
     def run_values(self, values: list) -> None: ...
 

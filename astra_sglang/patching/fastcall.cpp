@@ -54,7 +54,7 @@ struct Arg {
 };
 
 // (shape, strides, dtype, device) of every tensor argument -> coverage verdict, filled by Python.
-constexpr int kUncovered = 0, kCovered = 1, kDeferred = 2;  // patching/ops.py: UNCOVERED, COVERED, DEFERRED
+constexpr int kUncovered = 0, kCovered = 1, kDeferred = 2;  // patching/patched_op.py: UNCOVERED, COVERED, DEFERRED
 struct Verdicts {
   std::unordered_map<uint64_t, std::vector<std::pair<std::vector<int64_t>, int>>> table;
   std::vector<int64_t> last;

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Callable
 
 from astra_sglang.errors import AstraError
+from astra_sglang.extraction.static_targets import package_installed
 from astra_sglang.patching.stats import ENV_STATS_DIR, StatsWriter
-from astra_sglang.patching.store import ENV_PATCHES, PatchEntry, PatchStore
-from astra_sglang.patching.targets import Target, package_installed, rebind, resolve
+from astra_sglang.patching.targets import rebind, resolve
+from astra_sglang.patchset.store import ENV_PATCHES, PatchEntry, PatchStore
 
 log = logging.getLogger("astra_sglang.patching")
 
@@ -97,7 +98,7 @@ class Runtime:
     def op_for(self, entry: PatchEntry, original: Callable, target: Target | None = None):
         """One PatchedOp per (op, original object); its launcher is built once per op, eagerly, so the
         library is loaded before model init and CUDA-graph capture."""
-        from astra_sglang.patching.ops import PatchedOp
+        from astra_sglang.patching.patched_op import PatchedOp
 
         key = (entry.op, id(original))
         if key not in self.ops and entry.manifest.kind == "triton-config":  # config files: count lookups only

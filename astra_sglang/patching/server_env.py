@@ -10,9 +10,9 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 
 from astra_sglang.errors import AstraError
+from astra_sglang.extraction.static_targets import static_check
 from astra_sglang.patching import fastcall, hook
-from astra_sglang.patching.store import PatchStore
-from astra_sglang.patching.targets import static_check
+from astra_sglang.patchset.store import PatchStore
 
 
 def installed_sglang_version() -> str | None:

@@ -22,8 +22,8 @@ from typing import Callable
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.stats import OpStats
-from astra_sglang.patching.store import PatchEntry
-from astra_sglang.triton.moe_configs import CONFIG_MODULE, ENV, package_dir, resolve
+from astra_sglang.patchset.store import PatchEntry
+from astra_sglang.triton.moe.configs import CONFIG_MODULE, ENV, package_dir, resolve
 
 KIND = "triton-config"
 FOLDER = "moe-configs"

@@ -2,7 +2,7 @@
 
 The patch replaces no code. Its target is the kernel global SGLang's launcher launches
 (`decode_attention:_fwd_grouped_kernel_stage1`, `extend_attention:_fwd_kernel`); the patch layer rebinds it to
-a `ConfiguredKernel` (astra_sglang.triton.attn_launch) that takes each launch, finds the manifest's table for
+a `ConfiguredKernel` (astra_sglang.triton.attention.launch) that takes each launch, finds the manifest's table for
 the call's attention shape (q heads, kv heads, head dim, dtype) and the nearest key (decode: batch size;
 extend: longest extend length), and launches SGLang's kernel with that config, or with SGLang's own where the
 table keeps SGLang's pick, the shape is another, or the key is beyond twice the largest measured.
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.bound import BoundPatch
-from astra_sglang.patching.manifest import LaunchTable
 from astra_sglang.patching.stats import OpStats
-from astra_sglang.triton.attn_launch import ConfiguredKernel, LaunchInfo
-from astra_sglang.triton.attn_space import AttnConfig
+from astra_sglang.patchset.manifest import LaunchTable
+from astra_sglang.triton.attention.launch import ConfiguredKernel, LaunchInfo
+from astra_sglang.triton.attention.space import AttnConfig
 
 KIND = "triton-launch"
 
@@ -55,7 +55,7 @@ class LaunchPatch(BoundPatch):
 
 def kernel_of(op: str) -> str:
     """The attention target a launch patch's op names (its spec name)."""
-    from astra_sglang.triton.attn_space import KERNELS
+    from astra_sglang.triton.attention.space import KERNELS
 
     if op not in KERNELS:
         raise AstraError(f"a triton-launch patch is for {' or '.join(KERNELS)}, not {op!r}")

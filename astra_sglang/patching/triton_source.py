@@ -20,12 +20,12 @@ from typing import Callable
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.bound import BoundPatch
-from astra_sglang.patching.manifest import ConfigFile, SourceVariant
 from astra_sglang.patching.stats import OpStats
-from astra_sglang.triton import moe_configs
+from astra_sglang.patchset.manifest import ConfigFile, SourceVariant
+from astra_sglang.triton.moe import configs as moe_configs
 from astra_sglang.triton.moe import knobs, sources, splitk
+from astra_sglang.triton.moe.space import MoeConfig
 from astra_sglang.triton.moe.splitk_launch import GemmCall, SplitLauncher
-from astra_sglang.triton.space import MoeConfig
 
 KIND = "triton-source"
 

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from astra_sglang.ops.variants import VARIANTS
-from astra_sglang.patching.store import PatchStore
+from astra_sglang.kernels.variants import VARIANTS
+from astra_sglang.patchset.store import PatchStore
 from astra_sglang.paths import kernels_dir
 from astra_sglang.profile.records import Kind
 from astra_sglang.specs.registry import all_specs

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from astra_sglang.profile.attribute import owner, short_name
-from astra_sglang.profile.records import KernelRow, OpShapes, Phase
+from astra_sglang.profile.records import KernelRow, Phase
 from astra_sglang.profile.trace import Trace
+from astra_sglang.specs.profiled import OpShapes
 from astra_sglang.specs.registry import get_spec
 
 SHARDED = ("intermediate", "heads", "kv_heads")

@@ -1,13 +1,15 @@
 """Typed records of a profile: the kernels of each phase, the ops behind them, their shapes and headroom.
 
 The JSON of a `Profile` is also a shape source: `bench OP --shapes profile.json` and `optimize` take the
-shapes the server really ran from it (`ops[op].shapes`).
+shapes the server really ran from it (`ops[op].shapes`), as specs/profiled.py reads them.
 """
 from __future__ import annotations
 
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from astra_sglang.specs.profiled import OpShapes
 
 Kind = Literal["spec", "sglang", "library", "other"]
 """spec: an op with a spec in extract/ (the tool can optimize it now); sglang: an op SGLang exposes that has no
@@ -35,15 +37,6 @@ class KernelRow(BaseModel):
     gain_pct: float | None = None
     """What the phase's GPU time would lose if this kernel ran at the copy roofline (or the empty-kernel floor):
     share x headroom, Amdahl's gain, in % of the phase's kernel time; None where bytes are unknown."""
-
-
-class OpShapes(BaseModel):
-    """The shapes one spec op ran with, in the spec's dim order, with how many calls each."""
-
-    op: str
-    dtype: str
-    shapes: list[tuple[int, ...]]
-    calls: list[int]
 
 
 class Phase(BaseModel):
@@ -89,13 +82,3 @@ class Profile(BaseModel):
 
     def phase(self, name: str) -> Phase | None:
         return next((p for p in self.phases if p.name == name), None)
-
-    def shapes_of(self, op: str) -> list[tuple[int, ...]]:
-        """Every shape `op` ran with in any phase, most-called first: a shape source for bench/optimize."""
-        counts: dict[tuple[int, ...], int] = {}
-        for phase in self.phases:
-            for entry in phase.ops:
-                if entry.op == op:
-                    for shape, calls in zip(entry.shapes, entry.calls):
-                        counts[tuple(shape)] = counts.get(tuple(shape), 0) + calls
-        return sorted(counts, key=lambda s: -counts[s])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import click
 
-from astra_sglang.patching.cli import patched_server
+from astra_sglang.patching.server_env import patched_server
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
 from astra_sglang.serving import noise, report, server, settings
 

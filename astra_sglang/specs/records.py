@@ -129,6 +129,44 @@ class ShapeSets(_Record):
     """Shapes the optimizing agents never see; the winner must pass them."""
 
 
+MODEL_FIELDS = ("hidden", "intermediate", "heads", "kv_heads", "head_dim")
+"""The model config fields (extract/models.toml) a neighbour's width may be written in."""
+
+
+class Neighbour(_Record):
+    """A GEMM beside the op in the model: the one before writes one of the op's arguments (its output is the
+    op's input), the one after reads one (the op's output is its input). The argument is the GEMM's [m, n]
+    output (before) or [m, k] input (after), m its first dim (tokens)."""
+
+    name: str
+    """The layer in the model, e.g. "down_proj"."""
+    arg: str
+    """The op's argument it writes (before) or reads (after)."""
+    width: str
+    """The GEMM's other dimension: k (its input width) for the one before, n (its output width) for the one
+    after; an expression over model config fields (MODEL_FIELDS), e.g. "(heads + 2 * kv_heads) * head_dim"."""
+
+    @field_validator("width")
+    @classmethod
+    def _width(cls, value: str) -> str:
+        unknown = [n for n in dim_names(value) if n not in MODEL_FIELDS]
+        if unknown:
+            raise ValueError(f"unknown model field {unknown[0]!r} in {value!r} (fields: {', '.join(MODEL_FIELDS)})")
+        return value
+
+
+class Sandwich(_Record):
+    """Where the op runs in the model, for timing it between its neighbours (harness/sandwich.py)."""
+
+    before: Neighbour
+    after: Neighbour
+    models: list[str] = Field(default_factory=lambda: ["llama-3-8b"])
+    """The models whose shapes a server serves (the `served` shape set: these models x `shapes.tokens`); a
+    shape's GEMMs come from the first model of extract/models.toml whose dims match it."""
+    note: str = ""
+    """Why these neighbours, where the op's place in the model is not obvious."""
+
+
 class SourceLocation(_Record):
     """Where the op's original CUDA lives in one source (used by `extract`)."""
 
@@ -176,6 +214,8 @@ class KernelSpec(_Record):
     """Python expressions over dims and free dims that every supported shape satisfies (e.g. "d % 8 == 0")."""
     sources: dict[str, SourceLocation] = Field(default_factory=dict)
     sglang_targets: list[SGLangTarget] = Field(default_factory=list)
+    sandwich: Sandwich | None = None
+    """The GEMMs before and after the op in the model (None: not timed in place)."""
     cost: str = ""
     """Optional "module:function" cost model, fn(dims, dtype) -> (fewest bytes, FLOPs), for ops whose fewest bytes
     are not their tensors' sizes (a fused MoE call reads only the experts its tokens route to) or whose time is
@@ -212,6 +252,8 @@ class KernelSpec(_Record):
             for field, bound in bounds(arg.init).items():
                 if isinstance(bound, str):
                     self._names_known(f"arguments.{i}.init.{field}", bound, known)
+        if self.sandwich:
+            self._sandwich_args()
         needed = {arg.dtype_for(d) for arg in self.tensor_args if arg.role != "in" for d in self.dtypes}
         missing = sorted(d for d in needed if d in dt.FLOATS and d not in self.tolerance)
         if missing:
@@ -224,6 +266,14 @@ class KernelSpec(_Record):
                 raise ValueError(f"arguments.{i}.init: {arg.init.kind} draws indices; give {arg.name} an "
                                  "integer dtype")
         return self
+
+    def _sandwich_args(self) -> None:
+        roles = {a.name: a.role for a in self.tensor_args}
+        for side, wanted in (("before", ("in", "inplace")), ("after", ("out", "inplace"))):
+            arg = getattr(self.sandwich, side).arg
+            if roles.get(arg) not in wanted:
+                raise ValueError(f"sandwich.{side}.arg: {arg!r} is not a tensor argument the GEMM "
+                                 f"{'writes (in or inplace)' if side == 'before' else 'reads (out or inplace)'}")
 
     @staticmethod
     def _names_known(where: str, expr, known: set[str]) -> None:

@@ -16,9 +16,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from astra_sglang.errors import AstraError
 from astra_sglang.paths import specs_dir, user_ops_dir, user_specs_dir
+from astra_sglang.specs.profiled import profile_shapes
 from astra_sglang.specs.records import KernelSpec
 
-SHAPE_SETS = ("quick", "paper", "models", "edge", "held_out", "all", "gate")
+SHAPE_SETS = ("quick", "paper", "models", "edge", "held_out", "all", "gate", "served")
 GATE = ("quick", "paper", "models", "edge", "held_out")
 """The acceptance gate a winner must pass before it is written as a patch: every named set, so the largest
 token count of each, 1 token, the widths that are not a multiple of a vector width (edge) and every real
@@ -176,6 +177,35 @@ def model_shapes(spec: KernelSpec) -> list[tuple[int, ...]]:
     return shapes
 
 
+def served_shapes(spec: KernelSpec) -> list[tuple[int, ...]]:
+    """The shapes a server runs the op at, for the sandwich timing: the spec's sandwich models (default
+    llama-3-8b) crossed with its token counts; none where the spec names no sandwich."""
+    if spec.sandwich is None:
+        return []
+    by_name = {m.name: m for m in models()}
+    unknown = [n for n in spec.sandwich.models if n not in by_name]
+    if unknown:
+        raise AstraError(f"{spec.name}: sandwich.models: {unknown[0]!r} is not in extract/models.toml")
+    shapes: list[tuple[int, ...]] = []
+    for name in spec.sandwich.models:
+        for tokens in spec.shapes.tokens:
+            dims = {"tokens": tokens, **{d: getattr(by_name[name], f) for d, f in spec.shapes.model_dims.items()}}
+            shape = tuple(dims[d] for d in spec.dims)
+            if shape not in shapes and spec.supports(shape):
+                shapes.append(shape)
+    return shapes
+
+
+def model_for(spec: KernelSpec, shape: tuple[int, ...]) -> ModelConfig | None:
+    """The model whose dims the shape has (the spec's sandwich models first, then extract/models.toml's order)."""
+    dims = dict(zip(spec.dims, shape))
+    order = [m for n in (spec.sandwich.models if spec.sandwich else []) for m in models() if m.name == n]
+    for model in order + list(models()):
+        if all(dims.get(d) == getattr(model, f) for d, f in spec.shapes.model_dims.items()):
+            return model
+    return None
+
+
 def parse_shape_list(spec: KernelSpec, text: str) -> list[tuple[int, ...]]:
     """"16x4096,32x8192" -> [(16, 4096), (32, 8192)]."""
     shapes = []
@@ -190,26 +220,9 @@ def parse_shape_list(spec: KernelSpec, text: str) -> list[tuple[int, ...]]:
     return shapes
 
 
-def profile_shapes(spec: KernelSpec, path: Path) -> list[tuple[int, ...]]:
-    """The shapes a live server ran `spec`'s op with, from an `astra-sglang profile` JSON (most-called first)."""
-    from astra_sglang.profile.records import Profile
-
-    if not path.is_file():
-        raise AstraError(f"shape source not found: {path}")
-    try:
-        profile = Profile.model_validate_json(path.read_text())
-    except ValueError as exc:
-        raise AstraError(f"{path} is not an astra-sglang profile: {str(exc).splitlines()[0]}") from None
-    shapes = [s for s in profile.shapes_of(spec.name) if len(s) == len(spec.dims) and spec.supports(s)]
-    if not shapes:
-        raise AstraError(f"{path} records no call of {spec.name} (profiled ops: "
-                         f"{', '.join(sorted({o.op for p in profile.phases for o in p.ops})) or 'none'})")
-    return shapes
-
-
 def resolve_shapes(spec: KernelSpec, selector: str) -> list[tuple[int, ...]]:
-    """A named set (quick, paper, models, edge, held_out, all, gate; joined with '+'), an explicit list, or a
-    profile's JSON (the shapes the server ran)."""
+    """A named set (quick, paper, models, edge, held_out, all, gate, served; joined with '+'), an explicit list,
+    or a profile's JSON (the shapes the server ran)."""
     if selector.endswith(".json"):
         return profile_shapes(spec, Path(selector))
     parts = selector.split("+")
@@ -224,6 +237,8 @@ def resolve_shapes(spec: KernelSpec, selector: str) -> list[tuple[int, ...]]:
             chosen += model_shapes(spec)
         elif part == "gate":
             chosen = [s for name in GATE for s in resolve_shapes(spec, name)]
+        elif part == "served":
+            chosen = served_shapes(spec)
         else:
             chosen = [tuple(s) for s in getattr(spec.shapes, part)]
         out += [s for s in chosen if s not in out]

@@ -1,62 +1,71 @@
 #!/usr/bin/env bash
-# One GPU command for the evaluator: every rejection fixture on the GPU (tests/evaluator/test_gpu_fixtures.py),
-# then the cost of one evaluation and the shipped kernels' figures with this tree's evaluator against an
-# earlier tree's, same GPU, alternating which runs first, against SGLang's own ops (quick shapes, bf16).
-# Usage (GPU machine, repo root; .stage/ unpacked (setup.sh), and the earlier package tree as .old/astra_sglang made with
-#   mkdir .old && git archive REV astra_sglang | tar -x -C .old):
-#   bash benchmarks/gpu/evaluator.sh OUTDIR [fixtures] [cost]     (both steps when none is named)
-# Prints the fixture tests' summary and a table: per op, seconds per evaluation and speedups, old vs new.
+# One GPU command for the evaluator: the in-place figures (GEMM -> op -> GEMM, harness/sandwich.py) beside the
+# isolated ones of every enabled shipped patch at its served shapes, against SGLang's own op; then every
+# `gpu`-marked test of tests/evaluator (every cheat fixture, the honest kernels, compute-sanitizer); then a
+# markdown summary. Optional step `cost`: seconds per evaluation, this tree against an earlier one (.old/).
+# Usage (GPU machine, repo root; SGLang importable, or its runtime kit unpacked as .stage/: see setup.sh):
+#   bash benchmarks/gpu/evaluator.sh OUT [sandwich] [fixtures] [cost]     (sandwich and fixtures when none named)
+# BUDGET (default 540 s) bounds the run: the tests get what the figures left, at least 150 s. MAX_TOKENS
+# (default 8192) caps the served shapes timed. DRY_RUN=1 only writes the commands to OUT/commands.txt.
+# Writes OUT/sandwich.jsonl (bench rows, both figures per shape), OUT/fixtures.txt (pytest -v), OUT/summary.md,
+# OUT/log.txt. Then, on any machine, to leave the shapes slower in place to SGLang (patches/*/manifest.json):
+#   python3 benchmarks/sandwich_report.py OUT/sandwich.jsonl --defer --source "GPU, DATE, commit C, command"
+# `cost` needs the earlier package tree as .old/astra_sglang (mkdir .old && git archive REV astra_sglang | tar -x -C .old).
 set -u
 OUTDIR=${1:?output dir}
 shift
-STEPS=${*:-fixtures cost}
+STEPS=${*:-sandwich fixtures}
+BUDGET=${BUDGET:-540}
+MAX_TOKENS=${MAX_TOKENS:-8192}
 mkdir -p "$OUTDIR"
-source benchmarks/gpu/setup.sh
-export ASTRA_SGLANG_CACHE=/tmp/astra-cache
-OPS="silu_and_mul fused_add_rmsnorm rmsnorm merge_attn_states_lse"
 LOG=$OUTDIR/log.txt
-bench() {  # bench SECONDS TREE OP JSONL [extra args]: TREE=new (this checkout) or old (.old)
-  local limit=$1 tree=$2 op=$3 out=$4 path=$PYTHONPATH; shift 4
-  [ "$tree" = old ] && path=$PWD/.old${PYTHONPATH:+:$PYTHONPATH}
-  echo "-- $tree $op $*" >> "$LOG"
-  PYTHONPATH=$path timeout "$limit" python3 -m astra_sglang.cli bench "$op" --candidate "patches/$op/kernel.cu" \
+run() {  # a command, or its line in OUT/commands.txt (DRY_RUN)
+  if [ -n "${DRY_RUN:-}" ]; then echo "$*" >> "$OUTDIR/commands.txt"; else "$@"; fi
+}
+[ -n "${DRY_RUN:-}" ] || source benchmarks/gpu/setup.sh
+export ASTRA_SGLANG_CACHE=${ASTRA_SGLANG_CACHE:-/tmp/astra-cache}
+trap 'kill $(jobs -p) 2>/dev/null' EXIT INT TERM
+PLAN=$(python3 benchmarks/sandwich_report.py --plan --max-tokens "$MAX_TOKENS")
+bench() {  # bench SECONDS OP JSONL [args]: the shipped patch against SGLang's op, bf16 (package tree: TREE)
+  local limit=$1 op=$2 out=$3
+  shift 3
+  echo "-- $op $*" >> "$LOG"
+  run env PYTHONPATH="${TREE:-${PYTHONPATH:-}}" timeout "$limit" python3 -m astra_sglang.cli bench "$op" \
     --baseline sglang --dtypes bf16 --out "$out" "$@" >> "$LOG" 2>&1
 }
-if [[ $STEPS == *fixtures* ]]; then
-  echo "== fixtures"  # the acceptance test of this evaluator
-  timeout 540 python3 -m pytest -v -p no:cacheprovider --timeout 240 --durations 0 tests/evaluator/test_gpu_fixtures.py \
-    > "$OUTDIR/fixtures.txt" 2>&1
-  grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|[0-9.]+s call" "$OUTDIR/fixtures.txt" | tail -40
+if [[ $STEPS == *sandwich* ]]; then
+  echo "== warm-up: builds and SGLang's JIT kernels, outside the measured runs"
+  while read -r op shapes; do  # in parallel: CPU work; nothing here is measured
+    bench 150 "$op" "$OUTDIR/warmup.jsonl" --shapes "${shapes%%,*}" --no-check &
+  done <<< "$PLAN"
+  wait
+  echo "== isolated and in place, at the served shapes up to $MAX_TOKENS tokens"
+  while read -r op shapes; do
+    bench 90 "$op" "$OUTDIR/sandwich.jsonl" --shapes "$shapes" --sandwich --no-check
+    n=$(grep -c "\"kernel\": \"$op\".*\"sandwich\": {" "$OUTDIR/sandwich.jsonl" 2>/dev/null)
+    echo "$op: ${n:-0} shapes timed in place"
+  done <<< "$PLAN"
 fi
-[[ $STEPS == *cost* ]] || exit 0
-echo "== warm-up: builds and SGLang's JIT kernels, outside the measured runs"
-for op in $OPS; do  # in parallel: the JIT compiles and builds are CPU work; nothing here is measured
-  shape=1x4096; [ "$op" = merge_attn_states_lse ] && shape=1x32x128
-  bench 150 new "$op" "/tmp/warmup-$op.jsonl" --shapes "$shape" --no-check &
-done
-wait
-echo "== cost and figures: old vs new, alternating which goes first"
-order="old new"
-for op in $OPS; do
-  for tree in $order; do bench 150 "$tree" "$op" "$OUTDIR/cost-$tree.jsonl" --shapes quick; done
-  [ "$order" = "old new" ] && order="new old" || order="old new"
-done
-python3 - "$OUTDIR" <<'PY'
-import json, statistics, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-rows = {}
-for tree in ("old", "new"):
-    path = out / f"cost-{tree}.jsonl"
-    for line in path.read_text().splitlines() if path.exists() else []:
-        r = json.loads(line)
-        if r["type"] == "summary":
-            rows.setdefault((r["kernel"], tree), {"wall": [], "speed": {}})["wall"].append(r["wall_s"])
-        elif r.get("speedup"):
-            rows.setdefault((r["kernel"], tree), {"wall": [], "speed": {}})["speed"].setdefault(
-                "x".join(map(str, r["shape"])), []).append(r["speedup"])
-print(f"{'op':24} {'tree':4} {'s/eval (each)':24} speedups per shape (each run)")
-for (op, tree), v in sorted(rows.items()):
-    speeds = " ".join(f"{k}:" + "/".join(f"{x:.3f}" for x in xs) for k, xs in v["speed"].items())
-    print(f"{op:24} {tree:4} {' '.join(f'{w:.1f}' for w in v['wall']):24} {speeds}")
-PY
+if [[ $STEPS == *fixtures* ]]; then
+  left=$((BUDGET - SECONDS))
+  ((left < 150)) && left=150
+  echo "== the evaluator's GPU tests (at most $left s)"
+  run timeout "$left" python3 -m pytest -v -p no:cacheprovider -m gpu --durations 0 tests/evaluator \
+    > "$OUTDIR/fixtures.txt" 2>&1
+  grep -E "(passed|failed)" "$OUTDIR/fixtures.txt" 2>/dev/null | tail -2
+fi
+if [[ $STEPS == *cost* ]]; then
+  echo "== cost: seconds per evaluation and figures, this tree (new) against .old, alternating which goes first"
+  order="old new"
+  while read -r op shapes; do
+    for tree in $order; do
+      TREE=""
+      [ "$tree" = old ] && TREE=$PWD/.old${PYTHONPATH:+:$PYTHONPATH}
+      bench 150 "$op" "$OUTDIR/cost-$tree.jsonl" --shapes quick
+    done
+    [ "$order" = "old new" ] && order="new old" || order="old new"
+  done <<< "$PLAN"
+fi
+[ -f "$OUTDIR/sandwich.jsonl" ] || [ -n "${DRY_RUN:-}" ] || exit 0
+run python3 benchmarks/sandwich_report.py "$OUTDIR/sandwich.jsonl" --fixtures "$OUTDIR/fixtures.txt" \
+  --out "$OUTDIR/summary.md"

@@ -35,7 +35,7 @@ cp -r patches "$OUT/patches"
 python3 - "$OUT/patches" $FAMILIES <<'PY'
 import sys
 from pathlib import Path
-from astra_sglang.patching.manifest import PatchManifest
+from astra_sglang.patchset.manifest import PatchManifest
 root, ops = Path(sys.argv[1]), set(sys.argv[2:])
 for folder in sorted(p for p in root.iterdir() if (p / "manifest.json").is_file()):
     manifest = PatchManifest.load(folder)

@@ -76,7 +76,7 @@ python3 - $OPS <<'PY'
 import json, sys
 from astra_sglang.harness.isolate import prebuild
 from astra_sglang.patching import fastcall
-from astra_sglang.ops.variants import first_kernel
+from astra_sglang.kernels.variants import first_kernel
 from astra_sglang.paths import templates_dir
 sources = [(str(templates_dir() / "probes.cu"), {}, None)]
 for op in sys.argv[1:]:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from fake_openai import FakeOpenAI, RoleScript
 
-from astra_sglang.agents.records import LLMConfig, RunConfig
 from astra_sglang.harness.records import BuildInfo, EvalRequest, EvalResult, ShapeResult, Timing
+from astra_sglang.optimize.records import LLMConfig, RunConfig
 from astra_sglang.paths import kernels_dir
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 

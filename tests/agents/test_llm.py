@@ -4,10 +4,10 @@ import pytest
 from agent_support import llm_config
 from fake_openai import NO_TEMPLATE, Answer, Fail, FakeOpenAI, Server, Stall
 
-from astra_sglang.agents.llm import BudgetExceeded, LLMError, OpenAIModel, RequestRejected, fold_system
-from astra_sglang.agents.meter import price_of
-from astra_sglang.agents.records import LLMConfig, Message
-from astra_sglang.agents.scripted import ScriptedModel
+from astra_sglang.optimize.agents.llm import BudgetExceeded, LLMError, OpenAIModel, RequestRejected, fold_system
+from astra_sglang.optimize.agents.meter import price_of
+from astra_sglang.optimize.agents.scripted import ScriptedModel
+from astra_sglang.optimize.records import LLMConfig, Message
 
 HI = [Message(role="user", content="hi")]
 SYS = [Message(role="system", content="You are the CodingAgent of Astra."), Message(role="user", content="hi")]

@@ -5,11 +5,11 @@ import pytest
 from agent_support import PLAN, SUMMARY, TESTS, Killed, StandIn, kernel, llm_config, run_config
 from fake_openai import Answer, Fail, Stall
 
-from astra_sglang.agents.journal import RunLog
-from astra_sglang.agents.llm import OpenAIModel
-from astra_sglang.agents.scripted import ScriptedModel
-from astra_sglang.agents.loop import resume, run
-from astra_sglang.patching.manifest import PatchManifest
+from astra_sglang.optimize.agents.journal import RunLog
+from astra_sglang.optimize.agents.llm import OpenAIModel
+from astra_sglang.optimize.agents.loop import resume, run
+from astra_sglang.optimize.agents.scripted import ScriptedModel
+from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 

@@ -6,9 +6,9 @@ import shutil
 import pytest
 from agent_support import PLAN, TESTS, kernel, run_config
 
-from astra_sglang.agents.journal import RunLog
-from astra_sglang.agents.scripted import ScriptedModel
-from astra_sglang.agents.loop import run
+from astra_sglang.optimize.agents.journal import RunLog
+from astra_sglang.optimize.agents.loop import run
+from astra_sglang.optimize.agents.scripted import ScriptedModel
 
 pytestmark = pytest.mark.nvcc
 
@@ -50,9 +50,9 @@ def test_generated_dispatch_of_real_kernels_compiles(tmp_path, monkeypatch):
     from pathlib import Path
 
     from astra_sglang.harness.build import build_library
+    from astra_sglang.optimize.tuner.ensemble import ORIGINAL, Member, ensemble_source
     from astra_sglang.paths import kernels_dir, patches_dir
     from astra_sglang.specs.registry import get_spec
-    from astra_sglang.tuner.ensemble import ORIGINAL, Member, ensemble_source
 
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")

@@ -8,13 +8,14 @@ import pytest
 from click.testing import CliRunner
 from agent_support import PLAN, SUMMARY, TESTS, Killed, StandIn, kernel
 
-from astra_sglang.agents import cli, starts
-from astra_sglang.agents.records import Winner
+from astra_sglang.cli import optimize as cli
 from astra_sglang.errors import AstraError
-from astra_sglang.patching import store
-from astra_sglang.patching.manifest import PatchManifest
+from astra_sglang.optimize import starts
+from astra_sglang.optimize.records import Winner
+from astra_sglang.optimize.selection import ops_from_profile
+from astra_sglang.patchset import store
+from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.paths import patches_dir
-from astra_sglang.search.ops import ops_from_profile
 from astra_sglang.specs.registry import get_spec
 
 
@@ -55,7 +56,8 @@ def test_no_llm_falls_back_to_the_tuner(tmp_path, monkeypatch):
         return Winner(kernel=spec.name, source=str(start), round=1, speedup=1.1, final=final, method="tuner",
                       rounds=rounds, run_id=run_dir.name)
 
-    monkeypatch.setitem(sys.modules, "astra_sglang.tuner", types.SimpleNamespace(run_tuner=run_tuner))
+    monkeypatch.setitem(sys.modules, "astra_sglang.optimize.tuner.cuda_tune",
+                        types.SimpleNamespace(run_tuner=run_tuner))
     result = invoke(["silu_and_mul", "--out", str(tmp_path / "t"), "--rounds", "3"], StandIn(), monkeypatch)
     assert result.exit_code == 0, result.output
     # no --from: the tuner starts from the shipped kernel, whose knobs it can search
@@ -143,8 +145,8 @@ def test_a_start_kernel_that_cannot_be_evaluated_fails_the_command(fake, tmp_pat
 
 
 def test_pool_options_reach_the_pool(fake, tmp_path, monkeypatch):
-    import astra_sglang.search as search
-    from astra_sglang.search.pool import LocalPool
+    import astra_sglang.optimize.pool as search
+    from astra_sglang.optimize.pool.pool import LocalPool
 
     seen = []
 
@@ -183,7 +185,8 @@ def test_tuner_honours_baseline(tmp_path, monkeypatch, given):
         seen.append(baseline)
         return None
 
-    monkeypatch.setitem(sys.modules, "astra_sglang.tuner", types.SimpleNamespace(run_tuner=run_tuner))
+    monkeypatch.setitem(sys.modules, "astra_sglang.optimize.tuner.cuda_tune",
+                        types.SimpleNamespace(run_tuner=run_tuner))
     monkeypatch.chdir(tmp_path)
     result = invoke(["silu_and_mul", "--out", str(tmp_path / "t"), "--baseline", given], StandIn(), monkeypatch)
     assert result.exit_code == 0, result.output
@@ -212,7 +215,8 @@ def test_without_patches_dir_the_winner_goes_to_the_user_folder_unless_the_shipp
         return Winner(kernel=spec.name, source=str(start), round=1, speedup=1.1, final=final, method="tuner",
                       rounds=rounds, run_id=run_dir.name)
 
-    monkeypatch.setitem(sys.modules, "astra_sglang.tuner", types.SimpleNamespace(run_tuner=run_tuner))
+    monkeypatch.setitem(sys.modules, "astra_sglang.optimize.tuner.cuda_tune",
+                        types.SimpleNamespace(run_tuner=run_tuner))
     result = invoke(["silu_and_mul", "--out", str(tmp_path / "t"), "--rounds", "1"], StandIn(), monkeypatch)
     assert result.exit_code == 0, result.output
     written = home / "patches" / "silu_and_mul" / "manifest.json"

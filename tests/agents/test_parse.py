@@ -1,6 +1,6 @@
 import pytest
 
-from astra_sglang.agents.parse import ParseError, extract_code, extract_json, strip_code
+from astra_sglang.optimize.agents.parse import ParseError, extract_code, extract_json, strip_code
 
 ENTRY = 'ASTRA_ENTRY {\n  return ASTRA_OK;\n}\n'
 

@@ -8,11 +8,11 @@ import pytest
 from agent_support import SUMMARY, TESTS, StandIn, kernel, llm_config, run_config
 from fake_openai import FakeOpenAI, Server, role_of
 
-from astra_sglang.agents.database import Database, Entry
-from astra_sglang.agents.journal import RunLog
-from astra_sglang.agents.llm import OpenAIModel
-from astra_sglang.agents.loop import run
-from astra_sglang.agents.scripted import ScriptedModel
+from astra_sglang.optimize.agents.database import Database, Entry
+from astra_sglang.optimize.agents.journal import RunLog
+from astra_sglang.optimize.agents.llm import OpenAIModel
+from astra_sglang.optimize.agents.loop import run
+from astra_sglang.optimize.agents.scripted import ScriptedModel
 
 R1 = {"plans": [{"parent": "r00", "plan": "1. Vectorize loads."}, {"parent": "r00", "plan": "2. Use __expf."}]}
 R2 = {"plans": [{"parent": "r01-c3-a0", "plan": "3. Keep the small-shape path, widen the large one."}]}

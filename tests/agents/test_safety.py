@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from astra_sglang.agents.safety import UnsafeCode, check_source, ensure_safe
+from astra_sglang.harness.safety import UnsafeCode, check_source, ensure_safe
 from astra_sglang.paths import kernels_dir, patches_dir
 
 UNSAFE = sorted((Path(__file__).parent / "fixtures" / "unsafe").glob("*.cu"))

@@ -58,3 +58,28 @@ def rmsnorm(args: OpArgs, low: bool = False) -> int:
 
 def rmsnorm_low_precision(args: OpArgs) -> int:
     return rmsnorm(args, low=True)
+
+
+def silu_skips_written_outputs(args: OpArgs) -> int:
+    """Works only where its output's first element is still NaN: the checks used to hand it NaN every time,
+    a timed replay the previous replay's results."""
+    if not torch.isnan(args.tensors[1][0, 0].float()):
+        return 0
+    return silu(args)
+
+
+def silu_skips_done_outputs(args: OpArgs) -> int:
+    """Computes its output's first element and skips the call where the output already holds it: right in
+    every timed replay after the first (the previous replay's results), wrong where one input changed."""
+    x, out = args.tensors
+    d = out.shape[-1]
+    first = (torch.nn.functional.silu(x[0, 0].float()) * x[0, d].float()).to(out.dtype)
+    if torch.equal(out[0, 0], first):
+        return 0
+    return silu(args)
+
+
+def silu_spec_order(input, out):
+    """The honest op as a `py:` callable takes it: the spec's arguments in order."""
+    d = out.shape[-1]
+    out.copy_(torch.nn.functional.silu(input[..., :d].float()) * input[..., d:].float())

@@ -1,9 +1,14 @@
 """The trial sequence and precision against the original, on CPU with Python runners (tests/evaluator/
 runners.py): each wrong runner fails with its own reason; the honest one passes with an RMS error."""
 import pytest
+import torch
 
+from astra_sglang.harness import draw
+from astra_sglang.harness.arena import Arena
 from astra_sglang.harness.check import Checker
 from astra_sglang.harness.compare import Verdict, less_precise, precision_verdict
+from astra_sglang.harness.gpu_eval import python_op
+from astra_sglang.harness.integrity import Integrity
 from astra_sglang.harness.limits import PRECISION_FLOOR, PRECISION_MIN_ELEMENTS, PRECISION_MULTIPLE
 from astra_sglang.specs.registry import get_spec
 from tests.evaluator import runners
@@ -101,3 +106,86 @@ def test_declining_is_not_a_failure(cpu_cuda):
 def test_unwritten_outputs_still_fail(cpu_cuda):
     verdict = _run(cpu_cuda, "silu_and_mul", (4, 64), lambda args: 0)
     assert not verdict.ok and "never written" in verdict.reason
+
+
+@pytest.mark.parametrize("runner", [runners.silu_skips_written_outputs, runners.silu_skips_done_outputs])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_kernel_that_reads_its_outputs_to_skip_work_fails_the_checks(cpu_cuda, runner, seed):
+    verdict = _run(cpu_cuda, "silu_and_mul", (16, 256), runner, seed=seed)
+    assert not verdict.ok and "left unwritten (still" in verdict.reason, verdict.reason
+
+
+def test_the_sampled_skip_fails_where_the_outputs_are_nearly_right(cpu_cuda):
+    verdict = _run(cpu_cuda, "silu_and_mul", (16, 256), runners.silu_skips_done_outputs)
+    assert verdict.reason.startswith("skips work when most of its input repeats") and (
+        "left unwritten (still an earlier call's results)" in verdict.reason), verdict.reason
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_pre_state_kind_comes_up_in_one_sequence(cpu_cuda, seed):
+    spec = get_spec("silu_and_mul")
+    seen = []
+
+    def watch(args):  # what the output held when the call came
+        out = args.tensors[1]
+        seen.append("nan" if bool(draw.poisoned(out).all()) else "finite-or-stale")
+        return runners.silu(args)
+
+    assert Checker(spec, (4, 64), "bfloat16", cpu_cuda, seed).run(watch).ok
+    assert "nan" in seen[1:] and "finite-or-stale" in seen[1:]  # seen[0]: the warm-up
+
+
+def test_checks_take_their_buffers_from_the_arena_the_timed_launches_use(cpu_cuda):
+    spec = get_spec("silu_and_mul")
+    arena = Arena(spec, (4, 64), "bfloat16", cpu_cuda, count=8)
+    pointers = [{arena.args(k).tensors[i].data_ptr() for k in range(8)} for i in range(2)]
+    seen = []
+
+    def honest(args):
+        seen.append(args.tensors[1].data_ptr())
+        return runners.silu(args)
+
+    candidate = Checker(spec, (4, 64), "bfloat16", cpu_cuda, 5, arena).run(honest)
+    first = list(seen)
+    seen.clear()
+    baseline = Checker(spec, (4, 64), "bfloat16", cpu_cuda, 5, arena).run(honest)
+    assert candidate.ok and baseline.ok and candidate.rms == baseline.rms
+    assert set(first[1:]) <= pointers[1] and seen[1:] == first[1:]  # [0]: the warm-up's own 1-token buffers
+
+
+@pytest.mark.parametrize("name", ["silu_swaps_storage", "silu_lazy"])
+def test_a_python_candidate_that_replaces_its_output_tensor_is_named(cpu_cuda, name):
+    spec = get_spec("silu_and_mul")
+    launch = python_op(spec, f"py:tests.fixtures.cheats.py_cheats:{name}")
+    verdict = _run(cpu_cuda, "silu_and_mul", (4, 64), lambda args: launch(args.tensors, args.scalars))
+    assert not verdict.ok and "replaced a tensor it was handed (its storage or its class)" in verdict.reason
+
+
+def test_a_python_candidate_patching_the_timer_is_named(cpu_cuda, monkeypatch):
+    monkeypatch.setattr(torch.cuda.Event, "elapsed_time", torch.cuda.Event.elapsed_time)  # restored afterwards
+    spec = get_spec("silu_and_mul")
+    watch = Integrity()
+    launch = python_op(spec, "py:tests.fixtures.cheats.py_cheats:silu_with_a_slow_clock")
+    assert watch.changed() == ""  # importing it patched nothing
+    assert _run(cpu_cuda, "silu_and_mul", (4, 64), lambda args: launch(args.tensors, args.scalars)).ok
+    assert watch.changed() == "torch.cuda.Event.elapsed_time"
+
+
+def test_a_patched_harness_function_is_named(monkeypatch):
+    from astra_sglang.harness import compare as compare_module
+
+    watch = Integrity()
+    monkeypatch.setattr(compare_module, "compare", lambda *a, **k: None)
+    assert watch.changed() == "astra_sglang.harness.compare.compare"
+
+
+def test_the_honest_python_op_passes(cpu_cuda):
+    launch = python_op(get_spec("silu_and_mul"), "py:tests.evaluator.runners:silu_spec_order")
+    assert _run(cpu_cuda, "silu_and_mul", (4, 64), lambda args: launch(args.tensors, args.scalars)).ok
+
+
+def test_a_library_patching_torch_is_not_the_candidates(monkeypatch):
+    watch = Integrity()
+    sglang_own = type("Event", (torch.cuda.Event,), {"__module__": "sglang.srt.patch_torch"})
+    monkeypatch.setattr(torch.cuda, "Event", sglang_own)
+    assert watch.changed() == ""

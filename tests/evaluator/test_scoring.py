@@ -1,12 +1,16 @@
 """Physics bound, scoring with declined shapes at 1.0x, the regression floor, winner selection and the
 acceptance gate: pure logic on fake results."""
-import pytest
+import json
 
-from astra_sglang.agents.records import LLMConfig, RunConfig
-from astra_sglang.agents.winner import eligible, select_winner
+import pytest
+from rich.console import Console
+
 from astra_sglang.harness.gpu_eval import physics
 from astra_sglang.harness.limits import COMPUTE_MARGIN, FLOOR_MARGIN, REGRESSION_FLOOR, ROOFLINE_MARGIN
-from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
+from astra_sglang.harness.records import EvalResult, SandwichTiming, ShapeResult, Timing
+from astra_sglang.harness.report import print_result, write_jsonl
+from astra_sglang.optimize.records import LLMConfig, RunConfig
+from astra_sglang.optimize.winner import eligible, select_winner
 from astra_sglang.specs.registry import GATE, all_specs, model_shapes, resolve_shapes
 
 
@@ -110,3 +114,32 @@ def test_shape_cost_defaults_to_the_tensors_bytes():
 
     spec = get_spec("rmsnorm")
     assert shape_cost(spec, (16, 4096), "float16") == Cost(spec.min_bytes((16, 4096), "float16"), 0)
+
+
+def _placed(speedup):
+    t = Timing(median_us=1.0, p10_us=1.0, p90_us=1.0)
+    return SandwichTiming(model="llama-3-8b", before="down_proj 64x14336x4096", after="qkv_proj 64x4096x6144",
+                          repeats=8, gemms_us=t, candidate_us=t, baseline_us=t, op_candidate_us=2.0,
+                          op_baseline_us=2.0 * speedup, speedup=speedup, saved_us=0.1)
+
+
+def test_a_shape_timed_in_place_is_scored_by_its_in_place_speedup(tmp_path):
+    rows = [_row((64, 4096), 1.10), _row((1, 4096), 1.20)]
+    rows[1].sandwich = _placed(0.97)  # faster alone, slower between its GEMMs
+    result = _result(rows)
+    assert [v for _, v in result.scored()] == [1.10, 0.97]
+    assert result.regressions(0.98) == [rows[1]]
+    console = Console(record=True, width=220)
+    print_result(result, console)
+    text = console.export_text()
+    assert "in place speedup" in text and "0.970x" in text and "(in place where timed in place)" in text
+    write_jsonl(result, tmp_path / "r.jsonl")
+    line = json.loads((tmp_path / "r.jsonl").read_text().splitlines()[1])
+    assert line["sandwich"]["speedup"] == 0.97 and line["speedup"] == 1.20  # both figures in the rows
+
+
+def test_served_shapes_are_the_sandwich_models_at_every_token_count():
+    for spec in all_specs():
+        served = resolve_shapes(spec, "served")
+        assert bool(served) == bool(spec.sandwich)
+        assert all(s in model_shapes(spec) for s in served)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from astra_sglang.extraction.cli import extract
+from astra_sglang.cli.extract import extract
 
 
 def run(*args):

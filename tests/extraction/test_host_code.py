@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from astra_sglang.extraction import clang_env, emit, hostcode, linemap, pipeline, sources
+from astra_sglang.extraction import clang_env, emit, hostcode, pipeline, sources
+from astra_sglang.harness import linemap
 from astra_sglang.harness.build import build_library
 
 FP8 = "kernels/jit/csrc/gemm/per_token_group_quant.cuh"

@@ -9,8 +9,8 @@ import pytest
 
 from astra_sglang.extraction.knobgen import derive, write_knobbed
 from astra_sglang.harness.build import build_library
+from astra_sglang.kernels.knobs import DERIVED_MARK, dispatch_source, parse_knobs
 from astra_sglang.specs.registry import get_spec
-from astra_sglang.tuner.knobs import DERIVED_MARK, dispatch_source, parse_knobs
 
 SYNTHETIC = {  # fixture -> the knobs derived from it: (name, kind, original, candidates)
     "all_kinds": [("BLOCK", "block", 256, (64, 128, 256, 512, 1024)), ("VEC", "template_arg", 4, (1, 2, 4, 8, 16)),

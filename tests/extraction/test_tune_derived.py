@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from astra_sglang.extraction.knobgen import derive
+from astra_sglang.optimize.tuner.cuda_tune import Tuning, tune
+from astra_sglang.optimize.tuner.screen import buildable, first_error
 from astra_sglang.specs.registry import get_spec
-from astra_sglang.tuner import Tuning, tune
-from astra_sglang.tuner.screen import buildable, first_error
 
 KNOBS = Path(__file__).parent / "fixtures" / "knobs"
 SHAPES = [(1, 4096), (64, 11008)]
@@ -36,7 +36,7 @@ def test_a_hand_written_kernel_is_not_build_checked(tmp_path):
 
 @pytest.mark.parametrize("limit", [1, 3, 7])
 def test_a_sample_of_derived_configurations_keeps_the_original(knob_source, limit):
-    from astra_sglang.tuner.knobs import configs, original_config, parse_knobs
+    from astra_sglang.kernels.knobs import configs, original_config, parse_knobs
 
     source = knob_source("all_kinds")
     knobs = parse_knobs(source)
@@ -96,8 +96,8 @@ def test_tuning_goes_on_without_the_configurations_that_do_not_build(tmp_path, m
 def test_optimize_from_extracted_without_gpu_ends_in_one_line(site_dir, tmp_path, monkeypatch):
     """The CLI path end to end on CPU: extract gelu_and_mul from the pinned sglang wheel, derive its knobs,
     build-check them, and stop at the first timing with the one-line "no CUDA device" error."""
-    import astra_sglang.tuner as tuner
-    from astra_sglang.agents import cli as agents_cli
+    import astra_sglang.optimize.tuner.cuda_tune as tuner
+    from astra_sglang.cli import optimize as agents_cli
     from astra_sglang.cli import main
     from astra_sglang.harness.records import EvalResult
 
@@ -122,8 +122,8 @@ def test_optimize_from_extracted_without_gpu_ends_in_one_line(site_dir, tmp_path
 
 
 def test_from_an_extraction_without_knobs_says_so_in_one_line(tmp_path):
-    from astra_sglang.agents.starts import tuner_start
     from astra_sglang.errors import AstraError
+    from astra_sglang.optimize.starts import tuner_start
 
     (tmp_path / "kernel.cu").write_text((KNOBS / "no_knob.cu").read_text())
     (tmp_path / "provenance.json").write_text("{}")

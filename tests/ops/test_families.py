@@ -12,12 +12,14 @@ import torch.nn.functional as F
 from click.testing import CliRunner
 from reference_self_check import assert_reference_passes_its_own_check
 
+from astra_sglang.baselines import adapters
+from astra_sglang.baselines import defaults
 from astra_sglang.cli import main
-from astra_sglang.ops import adapters, defaults, reference
-from astra_sglang.ops.variants import VARIANTS, first_kernel, materialize
-from astra_sglang.patching.manifest import PatchManifest
-from astra_sglang.patching.store import PatchStore
+from astra_sglang.kernels.variants import VARIANTS, first_kernel, materialize
+from astra_sglang.patchset.manifest import PatchManifest
+from astra_sglang.patchset.store import PatchStore
 from astra_sglang.paths import kernels_dir, patches_dir
+from astra_sglang.references import small_ops as reference
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 FAMILIES = ["gelu_and_mul", "gelu_tanh_and_mul", "gemma_rmsnorm", "gemma_fused_add_rmsnorm"]
@@ -154,7 +156,7 @@ def test_materialize_writes_the_defines_at_the_top(tmp_path, monkeypatch):
 
 
 def test_optimize_starts_a_variant_from_the_base_file_with_its_define(tmp_path, monkeypatch):
-    from astra_sglang.agents import starts
+    from astra_sglang.optimize import starts
 
     monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path / "cache"))
     spec = get_spec("gemma_rmsnorm")
@@ -218,7 +220,7 @@ def test_kernels_lists_the_families():
 def test_patch_list_shows_each_family_enabled_where_its_figures_say_faster():
     """Each family's manifest carries its measured rows; only those faster than SGLang's op at every timed shape
     ship enabled (the Gemma norms; SGLang's JIT gelu kernels were as fast or faster)."""
-    from astra_sglang.patching import cli
+    from astra_sglang.cli import patch as cli
 
     out = CliRunner().invoke(cli.patch_group, ["list", "--patches", str(patches_dir())])
     assert out.exit_code == 0, out.output

@@ -1,4 +1,4 @@
-"""Peer baselines (astra_sglang.ops.peers): torch.compile adapters against the fp64 reference on CPU; Liger's
+"""Peer baselines (astra_sglang.baselines.peers): torch.compile adapters against the fp64 reference on CPU; Liger's
 adapters and CUDA-graph capture of every peer on a GPU (skipped without one, or without liger_kernel)."""
 import inspect
 import subprocess
@@ -7,9 +7,9 @@ import sys
 import pytest
 import torch
 
+from astra_sglang.baselines import peers
 from astra_sglang.harness.compare import compare
 from astra_sglang.harness.inputs import allocate, fill
-from astra_sglang.ops import peers
 from astra_sglang.specs.registry import get_spec
 
 OPS = ["silu_and_mul", "rmsnorm", "fused_add_rmsnorm"]
@@ -60,7 +60,7 @@ def test_every_peer_takes_the_spec_arguments_in_order(op):
 
 
 def test_importing_peers_loads_neither_liger_nor_triton():
-    code = ("import sys, torch; before = set(sys.modules); import astra_sglang.ops.peers; "
+    code = ("import sys, torch; before = set(sys.modules); import astra_sglang.baselines.peers; "
             "print(sorted(m for m in ('liger_kernel', 'triton') if m in set(sys.modules) - before))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

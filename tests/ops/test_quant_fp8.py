@@ -9,9 +9,9 @@ import torch
 
 from astra_sglang.harness.compare import compare
 from astra_sglang.harness.inputs import allocate, fill
-from astra_sglang.ops.quant import FP8_E4M3_MAX, allocate_scales, per_token_group_quant_fp8
-from astra_sglang.patching.ops import PatchedOp
+from astra_sglang.patching.patched_op import PatchedOp
 from astra_sglang.patching.stats import OpStats
+from astra_sglang.references.quant import FP8_E4M3_MAX, allocate_scales, per_token_group_quant_fp8
 from astra_sglang.specs.registry import get_spec
 
 SHAPES = [(1, 128), (3, 384), (7, 2048), (33, 7168)]

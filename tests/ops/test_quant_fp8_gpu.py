@@ -10,8 +10,8 @@ import torch
 from astra_sglang.harness.abi import KernelLibrary, Launcher
 from astra_sglang.harness.build import build_library
 from astra_sglang.harness.limits import FP8_TOLERANCE
-from astra_sglang.ops.quant import allocate_scales, per_token_group_quant_fp8
 from astra_sglang.paths import kernels_dir, patches_dir
+from astra_sglang.references.quant import allocate_scales, per_token_group_quant_fp8
 
 pytestmark = pytest.mark.gpu
 OP = "per_token_group_quant_fp8"
@@ -151,7 +151,7 @@ def _patched_sglang():
     """The patch in front of SGLang's real sglang_per_token_group_quant_fp8 (its C++ fast path declines fp8
     outputs, so calls take the Python path)."""
     fp8_utils = pytest.importorskip("sglang.srt.layers.quantization.fp8_utils")
-    from astra_sglang.patching.ops import PatchedOp
+    from astra_sglang.patching.patched_op import PatchedOp
     from astra_sglang.patching.stats import OpStats
     from astra_sglang.specs.registry import get_spec
 

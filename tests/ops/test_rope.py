@@ -13,7 +13,7 @@ import torch
 
 from astra_sglang.harness.compare import compare
 from astra_sglang.harness.inputs import allocate, fill
-from astra_sglang.ops.rope import cos_sin_cache, rotary_embedding
+from astra_sglang.references.rope import cos_sin_cache, rotary_embedding
 from astra_sglang.specs.registry import get_spec
 
 SHAPES = [(1, 1, 1, 64), (3, 5, 1, 64), (7, 4, 2, 128), (2, 3, 3, 256)]
@@ -82,7 +82,8 @@ def test_harness_draws_and_checks_the_spec(shape, dtype):
 
 
 def test_spec_targets_name_sglangs_binding():
-    from astra_sglang.patching.targets import Target, static_check
+    from astra_sglang.extraction.static_targets import static_check
+    from astra_sglang.patchset.manifest import Target
 
     if importlib.util.find_spec("sglang") is None:
         pytest.skip("sglang not installed")

@@ -12,15 +12,17 @@ import torch
 from click.testing import CliRunner
 from reference_self_check import assert_reference_passes_its_own_check
 
+from astra_sglang.baselines import adapters
+from astra_sglang.baselines import defaults
 from astra_sglang.cli import main
 from astra_sglang.harness.compare import compare
 from astra_sglang.harness.inputs import allocate, fill
-from astra_sglang.ops import adapters, defaults, moe_routing
-from astra_sglang.ops.variants import first_kernel
-from astra_sglang.patching.manifest import PatchManifest
-from astra_sglang.patching.ops import PatchedOp
+from astra_sglang.kernels.variants import first_kernel
+from astra_sglang.patching.patched_op import PatchedOp
 from astra_sglang.patching.stats import OpStats
+from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.paths import kernels_dir, patches_dir
+from astra_sglang.references import moe_routing
 from astra_sglang.specs.registry import get_spec, model_shapes, resolve_shapes, routers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,7 +162,7 @@ nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found")
 def test_shipped_kernel_builds_with_every_knob_corner_and_no_spills(tmp_path, monkeypatch):
     """The default entry (VPT 8 and 16) and the tuner's corners, every lane count and load width each: no spill."""
     from astra_sglang.harness.build import build_library
-    from astra_sglang.tuner.knobs import parse_knobs
+    from astra_sglang.kernels.knobs import parse_knobs
 
     monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path / "cache"))
     text = (patches_dir() / "topk_softmax" / "kernel.cu").read_text()
@@ -272,8 +274,9 @@ def test_families_warmup_keeps_the_earlier_families_and_adds_topk(bench_script):
     assert 'python3 benchmarks/families_warmup.py --sets "$SETS" $FAMILIES' in script
 
 
-def test_per_call_times_mixtral_and_qwen3_moe(bench_script):
-    per_call = bench_script("per_call")
+def test_per_call_times_mixtral_and_qwen3_moe():
+    from astra_sglang.serving import per_call
+
     argc, width = per_call.CALLS_AS["topk_softmax"]
     spec = get_spec("topk_softmax")
     assert argc == len(spec.arguments)  # fused_topk passes all four positionally

@@ -8,13 +8,13 @@ import math
 import pytest
 import torch
 
+from astra_sglang.baselines.adapters import KERNEL_BASELINES
 from astra_sglang.harness.abi import KernelLibrary, Launcher
 from astra_sglang.harness.build import build_library
 from astra_sglang.harness.isolate import evaluate
 from astra_sglang.harness.records import EvalRequest, KernelSource
-from astra_sglang.ops import moe_routing
-from astra_sglang.ops.adapters import KERNEL_BASELINES
 from astra_sglang.paths import kernels_dir, patches_dir
+from astra_sglang.references import moe_routing
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
 pytestmark = pytest.mark.gpu

@@ -8,14 +8,16 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from astra_sglang.patching import cli, runtime
-from astra_sglang.patching.config_writer import verify_requests
-from astra_sglang.patching.manifest import PatchManifest
-from astra_sglang.patching.store import PatchStore
+from astra_sglang.cli import launch
+from astra_sglang.cli import patch as cli
+from astra_sglang.patching import runtime
 from astra_sglang.patching.triton_config import base_dir, build_config_dir, is_ours
-from astra_sglang.triton import moe_configs
-from astra_sglang.triton.moe_op import parse_table
-from astra_sglang.triton.space import MoeConfig
+from astra_sglang.patchset.manifest import PatchManifest
+from astra_sglang.patchset.store import PatchStore
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.moe.op import parse_table
+from astra_sglang.triton.moe.patch import verify_requests
+from astra_sglang.triton.moe.space import MoeConfig
 
 H200 = "NVIDIA H200"
 # SGLang 0.5.17 ships an up- and a down-projection file for this shape on an H200 (triton_3_6_0).
@@ -96,7 +98,7 @@ def test_launch_points_sglang_at_the_built_folder(tmp_path, monkeypatch):
     write_config_patch(tmp_path / "patches")
     args = ["--patches", str(tmp_path / "patches"), "--stats-dir", str(tmp_path / "stats"), "--dry-run", "--",
             "--model-path", "M"]
-    result = CliRunner().invoke(cli.launch_cmd, args)
+    result = CliRunner().invoke(launch.launch_cmd, args)
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if x.startswith(moe_configs.ENV + "="))
     folder = line.split("=", 1)[1]
@@ -105,7 +107,7 @@ def test_launch_points_sglang_at_the_built_folder(tmp_path, monkeypatch):
     listed = CliRunner().invoke(cli.patch_group, ["list", "--patches", str(tmp_path / "patches")])
     assert "tuner (configs)" in listed.output and "get_moe_configs" in listed.output
     CliRunner().invoke(cli.patch_group, ["disable", "fused_moe", "--patches", str(tmp_path / "patches")])
-    again = CliRunner().invoke(cli.launch_cmd, args)
+    again = CliRunner().invoke(launch.launch_cmd, args)
     assert again.exit_code == 1 and "no enabled patches" in again.output
 
 

@@ -10,11 +10,11 @@ import torch
 
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.abi import KernelLibrary, Launcher
-from astra_sglang.ops import reference
 from astra_sglang.patching import fastcall
-from astra_sglang.patching.ops import PatchedOp
+from astra_sglang.patching.patched_op import PatchedOp
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.paths import templates_dir
+from astra_sglang.references import small_ops as reference
 from astra_sglang.specs.registry import get_spec
 
 HOST = Path(__file__).parents[1] / "fixtures" / "host" / "host_kernels.cpp"
@@ -199,7 +199,7 @@ def test_cuda_fast_path_matches_reference_and_captures_into_a_graph(module):
 
 
 def test_deferred_shapes_call_the_original_from_cpp(library):
-    from astra_sglang.patching.manifest import Defer
+    from astra_sglang.patchset.manifest import Defer
 
     calls = []
 
@@ -223,7 +223,7 @@ def test_deferred_shapes_call_the_original_from_cpp(library):
 
 
 def test_keyword_calls_reach_the_kernel_and_deferred_ones_the_original_with_the_callers_keywords(library):
-    from astra_sglang.patching.manifest import Defer
+    from astra_sglang.patchset.manifest import Defer
 
     calls = []
 

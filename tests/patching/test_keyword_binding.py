@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from astra_sglang.ops.rope import cos_sin_cache, rotary_embedding
-from astra_sglang.patching.ops import PatchedOp
+from astra_sglang.patching.patched_op import PatchedOp
 from astra_sglang.patching.stats import OpStats
+from astra_sglang.references.rope import cos_sin_cache, rotary_embedding
 from astra_sglang.specs.registry import get_spec
 
 CALLS: list = []

@@ -5,9 +5,9 @@ import pytest
 import torch
 from spawn_children import standin_launcher
 
-from astra_sglang.ops import reference
-from astra_sglang.patching.ops import ASTRA_UNSUPPORTED, PatchedOp
+from astra_sglang.patching.patched_op import ASTRA_UNSUPPORTED, PatchedOp
 from astra_sglang.patching.stats import OpStats
+from astra_sglang.references import small_ops as reference
 from astra_sglang.specs.registry import get_spec
 
 
@@ -146,7 +146,7 @@ def test_torch_compile_and_opcheck():
 
 
 def test_with_verification_each_new_shape_is_checked_first_and_graphs_get_only_checked_shapes(monkeypatch):
-    from astra_sglang.patching import ops as ops_mod
+    from astra_sglang.patching import patched_op as ops_mod
 
     op, stats = make(standin_launcher(), verify_rate=1e-9)  # sampling alone would (almost) never check
     op.fn(torch.randn(4, 32))
@@ -192,7 +192,7 @@ def test_shadow_compare_in_chunks_counts_every_bad_element(monkeypatch):
 
 
 def test_defer_leaves_large_calls_to_the_original_and_counts_them():
-    from astra_sglang.patching.manifest import Defer
+    from astra_sglang.patchset.manifest import Defer
 
     seen = []
 
@@ -212,7 +212,7 @@ def test_defer_leaves_large_calls_to_the_original_and_counts_them():
 
 
 def test_defer_applies_only_to_its_dtypes():
-    from astra_sglang.patching.manifest import Defer
+    from astra_sglang.patchset.manifest import Defer
 
     op, stats = make(standin_launcher(), dtypes=["float32", "float16"],
                      defer=Defer(min_bytes=1, dtypes=["float16"], evidence="test"))
@@ -222,7 +222,7 @@ def test_defer_applies_only_to_its_dtypes():
 
 
 def test_defer_keeps_the_kernel_at_widths_it_was_not_measured_at():
-    from astra_sglang.patching.manifest import Defer
+    from astra_sglang.patchset.manifest import Defer
 
     op, stats = make(standin_launcher(), defer=Defer(min_bytes=1, multiple_of=16, evidence="test"))
     op.fn(torch.randn(4, 32))  # 2d = 32: a multiple of 16, deferred
@@ -231,7 +231,7 @@ def test_defer_keeps_the_kernel_at_widths_it_was_not_measured_at():
 
 
 def test_defer_below_a_row_count_leaves_few_token_calls_to_the_original():
-    from astra_sglang.patching.manifest import Defer
+    from astra_sglang.patchset.manifest import Defer
 
     op, stats = make(standin_launcher(), defer=Defer(below_rows=8, evidence="test"))
     for rows in (1, 7, 8, 300, 3):

@@ -1,4 +1,4 @@
-"""CLI: patch list/enable/disable/verify, report, launch --dry-run, and their error paths."""
+"""CLI: patch list/enable/disable/record/verify, report, launch --dry-run, and their error paths."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,8 @@ import pytest
 from click.testing import CliRunner
 from patch_folders import write_patch
 
-from astra_sglang.patching import cli
+from astra_sglang.cli import launch
+from astra_sglang.cli import patch as cli
 from astra_sglang.patching.stats import OpStats, StatsWriter
 
 
@@ -50,6 +51,54 @@ def test_list_empty_and_missing(run, tmp_path):
     assert result.exit_code == 1 and "patch folder not found" in result.output
 
 
+def _bench_row(op, shape, speedup, candidate="patches/{op}", baseline="py:sgl_kernel:silu_and_mul"):
+    return {"type": "shape", "kernel": op, "shape": list(shape), "dtype": "bfloat16", "speedup": speedup,
+            "candidate_label": candidate.format(op=op), "baseline_label": baseline, "pct_roofline": 80.0,
+            "candidate": {"median_us": 2.0}, "baseline": {"median_us": 2.0 * speedup}, "correct": True}
+
+
+@pytest.mark.parametrize("notes, expect", [
+    ("test", "test; `measured`: H100, commit abc"),  # a clause is added where the notes have none
+    ("hand-written; `measured`: old run; kept", "hand-written; `measured`: H100, commit abc; kept"),  # replaced
+])
+def test_record_writes_the_rows_timed_against_sglang_into_the_manifest(run, patch_dir, tmp_path, notes, expect):
+    path = patch_dir / "silu_and_mul" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["provenance"]["notes"] = notes
+    path.write_text(json.dumps(manifest))
+    rows = tmp_path / "kernels.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in [
+        _bench_row("silu_and_mul", (1, 14336), 1.25), _bench_row("silu_and_mul", (7, 11), 0.9),
+        _bench_row("silu_and_mul", (64, 4096), 2.0, candidate="my.cu"),  # not the shipped patch
+        _bench_row("silu_and_mul", (64, 4096), 2.0, baseline="ours:silu_and_mul"),  # not SGLang's op
+        {"type": "summary", "kernel": "silu_and_mul"}]))
+    result = run(cli.patch_group, "record", rows, "--patches", patch_dir, "--gpu", "NVIDIA H100", "--date",
+                 "2026-12-01", "--source", "H100, commit abc")
+    assert result.exit_code == 0, result.output
+    assert "silu_and_mul: 2 measured shapes recorded" in result.output
+    saved = json.loads(path.read_text())
+    assert [(m["shape"], m["speedup"], m["baseline_us"]) for m in saved["measured"]] == [([1, 14336], 1.25, 2.5),
+                                                                                          ([7, 11], 0.9, 1.8)]
+    assert saved["baseline"] == "py:sgl_kernel:silu_and_mul" and saved["enabled"] is True
+    provenance = saved["provenance"]
+    assert (provenance["date"], provenance["gpu"], provenance["method"]) == ("2026-12-01", "NVIDIA H100", "hand")
+    assert saved["provenance"]["notes"] == expect and saved["targets"] == manifest["targets"]
+
+
+def test_record_refuses_rows_it_cannot_place(run, patch_dir, tmp_path):
+    rows = tmp_path / "kernels.jsonl"
+    rows.write_text(json.dumps(_bench_row("silu_and_mul", (1, 8), 1.1, baseline="ours:silu_and_mul")) + "\n")
+    args = ["--patches", patch_dir, "--gpu", "G", "--date", "2026-12-01"]
+    result = run(cli.patch_group, "record", rows, *args)
+    assert result.exit_code == 1 and "no row in" in result.output and "against SGLang's own op" in result.output
+    rows.write_text(json.dumps(_bench_row("rmsnorm", (1, 8), 1.1)) + "\n")
+    result = run(cli.patch_group, "record", rows, *args)
+    assert result.exit_code == 1 and "no patch rmsnorm in" in result.output
+    rows.write_text("{not json\n")
+    result = run(cli.patch_group, "record", rows, *args)
+    assert result.exit_code == 1 and "not bench JSONL rows" in result.output
+
+
 def test_enable_disable(run, patch_dir):
     result = run(cli.patch_group, "disable", "silu_and_mul", "--patches", patch_dir)
     assert result.exit_code == 0 and "silu_and_mul: disabled" in result.output
@@ -76,7 +125,7 @@ def test_verify_without_gpu(run, patch_dir):
 def test_launch_dry_run_import_hook(run, tmp_path, monkeypatch):
     root = tmp_path / "p"
     write_patch(root, targets=("sglang.srt.layers.layernorm:rmsnorm",))  # resolved statically in the pinned SGLang
-    result = run(cli.launch_cmd, "--patches", root, "--mechanism", "import-hook", "--no-build", "--verify-rate",
+    result = run(launch.launch_cmd, "--patches", root, "--mechanism", "import-hook", "--no-build", "--verify-rate",
                  "0.01", "--stats-dir", tmp_path / "st", "--dry-run", "--", "--model-path", "m", "--port", "1")
     assert result.exit_code == 0, result.output
     out = result.output
@@ -86,21 +135,21 @@ def test_launch_dry_run_import_hook(run, tmp_path, monkeypatch):
 
 
 def test_launch_auto_picks_import_hook_without_entry_point(run, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli.hook, "plugin_available", lambda: False)
+    monkeypatch.setattr(launch.hook, "plugin_available", lambda: False)
     root = tmp_path / "p"
     write_patch(root, targets=("sglang.srt.layers.activation:silu_and_mul",))
-    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run", "--", "--model-path", "m")
+    result = run(launch.launch_cmd, "--patches", root, "--no-build", "--dry-run", "--", "--model-path", "m")
     assert result.exit_code == 0 and "via import-hook" in result.output
-    result = run(cli.launch_cmd, "--patches", root, "--mechanism", "plugin", "--no-build", "--dry-run")
+    result = run(launch.launch_cmd, "--patches", root, "--mechanism", "plugin", "--no-build", "--dry-run")
     assert result.exit_code == 1 and "plugin mechanism needs" in result.output
 
 
 def test_launch_plugin_extends_allow_list(run, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli.hook, "plugin_available", lambda: True)
+    monkeypatch.setattr(launch.hook, "plugin_available", lambda: True)
     monkeypatch.setenv("SGLANG_PLUGINS", "other")
     root = tmp_path / "p"
     write_patch(root, targets=("sglang.srt.layers.activation:silu_and_mul",))
-    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run")
+    result = run(launch.launch_cmd, "--patches", root, "--no-build", "--dry-run")
     assert result.exit_code == 0 and "via plugin" in result.output
     assert "SGLANG_PLUGINS=other,astra_sglang" in result.output
 
@@ -108,12 +157,12 @@ def test_launch_plugin_extends_allow_list(run, tmp_path, monkeypatch):
 def test_launch_errors(run, tmp_path):
     root = tmp_path / "p"
     write_patch(root, targets=("sglang.srt.layers.layernorm:not_a_kernel",))
-    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run")
+    result = run(launch.launch_cmd, "--patches", root, "--no-build", "--dry-run")
     assert result.exit_code == 1 and "not_a_kernel" in result.output
     write_patch(root, targets=("sglang.srt.layers.layernorm:rmsnorm",), enabled=False)
-    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run")
+    result = run(launch.launch_cmd, "--patches", root, "--no-build", "--dry-run")
     assert result.exit_code == 1 and "no enabled patches" in result.output
-    result = run(cli.launch_cmd, "--patches", root, "--verify-rate", "2", "--dry-run")
+    result = run(launch.launch_cmd, "--patches", root, "--verify-rate", "2", "--dry-run")
     assert result.exit_code == 2
 
 
@@ -139,5 +188,51 @@ def test_launch_refuses_a_patch_for_other_sglang_versions(run, tmp_path):
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest["sglang_versions"] = ">=9.0"  # the pinned test SGLang is 0.5.17
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    result = run(cli.launch_cmd, "--patches", root, "--no-build", "--dry-run")
+    result = run(launch.launch_cmd, "--patches", root, "--no-build", "--dry-run")
     assert result.exit_code == 1 and "targets sglang>=9.0, installed is 0.5.17" in result.output
+
+
+@pytest.mark.parametrize("reports, expect", [
+    ([("memcheck", True, True, 0, ""), ("racecheck", True, True, 0, "")], "racecheck clean over 40 launches"),
+    ([("memcheck", True, False, 2, "Invalid __global__ write of size 4\nat kernel+0x40")],
+     "error: patch rmsnorm: compute-sanitizer memcheck found 2 problem(s): Invalid __global__ write of size 4"),
+    ([("memcheck", False, False, 0, "compute-sanitizer not found")],
+     "error: compute-sanitizer memcheck could not check rmsnorm here: compute-sanitizer not found"),
+])
+def test_verify_sanitize_runs_the_harness_sanitizer_over_the_patch(monkeypatch, reports, expect):
+    from astra_sglang.errors import AstraError
+    from astra_sglang.harness import sanitize
+    from astra_sglang.patchset.store import PatchStore
+    from astra_sglang.paths import patches_dir
+    from astra_sglang.specs.registry import resolve_shapes
+
+    asked = []
+
+    def fake(req):
+        asked.append(req)
+        return [sanitize.SanitizerReport(tool=t, ran=ran, ok=ok, findings=n, launches=40, detail=d)
+                for t, ran, ok, n, d in reports]
+
+    monkeypatch.setattr(sanitize, "sanitize", fake)
+    entry = PatchStore(patches_dir()).get("rmsnorm")
+    said = []
+    try:
+        cli.sanitize_patch(entry, echo=said.append)
+        said = "\n".join(said)
+    except AstraError as exc:
+        said = f"error: {exc}"
+    assert expect in said
+    assert "\n" not in said if said.startswith("error:") else len(said.splitlines()) == 2  # a line per tool
+    req = asked[0]
+    assert req.kernel == "rmsnorm" and req.source == str(entry.kernel_path) and req.dtypes == entry.manifest.dtypes
+    assert req.shapes == sanitize.small_shapes(entry.spec, resolve_shapes(entry.spec, "edge+held_out+quick+paper"))
+    assert (1, 4096) in req.shapes
+
+
+def test_verify_sanitize_is_for_cuda_patches(run, tmp_path):
+    folder = write_patch(tmp_path / "patches", op="fused_moe", targets=())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest |= {"kind": "triton-config", "dtypes": ["bfloat16"]}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    result = run(cli.patch_group, "verify", "fused_moe", "--patches", tmp_path / "patches", "--sanitize")
+    assert result.exit_code == 1 and "--sanitize checks CUDA kernels; fused_moe is a triton-config patch" in result.output

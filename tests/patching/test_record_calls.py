@@ -13,11 +13,12 @@ import torch
 from click.testing import CliRunner
 
 from astra_sglang.cli import main
-from astra_sglang.patching import cli, hook, recorder
+from astra_sglang.cli import launch
+from astra_sglang.patching import hook, recorder
 from astra_sglang.patching.recorder import CallRecorder, Recording, out_files
 from astra_sglang.patching.runtime import ENV_MECHANISM, ENV_TARGET_MODULES
-from astra_sglang.patching.store import ENV_PATCHES
-from astra_sglang.patching.targets import Target
+from astra_sglang.patchset.manifest import Target
+from astra_sglang.patchset.store import ENV_PATCHES
 from astra_sglang.specs import registry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,7 +137,7 @@ def test_launch_dry_run_sets_the_recording_env(tmp_path, monkeypatch):
     monkeypatch.setenv("ASTRA_SGLANG_HOME", str(tmp_path / "home"))
     monkeypatch.delenv(ENV_PATCHES, raising=False)
     target = "sglang.srt.layers.activation:gelu_and_mul"  # resolved statically in the pinned SGLang
-    result = CliRunner().invoke(cli.launch_cmd, ["--mechanism", "import-hook", "--no-build", "--stats-dir",
+    result = CliRunner().invoke(launch.launch_cmd, ["--mechanism", "import-hook", "--no-build", "--stats-dir",
                                                  str(tmp_path / "st"), "--record-calls", target, "--dry-run", "--",
                                                  "--model-path", "m"])
     assert result.exit_code == 0, result.output
@@ -145,6 +146,6 @@ def test_launch_dry_run_sets_the_recording_env(tmp_path, monkeypatch):
     assert env[recorder.ENV_RECORD_OUT] == str((tmp_path / "st" / "calls.json").resolve())
     assert "sglang.srt.layers.activation" in env[ENV_TARGET_MODULES].split(",")
     assert f"recording calls of {target} into" in result.output
-    bad = CliRunner().invoke(cli.launch_cmd, ["--no-build", "--record-calls", "sglang.srt.layers.activation:nope",
+    bad = CliRunner().invoke(launch.launch_cmd, ["--no-build", "--record-calls", "sglang.srt.layers.activation:nope",
                                               "--dry-run"])
     assert bad.exit_code == 1 and "--record-calls sglang.srt.layers.activation:nope" in bad.output

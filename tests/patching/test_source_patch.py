@@ -14,18 +14,20 @@ from click.testing import CliRunner
 from moe_standins import Recorder, sglang_launcher
 from pydantic import ValidationError
 
+from astra_sglang.cli import launch as launch_cli
+from astra_sglang.cli import patch as cli
 from astra_sglang.errors import AstraError
-from astra_sglang.patching import cli, runtime
-from astra_sglang.patching.manifest import MeasuredShape, PatchManifest, SourceVariant
-from astra_sglang.patching.store import PatchStore
+from astra_sglang.patching import runtime
 from astra_sglang.patching.triton_config import base_dir, build_config_dir
 from astra_sglang.patching.triton_source import SourceChoice, load_variant
-from astra_sglang.triton import moe_configs
+from astra_sglang.patchset.manifest import MeasuredShape, PatchManifest, SourceVariant
+from astra_sglang.patchset.store import PatchStore
+from astra_sglang.triton.moe import configs as moe_configs
 from astra_sglang.triton.moe import source_op, source_patch, sources
 from astra_sglang.triton.moe.knobs import SplitK, Variant
+from astra_sglang.triton.moe.shapes import MoeShape
+from astra_sglang.triton.moe.space import MoeConfig
 from astra_sglang.triton.moe.splitk_launch import GemmCall
-from astra_sglang.triton.moe_shapes import MoeShape
-from astra_sglang.triton.space import MoeConfig
 
 GPU = "NVIDIA H100 80GB HBM3"
 SHAPE = MoeShape(8, 96, 64, 2)
@@ -157,7 +159,7 @@ def test_a_changed_sglang_source_is_refused_at_load(tmp_path, fake_moe, monkeypa
     served = write(tmp_path / "served", target=source_patch.TARGET)  # SGLang's own launcher: `launch` checks it
     manifest = PatchManifest.load(served)
     manifest.model_copy(update={"variant": changed}).save(served)
-    result = CliRunner().invoke(cli.launch_cmd, ["--patches", str(tmp_path / "served"), "--dry-run", "--",
+    result = CliRunner().invoke(launch_cli.launch_cmd, ["--patches", str(tmp_path / "served"), "--dry-run", "--",
                                                  "--model-path", "M"])
     assert result.exit_code == 1 and "re-tune it or disable it" in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -194,7 +196,7 @@ def test_verify_checks_each_files_variants_against_sglangs_pick(tmp_path):
 def test_launch_serves_the_files_and_patches_sglangs_launcher(tmp_path, monkeypatch):
     monkeypatch.delenv(moe_configs.ENV, raising=False)
     write(tmp_path / "patches", target=source_patch.TARGET)
-    result = CliRunner().invoke(cli.launch_cmd, ["--patches", str(tmp_path / "patches"), "--stats-dir",
+    result = CliRunner().invoke(launch_cli.launch_cmd, ["--patches", str(tmp_path / "patches"), "--stats-dir",
                                                  str(tmp_path / "stats"), "--mechanism", "import-hook", "--dry-run",
                                                  "--", "--model-path", "M"])
     assert result.exit_code == 0, result.output

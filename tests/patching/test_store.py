@@ -8,7 +8,7 @@ import pytest
 from patch_folders import write_patch
 
 from astra_sglang.errors import AstraError
-from astra_sglang.patching.store import PatchStore
+from astra_sglang.patchset.store import PatchStore
 
 
 def test_list_and_targets(patch_dir):

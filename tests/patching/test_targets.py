@@ -6,9 +6,11 @@ import sys
 import pytest
 
 from astra_sglang.errors import AstraError
-from astra_sglang.patching.targets import Target, rebind, resolve, static_check
+from astra_sglang.extraction.static_targets import static_check
+from astra_sglang.patching.targets import rebind, resolve
+from astra_sglang.patchset.manifest import Target
+from astra_sglang.patchset.store import PatchStore
 from astra_sglang.paths import patches_dir
-from astra_sglang.patching.store import PatchStore
 from astra_sglang.specs.registry import all_specs
 
 SGLANG_TARGETS = [(s.name, f"{t.module}:{t.attr}") for s in all_specs() for t in s.sglang_targets]

@@ -10,8 +10,9 @@ from click.testing import CliRunner
 from patch_folders import write_patch
 
 from astra_sglang import cli as top
-from astra_sglang.patching import cli, runtime
-from astra_sglang.patching.store import ENV_PATCHES, PatchStore
+from astra_sglang.cli import patch as cli
+from astra_sglang.patching import runtime
+from astra_sglang.patchset.store import ENV_PATCHES, PatchStore
 from astra_sglang.paths import patches_dir
 
 

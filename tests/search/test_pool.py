@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from astra_sglang.harness.records import EvalRequest, KernelSource
-from astra_sglang.search.devices import GpuFacts, visible_gpus
-from astra_sglang.search.pool import LocalPool
-from astra_sglang.search.simulate import FLOOR, SimulatedBuilder, SimulatedEvaluator, simulated_speedup
-from astra_sglang.search.stats import PoolStats, Span
+from astra_sglang.optimize.pool.devices import GpuFacts, visible_gpus
+from astra_sglang.optimize.pool.pool import LocalPool
+from astra_sglang.optimize.pool.simulate import FLOOR, SimulatedBuilder, SimulatedEvaluator, simulated_speedup
+from astra_sglang.optimize.pool.stats import PoolStats, Span
 
 
 def requests(folder: Path, n: int, marks=lambda i: "", **kw) -> list[EvalRequest]:
@@ -128,7 +128,7 @@ def test_exclusive_work_takes_a_gpu_like_an_evaluation(tmp_path):
 
 
 def test_gpu_facts_are_probed_once_on_a_worker_while_evaluations_run(tmp_path, monkeypatch):
-    import astra_sglang.search.pool as pool_module
+    import astra_sglang.optimize.pool.pool as pool_module
 
     probes = []
     monkeypatch.setattr(pool_module, "probe", lambda: probes.append(1) or GpuFacts(name="probed"))

@@ -3,13 +3,13 @@ CUDA_VISIBLE_DEVICES to one of them): builds and evaluations as tasks, one evalu
 and a whole population run through it into the same run directory as a local run."""
 import pytest
 
-from astra_sglang.agents.journal import RunLog
-from astra_sglang.agents.loop import run
-from astra_sglang.agents.records import RunConfig
-from astra_sglang.agents.scripted import ScriptedModel
 from astra_sglang.harness.records import EvalRequest, KernelSource
+from astra_sglang.optimize.agents.journal import RunLog
+from astra_sglang.optimize.agents.loop import run
+from astra_sglang.optimize.agents.scripted import ScriptedModel
+from astra_sglang.optimize.pool.simulate import SimulatedBuilder, SimulatedEvaluator
+from astra_sglang.optimize.records import RunConfig
 from astra_sglang.paths import kernels_dir
-from astra_sglang.search.simulate import SimulatedBuilder, SimulatedEvaluator
 
 ray = pytest.importorskip("ray")
 KERNEL = (kernels_dir() / "silu_and_mul.cu").read_text()
@@ -17,7 +17,7 @@ KERNEL = (kernels_dir() / "silu_and_mul.cu").read_text()
 
 @pytest.fixture(scope="module")
 def pool():
-    from astra_sglang.search.ray_pool import RayPool
+    from astra_sglang.optimize.pool.ray_pool import RayPool
 
     with RayPool("local", evaluator=SimulatedEvaluator(seconds=0.3), builder=SimulatedBuilder(0.05),
                  init=dict(num_cpus=2, num_gpus=2)) as p:

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 from stand_in import SERVER as STAND_IN, free_port
 
+from astra_sglang.cli.ab import ab as ab_command
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.stats import OpRecord, ProcessStats
 from astra_sglang.serving import ab as ab_mod
@@ -134,7 +135,7 @@ def test_strip_patch_env():
 
 
 def test_cli_errors(tmp_path, monkeypatch):
-    run = lambda *args: CliRunner().invoke(ab_mod.ab, [str(a) for a in args])  # noqa: E731
+    run = lambda *args: CliRunner().invoke(ab_command, [str(a) for a in args])  # noqa: E731
     assert run().exit_code == 2 and "--model-path" in run().output
     assert run("--model-path", "m", "--runs", "0").exit_code == 2
     monkeypatch.setattr(ab_mod, "sglang_available", lambda: False)
@@ -147,7 +148,7 @@ def test_cli_errors(tmp_path, monkeypatch):
     empty.mkdir()
     res = run("--model-path", "m", "--patches", empty, "--out", tmp_path / "o")
     assert res.exit_code == 1 and "no enabled patches" in res.output
-    assert "Examples" in CliRunner().invoke(ab_mod.ab, ["--help"]).output
+    assert "Examples" in CliRunner().invoke(ab_command, ["--help"]).output
 
 
 def test_bench_command_shared_prefix():
@@ -176,7 +177,7 @@ def test_warmup_starts_are_run_first_and_not_recorded(tmp_path, monkeypatch):
                         lambda *a, **k: ({"ASTRA_SGLANG_PATCHES": "p"}, ["python", "-m", "x"], "summary"))
     monkeypatch.setattr("astra_sglang.serving.report.write_report",
                         lambda out, rows, dirs: reports.append(len(rows)) or out / "ab.md")
-    res = CliRunner().invoke(ab_mod.ab, ["--model-path", "m", "--runs", "2", "--warmup", "1", "--num-prompts", "512",
+    res = CliRunner().invoke(ab_command, ["--model-path", "m", "--runs", "2", "--warmup", "1", "--num-prompts", "512",
                                          "--concurrency", "8", "--out", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
     assert calls == [("warmup", 1, 16, False), ("A", 1, 512, False), ("B", 1, 512, True), ("A", 2, 512, False),

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from stand_in import SERVER as STAND_IN, free_port_pair
 
+from astra_sglang.cli.ab import ab as ab_command
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
 from astra_sglang.serving import ab as ab_mod
@@ -275,7 +276,7 @@ def cli(tmp_path, monkeypatch, fake):
     monkeypatch.setattr(paired_mod, "patched_server", patched)
     monkeypatch.setattr(report, "write_report", lambda out, rows, dirs: reports.append(
         (len(rows), [str(d) for d in dirs])) or out / "ab.md")
-    invoke = lambda *args: CliRunner().invoke(ab_mod.ab, ["--model-path", "m", "--port", "31000",  # noqa: E731
+    invoke = lambda *args: CliRunner().invoke(ab_command, ["--model-path", "m", "--port", "31000",  # noqa: E731
                                                           "--out", str(tmp_path / "o"), *map(str, args)])
     return invoke, fake[0], reports
 
@@ -315,7 +316,7 @@ def test_cli_paired_warnings_and_usage_errors(cli):
     assert res.exit_code == 2 and "below 65535" in res.output
     res = invoke("--paired", "--", "--port", "1")  # ab's own options are still refused after --
     assert res.exit_code == 1 and "ab's own options" in res.output
-    help_text = CliRunner().invoke(ab_mod.ab, ["--help"]).output
+    help_text = CliRunner().invoke(ab_command, ["--help"]).output
     assert "--paired" in help_text and "--sleep-on-idle" in help_text and "--mem-fraction-static" in help_text
 
 

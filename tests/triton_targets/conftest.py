@@ -18,7 +18,7 @@ def _sglang_imports(torchvision_shim):
 @pytest.fixture
 def sglang_lookup(monkeypatch):
     """SGLang's config module as the tuner loads it, on an H100 (CPU has no device name), lookups uncached."""
-    from astra_sglang.triton import moe_configs
+    from astra_sglang.triton.moe import configs as moe_configs
 
     module = moe_configs.sglang_module()
     monkeypatch.setattr(module, "get_device_name", lambda: H100)

@@ -10,12 +10,13 @@ import sys
 
 import torch
 
-from astra_sglang.patching.manifest import LaunchTable
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.patching.triton_launch import LaunchPatch
-from astra_sglang.triton import attn_launch, attn_reference
-from astra_sglang.triton.attn_layout import decode_slots, extend_slots
-from astra_sglang.triton.attn_targets import sglang_module, swapped
+from astra_sglang.patchset.manifest import LaunchTable
+from astra_sglang.triton.attention import launch as attn_launch
+from astra_sglang.triton.attention import reference as attn_reference
+from astra_sglang.triton.attention.layout import decode_slots, extend_slots
+from astra_sglang.triton.attention.targets import sglang_module, swapped
 
 HEADS, KV_HEADS, HEAD_DIM, SPLITS = 32, 4, 64, 8
 ATOL = RTOL = 4e-3  # extract/*_attention.toml, float16

@@ -16,9 +16,9 @@ import triton.language as tl
 from moe_standins import sglang_launcher
 
 from astra_sglang.triton.moe import sources, splitk
+from astra_sglang.triton.moe.reference import fused_moe as reference
+from astra_sglang.triton.moe.reference import route
 from astra_sglang.triton.moe.splitk_launch import SplitLauncher
-from astra_sglang.triton.moe_reference import fused_moe as reference
-from astra_sglang.triton.moe_reference import route
 
 TOL = {torch.float16: (8e-3, 5e-3), torch.float32: (1e-5, 1e-5)}
 """fp16: extract/fused_moe.toml's. fp32: the interpreter's numpy matmuls accumulate in fp32 over K <= 72 terms of

@@ -13,16 +13,17 @@ from click.testing import CliRunner
 
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
-from astra_sglang.patching.manifest import LaunchTable, PatchManifest
+from astra_sglang.optimize.tuner.attention_tune import AttnSetup, attn_tuner
+from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.patching.triton_launch import LaunchChoice, LaunchPatch
-from astra_sglang.triton import attn_layout, attn_reference
-from astra_sglang.triton.attn_launch import ConfiguredKernel, LaunchInfo, configure, launch_info
-from astra_sglang.triton.attn_op import parse_table, table_name
-from astra_sglang.triton.attn_space import AttnConfig, AttnShape, neighbors, rejected, space
-from astra_sglang.triton.attn_targets import Recorder, discover, record_launch, sglang_pick
-from astra_sglang.triton.attn_tune import AttnSetup, AttnTuner
-from astra_sglang.triton.run import Facts, TuneOptions
+from astra_sglang.patchset.manifest import LaunchTable, PatchManifest
+from astra_sglang.triton.attention import layout as attn_layout
+from astra_sglang.triton.attention import reference as attn_reference
+from astra_sglang.triton.attention.launch import ConfiguredKernel, LaunchInfo, configure, launch_info
+from astra_sglang.triton.attention.op import parse_table, table_name
+from astra_sglang.triton.attention.space import AttnConfig, AttnShape, neighbors, rejected, space
+from astra_sglang.triton.attention.targets import Recorder, discover, record_launch, sglang_pick
 
 LLAMA3 = AttnShape(32, 8, 128)
 FACTS = Facts(gpu="NVIDIA H100 80GB HBM3", smem=227 * 1024, triton="3.6.0", sglang="0.5.17", source_hash="cd" * 32)
@@ -53,7 +54,7 @@ def test_space_keeps_only_configs_that_can_run(kernel, shape):
     assert ok and all(not rejected(c, shape) for c in ok)
     assert all(reason for reason in dropped.values())
     assert len(ok) + len(dropped) == math.prod(len(v) for v in __import__(
-        "astra_sglang.triton.attn_space", fromlist=["VALUES"]).VALUES[kernel].values())
+        "astra_sglang.triton.attention.space", fromlist=["VALUES"]).VALUES[kernel].values())
     for config in ok:
         assert AttnConfig.from_code(kernel, config.code()) == config
         assert config.smem_bytes(shape.head_dim) <= 227 * 1024
@@ -95,7 +96,7 @@ def test_sglang_extend_pick_follows_its_selection_by_capability(capability, pick
 
 
 def test_a_recording_leaves_the_kernel_global_in_place():
-    from astra_sglang.triton.attn_targets import sglang_module
+    from astra_sglang.triton.attention.targets import sglang_module
 
     module = sglang_module("decode_attention")
     before = module._fwd_grouped_kernel_stage1
@@ -271,7 +272,7 @@ class Landscape:
 
 
 def test_tuning_run_reports_speedups_and_writes_a_launch_patch(tmp_path):
-    from astra_sglang.triton.attn_run import tune_attention
+    from astra_sglang.optimize.tuner.attention_run import tune_attention
 
     land = Landscape()
     buckets = [(1, 1024), (64, 4096)]
@@ -311,7 +312,7 @@ class KvLandscape(Landscape):
 def _kv_tuner(land, buckets):
     setup = AttnSetup("decode_attention", LLAMA3, buckets, {b: DECODE_PICK for b in buckets}, FACTS.gpu,
                       FACTS.triton, FACTS.source_hash)
-    return AttnTuner(setup, land, echo=lambda _: None, width=400)
+    return attn_tuner(setup, land, echo=lambda _: None, width=400)
 
 
 def test_one_config_serves_every_kv_length_of_a_batch_size():
@@ -336,8 +337,8 @@ def test_settle_measures_each_winner_at_the_other_kv_lengths():
 
 
 def test_a_key_whose_config_loses_one_final_bucket_keeps_sglangs_pick_at_all(tmp_path):
-    from astra_sglang.triton.attn_patch import collapse
-    from astra_sglang.triton.attn_run import tune_attention
+    from astra_sglang.optimize.tuner.attention_run import tune_attention
+    from astra_sglang.triton.attention.patch import collapse
 
     buckets = [(64, 512), (64, 4096), (8, 4096)]
     options = TuneOptions(rounds=1, width=400, use_cache=False, patches_dir=tmp_path / "patches")
@@ -351,7 +352,7 @@ def test_a_key_whose_config_loses_one_final_bucket_keeps_sglangs_pick_at_all(tmp
 def test_tuner_proposals_skip_sglangs_pick_and_filtered_configs():
     setup = AttnSetup("decode_attention", LLAMA3, [(8, 1024)], {(8, 1024): DECODE_PICK}, FACTS.gpu, FACTS.triton,
                       FACTS.source_hash)
-    tuner = AttnTuner(setup, Landscape(), echo=lambda _: None, width=50)
+    tuner = attn_tuner(setup, Landscape(), echo=lambda _: None, width=50)
     proposed = tuner.propose((8, 1024), first=True)
     assert DECODE_PICK not in proposed and len(proposed) == 50
     assert all(not rejected(c, LLAMA3) for c in proposed)
@@ -395,7 +396,7 @@ def test_launch_patch_installs_counts_and_restores_on_a_fake_module(monkeypatch)
 def _launch_patch_folder(tmp_path, monkeypatch, module: str) -> types.ModuleType:
     """A fake SGLang module with a decode kernel global, and a triton-launch patch of it in tmp_path."""
     from astra_sglang.patching import runtime
-    from astra_sglang.patching.manifest import Provenance
+    from astra_sglang.patchset.manifest import Provenance
 
     fake = types.ModuleType(module)
     fake._fwd_grouped_kernel_stage1 = Recorder()

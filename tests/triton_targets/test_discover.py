@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from astra_sglang.cli import main
 from astra_sglang.errors import AstraError
-from astra_sglang.triton.discover import env_reads, find_kernel, kernels_in, launches_of, source_hash
-from astra_sglang.triton.moe_configs import CONFIG_MODULE, package_dir
+from astra_sglang.extraction.triton.discover import env_reads, find_kernel, kernels_in, launches_of, source_hash
+from astra_sglang.triton.moe.configs import CONFIG_MODULE, package_dir
 
 SYNTHETIC = '''
 import triton

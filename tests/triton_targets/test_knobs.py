@@ -6,7 +6,7 @@ import pytest
 from astra_sglang.errors import AstraError
 from astra_sglang.triton.moe import knobs
 from astra_sglang.triton.moe.knobs import SplitK, Variant
-from astra_sglang.triton.space import MoeConfig
+from astra_sglang.triton.moe.space import MoeConfig
 
 CONFIG = MoeConfig(16, 64, 128, 1, 4, 4)
 
@@ -69,3 +69,10 @@ def test_screen_codes_name_the_knobs_by_their_file_keys(variant, code):
     base, _, knobs_text = code.partition("+")
     extra = dict(item.split("=") for item in knobs_text.partition(":")[2].split(",") if item)
     assert Variant.from_file_entry({**MoeConfig.from_code(base).sglang(), **{k: int(v) for k, v in extra.items()}}) == variant
+
+
+@pytest.mark.parametrize("variant", [Variant(CONFIG), Variant(CONFIG, SplitK(1, 4)),
+                                     Variant(MoeConfig(64, 64, 32, 8), SplitK(2, 16))])
+@pytest.mark.parametrize("source", ["splitk", "agent-0123456789abcdef"])
+def test_screen_codes_round_trip_whatever_the_variant_name(variant, source):
+    assert Variant.from_screen_code(variant.screen_code(source)) == variant

@@ -10,12 +10,12 @@ from moe_standins import timed_row
 from astra_sglang.harness.records import EvalResult
 from astra_sglang.triton.moe import bar
 from astra_sglang.triton.moe.bar_report import summarize, write_report
+from astra_sglang.triton.moe.configs import Pick
 from astra_sglang.triton.moe.knobs import Variant
+from astra_sglang.triton.moe.op import parse_table
 from astra_sglang.triton.moe.sglang_tuner_run import TunerBatch, TunerRun
 from astra_sglang.triton.moe.source_op import parse
-from astra_sglang.triton.moe_configs import Pick
-from astra_sglang.triton.moe_op import parse_table
-from astra_sglang.triton.space import MoeConfig
+from astra_sglang.triton.moe.space import MoeConfig
 
 SHAPE = bar.PRESETS["mixtral-8x7b-tp2"]
 BEST = {1: MoeConfig(16, 64, 128, 1, 4, 4), 64: MoeConfig(16, 128, 64, 1, 8, 3), 1024: MoeConfig(64, 128, 64, 16, 8, 3)}

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from astra_sglang.triton import moe_configs
-from astra_sglang.triton.space import MoeConfig
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.moe.space import MoeConfig
 from tests.triton_targets.conftest import H100, config_table
 
 RUNNING = moe_configs.triton_version()

@@ -11,9 +11,9 @@ import torch
 from astra_sglang.harness.gpu_eval import python_op
 from astra_sglang.harness.inputs import allocate, fill
 from astra_sglang.specs.registry import get_spec
-from astra_sglang.triton import moe_op
-from astra_sglang.triton.moe_reference import fused_moe as reference
-from astra_sglang.triton.space import MoeConfig
+from astra_sglang.triton.moe import op as moe_op
+from astra_sglang.triton.moe.reference import fused_moe as reference
+from astra_sglang.triton.moe.space import MoeConfig
 
 SHAPE = (5, 8, 16, 32, 2)
 
@@ -92,10 +92,10 @@ def test_a_table_applies_the_nearest_batch_size(fake):
 
 def test_a_config_the_gpu_cannot_run_declines_the_shape(fake):
     spec = get_spec("fused_moe")
-    launch = python_op(spec, "py:astra_sglang.triton.moe_op:" + moe_op.config_name(MoeConfig(128, 64, 64, 1, 4, 3)))
+    launch = python_op(spec, "py:astra_sglang.triton.moe.op:" + moe_op.config_name(MoeConfig(128, 64, 64, 1, 4, 3)))
     args = _args()
     assert launch(args.tensors, args.scalars) == -1  # ASTRA_UNSUPPORTED: "not covered", never a crash
-    ok = python_op(spec, "py:astra_sglang.triton.moe_op:" + moe_op.config_name(MoeConfig(64, 64, 64, 1, 4, 3)))
+    ok = python_op(spec, "py:astra_sglang.triton.moe.op:" + moe_op.config_name(MoeConfig(64, 64, 64, 1, 4, 3)))
     assert ok(args.tensors, args.scalars) == 0
 
 

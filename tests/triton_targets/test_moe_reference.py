@@ -6,8 +6,8 @@ import torch
 
 from astra_sglang.harness.inputs import allocate, fill
 from astra_sglang.specs.registry import get_spec
-from astra_sglang.triton.moe_op import route_into
-from astra_sglang.triton.moe_reference import fused_moe, route
+from astra_sglang.triton.moe.op import route_into
+from astra_sglang.triton.moe.reference import fused_moe, route
 
 
 def _naive(hidden, w1, w2, logits, topk):

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from astra_sglang.profile.records import KernelRow, Phase, Profile
-from astra_sglang.triton.moe_shapes import MoeShape, from_config
+from astra_sglang.triton.moe.shapes import MoeShape, from_config
 from astra_sglang.triton.results import BucketResult, TuneResult
 
 

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from astra_sglang.cli import main
 from astra_sglang.errors import AstraError
-from astra_sglang.triton.moe_shapes import MoeShape, from_config, parse_buckets, profile_buckets
+from astra_sglang.profile.buckets import profile_buckets
+from astra_sglang.triton.moe.shapes import MoeShape, from_config, parse_buckets
 
 QWEN3_MOE = {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "moe_intermediate_size": 768,
              "intermediate_size": 6144, "num_experts": 128, "num_experts_per_tok": 8, "torch_dtype": "bfloat16"}

@@ -12,13 +12,13 @@ from astra_sglang.harness.records import EvalRequest, KernelSource
 from astra_sglang.triton.moe import sources
 from astra_sglang.triton.moe.knobs import SplitK, Variant
 from astra_sglang.triton.moe.source_op import candidate_path
-from astra_sglang.triton.space import MoeConfig
+from astra_sglang.triton.moe.space import MoeConfig
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(importlib.util.find_spec("sgl_kernel") is None, reason="needs SGLang's CUDA build")]
 SHAPES = [(1, 8, 1024, 512, 2), (3, 8, 1024, 512, 2)]
 CONFIG = MoeConfig(16, 64, 64, 1, 4, 3)
-PICK = KernelSource(path="py:astra_sglang.triton.moe_op:sglang_pick", label="sglang")
+PICK = KernelSource(path="py:astra_sglang.triton.moe.op:sglang_pick", label="sglang")
 
 
 def _request(table, source="splitk", time=True):

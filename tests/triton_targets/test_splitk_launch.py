@@ -12,12 +12,12 @@ import pytest
 import torch
 from moe_standins import Recorder, sglang_launcher
 
-from astra_sglang.triton import moe_op
+from astra_sglang.triton.moe import op as moe_op
 from astra_sglang.triton.moe import provider as provider_mod
 from astra_sglang.triton.moe import source_op, splitk, splitk_launch
 from astra_sglang.triton.moe.knobs import SplitK, Variant
+from astra_sglang.triton.moe.space import MoeConfig
 from astra_sglang.triton.moe.splitk_launch import SplitLauncher, fixed
-from astra_sglang.triton.space import MoeConfig
 
 CONFIG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4}
 E, INTER, HIDDEN, TOPK = 4, 48, 64, 2

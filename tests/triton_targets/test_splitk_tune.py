@@ -9,18 +9,18 @@ from moe_standins import timed_row
 
 from astra_sglang.cli import main
 from astra_sglang.harness.records import EvalResult
-from astra_sglang.patching.manifest import PatchManifest
-from astra_sglang.triton import moe_configs
+from astra_sglang.optimize.tuner.moe_knob_tune import knob_tuner
+from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions, tune_fused_moe
+from astra_sglang.optimize.tuner.moe_tune import Setup
+from astra_sglang.patchset.manifest import PatchManifest
+from astra_sglang.triton.moe import configs as moe_configs
 from astra_sglang.triton.moe import sources
+from astra_sglang.triton.moe.configs import Pick
 from astra_sglang.triton.moe.knobs import SplitK, Variant
 from astra_sglang.triton.moe.provider import KernelSourceProvider
+from astra_sglang.triton.moe.shapes import MoeShape
 from astra_sglang.triton.moe.source_op import parse
-from astra_sglang.triton.moe.splitk_tune import KnobTuner
-from astra_sglang.triton.moe_configs import Pick
-from astra_sglang.triton.moe_shapes import MoeShape
-from astra_sglang.triton.run import Facts, TuneOptions, tune_fused_moe
-from astra_sglang.triton.space import MoeConfig
-from astra_sglang.triton.tune import Setup
+from astra_sglang.triton.moe.space import MoeConfig
 
 SHAPE = MoeShape(8, 14336, 4096, 2)
 PICK = MoeConfig(16, 64, 128, 1, 4, 4)
@@ -60,11 +60,11 @@ def _picks_at(sizes):
 def test_round_one_tries_the_splits_worth_measuring(tmp_path):
     setup = Setup(shape=SHAPE, buckets=[1, 256], picks={t: Pick(t, PICK, "default") for t in (1, 256)},
                   gpu=FACTS.gpu, triton=FACTS.triton, source_hash=FACTS.source_hash)
-    tuner = KnobTuner(KernelSourceProvider("splitk"), setup, SplitLandscape(), echo=lambda _: None, width=8)
+    tuner = knob_tuner(KernelSourceProvider("splitk"), setup, SplitLandscape(), echo=lambda _: None, width=8)
     proposed = tuner.propose(1, first=True)
     assert {v.split for v in proposed} == {SplitK(1, 2), SplitK(1, 4)} and all(v.config == PICK for v in proposed)
     assert tuner.propose(256, first=True) == []  # 2048 output blocks: no split is worth it, and the pick is known
-    assert "+splitk:" in tuner.key(1).source_hash
+    assert "+splitk:" in tuner.op.key(1).source_hash
 
 
 def test_a_run_finds_the_split_and_writes_a_source_patch(tmp_path):

@@ -15,11 +15,11 @@ from pydantic import BaseModel
 
 from astra_sglang.harness.records import EvalRequest, EvalResult, KernelSource
 from astra_sglang.triton.moe import knobs
+from astra_sglang.triton.moe.configs import nearest
+from astra_sglang.triton.moe.op import table_name
+from astra_sglang.triton.moe.shapes import MoeShape
 from astra_sglang.triton.moe.source_op import candidate_path
-from astra_sglang.triton.moe_configs import nearest
-from astra_sglang.triton.moe_op import table_name
-from astra_sglang.triton.moe_shapes import MoeShape
-from astra_sglang.triton.space import MoeConfig
+from astra_sglang.triton.moe.space import MoeConfig
 
 PRESETS = {
     "mixtral-8x7b-tp2": MoeShape(8, 7168, 4096, 2),
@@ -27,7 +27,7 @@ PRESETS = {
     "deepseek-v2-lite": MoeShape(64, 1408, 2048, 6),
 }
 """Expert shapes people serve (per tensor-parallel rank, bf16)."""
-MOE_OP = "py:astra_sglang.triton.moe_op:"
+MOE_OP = "py:astra_sglang.triton.moe.op:"
 PICK = KernelSource(path=MOE_OP + "sglang_pick", label="sglang-pick")
 
 

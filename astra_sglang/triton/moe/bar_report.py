@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from astra_sglang.paths import templates_dir
 from astra_sglang.triton.moe.bar import BarRow
 from astra_sglang.triton.moe.sglang_tuner_run import TunerRun
-from astra_sglang.triton.space import MoeConfig
+from astra_sglang.triton.moe.space import MoeConfig
 
 
 class BatchSummary(BaseModel):

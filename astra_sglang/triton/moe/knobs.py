@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from astra_sglang.errors import AstraError
-from astra_sglang.triton.space import MoeConfig
+from astra_sglang.triton.moe.space import MoeConfig
 
 SPLITS = (1, 2, 4, 8, 16)
 WAVES = 4
@@ -72,10 +72,17 @@ class Variant:
         return {**self.config.sglang(), **extra}
 
     def screen_code(self, source: str = "splitk") -> str:
-        """The screening tier's code (triton/moe/screen.py): `<config>+<variant>:KEY=VALUE,...`, the knobs as the
+        """The screening tier's code (optimize/tuner/moe_screen.py): `<config>+<variant>:KEY=VALUE,...`, the knobs as the
         config file's keys; the config's own code where no split is set."""
         extra = {k: v for k, v in self.file_entry().items() if k in KEYS.values()}
         return self.config.code() + (f"+{source}:" + ",".join(f"{k}={v}" for k, v in extra.items()) if extra else "")
+
+    @classmethod
+    def from_screen_code(cls, text: str) -> "Variant":
+        """The inverse of `screen_code` (whatever the variant's name): a plain config's code is that config."""
+        base, _, rest = text.partition("+")
+        knobs = dict(item.split("=", 1) for item in filter(None, rest.partition(":")[2].split(",")))
+        return cls(MoeConfig.from_code(base), SplitK(int(knobs.get(KEYS["up"], 1)), int(knobs.get(KEYS["down"], 1))))
 
     @classmethod
     def from_file_entry(cls, entry: dict) -> "Variant":

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
-from astra_sglang.triton.moe_shapes import MoeShape
+from astra_sglang.triton.moe.shapes import MoeShape
 
 SCRIPT = "tuning_fused_moe_triton.py"
 COMMON = "common_utils.py"
@@ -93,7 +93,8 @@ def local_imports(folder: Path, path: Path, tree: ast.Module) -> list[Path]:
 
 def check_imports(path: Path, tree: ast.Module) -> None:
     """Every SGLang name the file imports is in the installed SGLang (AstraError naming the first that is not)."""
-    from astra_sglang.patching.targets import Target, module_source, static_check
+    from astra_sglang.extraction.static_targets import module_source, static_check
+    from astra_sglang.patchset.manifest import Target
 
     for module, name in sglang_imports(tree):
         if not name:

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from astra_sglang.errors import AstraError
 from astra_sglang.triton.moe.sglang_tuner import TunerScript, model_dir, shim_dir, subset
-from astra_sglang.triton.moe_shapes import MoeShape
+from astra_sglang.triton.moe.shapes import MoeShape
 
 
 class TunerBatch(BaseModel):

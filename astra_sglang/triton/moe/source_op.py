@@ -15,12 +15,12 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-from astra_sglang.triton import moe_op
+from astra_sglang.triton.moe import op as moe_op
 from astra_sglang.triton.moe import sources
+from astra_sglang.triton.moe.configs import nearest
 from astra_sglang.triton.moe.knobs import Variant
 from astra_sglang.triton.moe.provider import KernelSourceProvider
-from astra_sglang.triton.moe_configs import nearest
-from astra_sglang.triton.moe_shapes import MoeShape
+from astra_sglang.triton.moe.shapes import MoeShape
 
 MODULE = "py:astra_sglang.triton.moe.source_op:"
 _AGENT = "agent"
@@ -47,6 +47,12 @@ def screen(hidden, w1, w2, topk_output, moe_runner_config, config: dict, source:
     shape = MoeShape(w1.shape[0], w2.shape[2], hidden.shape[1], topk_output[0].shape[1])
     with provider(source).installed(variant, shape), override_config(variant.config.sglang()):
         fused_experts(hidden, w1, w2, topk_output, moe_runner_config=moe_runner_config)
+
+
+def screen_hook(source: str = sources.SPLITK) -> str:
+    """The "module:function" the screening tier's launch calls for `source`'s variant (its `variants` entry)."""
+    name = "screen" if source == sources.SPLITK else "screen_" + _AGENT + source.removeprefix(sources.AGENT)
+    return MODULE.removeprefix("py:") + name
 
 
 def table_name(table: dict[int, Variant], source: str = sources.SPLITK) -> str:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.records import EvalRequest, KernelSource
-from astra_sglang.patching.manifest import MANIFEST, ConfigFile, MeasuredShape, PatchManifest, Provenance, SourceVariant
-from astra_sglang.triton import moe_configs
+from astra_sglang.patchset.manifest import MANIFEST, ConfigFile, MeasuredShape, PatchManifest, Provenance, SourceVariant
+from astra_sglang.triton.moe import configs as moe_configs
 from astra_sglang.triton.moe import sources, splitk
 from astra_sglang.triton.moe.knobs import Variant
+from astra_sglang.triton.moe.shapes import MoeShape
 from astra_sglang.triton.moe.source_op import candidate_path
-from astra_sglang.triton.moe_shapes import MoeShape
 
 OP = "fused_moe"
 KIND = "triton-source"
@@ -95,7 +95,7 @@ def verify_requests(folder: Path, manifest: PatchManifest, shapes: list[int] | N
         out.append(EvalRequest(
             kernel=OP, candidate=KernelSource(path=candidate_path(table, manifest.variant.name),
                                               label=f"patch:{Path(config.path).name}"),
-            baseline=KernelSource(path="py:astra_sglang.triton.moe_op:sglang_pick", label="sglang"),
+            baseline=KernelSource(path="py:astra_sglang.triton.moe.op:sglang_pick", label="sglang"),
             shapes=[(t, config.experts, config.inter, config.hidden, config.topk) for t in tokens],
             dtypes=[config.dtype]))
     return out

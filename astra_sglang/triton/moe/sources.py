@@ -62,14 +62,14 @@ def _write(path: Path, text: str) -> None:
 
 
 def installed_kernel_file() -> Path:
-    from astra_sglang.triton.moe_configs import package_dir
+    from astra_sglang.triton.moe.configs import package_dir
 
     return package_dir() / splitk.KERNEL_FILE
 
 
 def sglang_version() -> str:
     from astra_sglang.extraction.sources import _version
-    from astra_sglang.triton.moe_configs import package_dir
+    from astra_sglang.triton.moe.configs import package_dir
 
     return _version(package_dir(), "sglang")
 

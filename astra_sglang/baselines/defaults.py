@@ -1,0 +1,90 @@
+"""What `astra-sglang bench OP` compares when it is not told: the patch for OP against SGLang's own op.
+
+Candidate: the patch set's kernel for OP (the user folder's HOME/patches/OP/ over the shipped patches/OP/, the
+manifest's kernel file and defines), else the tool's reference kernel. Baseline: the op SGLang runs on CUDA
+(`KERNEL_BASELINES`; for a user spec's op, the spec's first SGLang call site) where SGLang and the package behind
+that op import here, else the tool's reference kernel (astra_sglang/kernels/OP.cu), with the reason.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from astra_sglang.baselines.adapters import KERNEL_BASELINES, sglang_baseline
+from astra_sglang.kernels.variants import first_kernel
+from astra_sglang.patchset.store import PatchStore
+from astra_sglang.paths import user_specs_dir
+from astra_sglang.specs.records import KernelSpec
+from astra_sglang.specs.registry import registry
+
+OP_PACKAGES = {"merge_state": "flashinfer", "rotary_embedding": "tvm_ffi"}
+"""The package SGLang's op comes from, where it is not sgl_kernel (flashinfer's base-2 merge; the rotary embedding's
+JIT kernel, which SGLang builds and loads through tvm_ffi)."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: a kernel file (or py:MODULE:FUNCTION) with its defines, and what it is."""
+    path: str
+    label: str
+    what: str
+    defines: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return f"{self.label} ({self.what})"
+
+
+def reference(op: str) -> Side:
+    path, defines = first_kernel(op)
+    return Side(str(path), f"ours:{op}", "the tool's reference kernel", defines)
+
+
+def missing_for(op: str) -> str | None:
+    """The first package SGLang's op needs that does not import here (None: SGLang's op is available)."""
+    for package in ("sglang", OP_PACKAGES.get(op, "sgl_kernel")):
+        if importlib.util.find_spec(package) is None:
+            return package
+    return None
+
+
+def users_op(op: str) -> bool:
+    """An op whose spec the user folder holds (`onboard` wrote it): the package knows no baseline for it."""
+    path = registry().paths.get(op)
+    return op not in KERNEL_BASELINES and path is not None and path.parent.resolve() == user_specs_dir().resolve()
+
+
+def candidate_side(op: str, candidate: str | None, knobs: dict[str, str], patches: PatchStore | None = None) -> Side:
+    """--candidate, else the patch set's winning patch for `op` (the user folder's over the shipped one, as
+    `launch` serves them), else the tool's reference kernel."""
+    if candidate:
+        return Side(candidate, candidate, "given", dict(knobs))
+    store = patches or PatchStore()
+    entry = store.find(op)
+    if entry is not None:
+        what = entry.describe() + ("" if entry.enabled else ", disabled in the patch set")
+        return Side(str(entry.kernel_path.resolve()), entry.label, what, {**entry.manifest.defines, **knobs})
+    side = reference(op)
+    return Side(side.path, side.label, side.what + f"; no patch for {op} in {store.describe()}",
+                {**side.defines, **knobs})
+
+
+def baseline_side(spec: KernelSpec, baseline: str | None) -> Side:
+    if baseline == "sglang":
+        path = sglang_baseline(spec)
+        return Side(path, path, "what the installed SGLang calls")
+    if baseline == "reference":
+        return reference(spec.name)
+    if baseline:
+        return Side(baseline, baseline, "given")
+    missing = missing_for(spec.name)
+    if missing is None and spec.name in KERNEL_BASELINES:
+        path = KERNEL_BASELINES[spec.name]
+        return Side(path, path, "SGLang's own op")
+    if missing is None and users_op(spec.name) and sglang_baseline(spec):
+        path = sglang_baseline(spec)  # `onboard` wrote the spec from this call site: it is what the patch replaces
+        return Side(path, path, "SGLang's own op, the user spec's call site")
+    side = reference(spec.name)
+    why = f"{missing} is not importable here" if missing else f"no SGLang op is known for {spec.name}"
+    return Side(side.path, side.label, f"{side.what}: {why}; run in SGLang's environment to compare with SGLang's op",
+                side.defines)

@@ -1,0 +1,58 @@
+"""What the agent loop talks to, as Protocols: a chat model, an evaluator or a pool of them, a profiler.
+
+Anything with these shapes plugs in: the OpenAI-compatible client or a ScriptedModel; a LocalPool or a
+RayPool (astra_sglang.optimize.pool), or a bare evaluator (the harness's isolated `evaluate`, a stand-in in
+tests), which the loop runs one at a time; Nsight Compute or nothing.
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Protocol, runtime_checkable
+
+from astra_sglang.harness.ncu import ProfileFacts
+from astra_sglang.harness.records import EvalRequest, EvalResult
+from astra_sglang.optimize.agents.meter import UsageMeter
+from astra_sglang.optimize.records import Message, Reply
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A chat model that counts what it spends (and raises BudgetExceeded past the run's limits)."""
+
+    name: str
+    meter: UsageMeter
+    """Spending so far (a resumed run seeds it from the log) and the run's limits."""
+
+    def complete(self, messages: list[Message], tag: str = "") -> Reply:
+        """One answer; retries transient failures itself, raises LLMError when it gives up. `tag` names the
+        step in the call's cost line."""
+        ...
+
+    def sample(self, messages: list[Message], n: int, tag: str = "") -> list[Reply]:
+        """n independent answers to the same prompt (one request with `n` where the endpoint supports it)."""
+        ...
+
+
+class Evaluator(Protocol):
+    """Build + check + time one candidate (astra_sglang.harness.isolate.evaluate has this shape)."""
+
+    def __call__(self, req: EvalRequest) -> EvalResult: ...
+
+
+class Pool(Protocol):
+    """Candidates in flight: builds on CPU cores overlap evaluations, one at a time per GPU
+    (astra_sglang.optimize.pool: a local pool, or Ray tasks)."""
+
+    def submit(self, req: EvalRequest) -> Future[EvalResult]: ...
+
+    def map(self, reqs: list[EvalRequest]) -> list[EvalResult]: ...
+
+    def exclusive(self, fn, *args) -> Future:
+        """fn(*args) alone on a GPU, as an evaluation would be (a profiler run)."""
+        ...
+
+
+class Profiler(Protocol):
+    """Optional hardware profile of a candidate (e.g. ncu metrics) beyond the harness's numbers."""
+
+    def __call__(self, source: str, result: EvalResult) -> ProfileFacts: ...

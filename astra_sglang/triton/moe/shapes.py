@@ -1,0 +1,65 @@
+"""The shapes fused MoE runs with in a server: the model's expert shape (config.json) and the batch sizes
+(SGLang's config buckets; profile/buckets.py finds the ones a profile recorded the kernel in)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from astra_sglang.errors import AstraError
+
+KERNEL = "fused_moe_kernel"
+DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16"}
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """One MoE layer's expert shape as SGLang's fused MoE sees it (per tensor-parallel rank)."""
+
+    experts: int
+    inter: int
+    """N: the experts' intermediate size per rank (w2's last dim; SGLang's config files' N)."""
+    hidden: int
+    topk: int
+    dtype: str = "bfloat16"
+
+    def shape(self, tokens: int) -> tuple[int, int, int, int, int]:
+        """The spec's shape (tokens, experts, inter, hidden, topk)."""
+        return (tokens, self.experts, self.inter, self.hidden, self.topk)
+
+    def describe(self) -> str:
+        return f"E={self.experts} N={self.inter} hidden={self.hidden} topk={self.topk} {self.dtype}"
+
+
+def from_config(path: str | Path, tp: int = 1) -> MoeShape:
+    """The expert shape of a Hugging Face config.json: Qwen2/3-MoE (num_experts, moe_intermediate_size),
+    DeepSeek-style (n_routed_experts), Mixtral (num_local_experts, intermediate_size); N divided by the
+    tensor-parallel size as SGLang shards it (no expert parallelism)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise AstraError(f"cannot read model config {path}: {exc}") from None
+    cfg = cfg.get("text_config", cfg)
+    experts = cfg.get("num_experts") or cfg.get("n_routed_experts") or cfg.get("num_local_experts")
+    topk = cfg.get("num_experts_per_tok")
+    inter = cfg.get("moe_intermediate_size") or (cfg.get("intermediate_size") if cfg.get("num_local_experts") else None)
+    if not (experts and topk and inter):
+        raise AstraError(f"{path} is not a MoE model config (no num_experts / num_experts_per_tok / "
+                         f"moe_intermediate_size): architectures {cfg.get('architectures')}")
+    if inter % tp:
+        raise AstraError(f"{path}: intermediate size {inter} is not divisible by tensor-parallel size {tp}")
+    dtype = DTYPES.get(str(cfg.get("torch_dtype", "bfloat16")), "bfloat16")
+    return MoeShape(int(experts), int(inter) // tp, int(cfg["hidden_size"]), int(topk), dtype)
+
+
+def parse_buckets(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise AstraError(f"bad batch sizes {text!r}: write them like 1,64,4096") from None
+    if not values or min(values) < 1:
+        raise AstraError(f"bad batch sizes {text!r}: positive integers")
+    return list(dict.fromkeys(values))
