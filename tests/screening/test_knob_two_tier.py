@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 from moe_fakes import ARGS, FACTS, PICK, SHAPE, us_of
+from moe_standins import timed_row
 
-from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
+from astra_sglang.harness.records import EvalResult
 from astra_sglang.optimize.tuner.moe_run import TuneOptions, tune_fused_moe
 from astra_sglang.optimize.tuner.moe_two_tier import ScreenOptions, with_knob
 from astra_sglang.patchset.manifest import PatchManifest
@@ -41,12 +42,9 @@ class SplitStrict:
             assert source == "splitk"
             rows = []
             for shape in req.shapes:
-                tokens = shape[0]
-                cand = split_landscape_us(table[moe_configs.nearest(table, tokens)].screen_code(), tokens)
-                base = us_of(PICK, tokens)
-                rows.append(ShapeResult(shape=shape, dtype=SHAPE.dtype, correct=True, speedup=base / cand,
-                                        candidate=Timing(median_us=cand, p10_us=cand, p90_us=cand),
-                                        baseline=Timing(median_us=base, p10_us=base, p90_us=base)))
+                base = us_of(PICK, shape[0])
+                cand = split_landscape_us(table[moe_configs.nearest(table, shape[0])].screen_code(), shape[0])
+                rows.append(timed_row(shape, base / cand, base, SHAPE.dtype))
             out.append(EvalResult(kernel=req.kernel, candidate=req.candidate.name(), ok=True, stage="done",
                                   shapes=rows, wall_s=40.0))
         return out
