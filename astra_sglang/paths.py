@@ -11,6 +11,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
+from astra_sglang.errors import AstraError
 
 _CHECKOUT_FOLDERS = {"astra_sglang._specs": "extract", "astra_sglang._templates": "harness_templates",
                      "astra_sglang._patches": "patches"}
@@ -73,3 +74,27 @@ def cache_dir() -> Path:
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def writable_folder(folder: Path, option: str) -> Path:
+    """`folder`, created where missing, checked writable before a long run writes its results there; AstraError
+    naming the option otherwise (a result that cannot be written is lost after the run)."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise AstraError(f"{option}: {folder} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AstraError(f"{option}: cannot create {folder}: {exc.strerror or exc}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise AstraError(f"{option}: {folder} is not writable")
+    return folder
+
+
+def check_writable(path: Path, option: str) -> None:
+    """AstraError unless `path` could be created (its nearest existing folder is writable), creating nothing:
+    for a folder another process (a server's workers) writes later."""
+    path = Path(path).resolve()
+    parent = next((p for p in (path, *path.parents) if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise AstraError(f"{option} {path}: {parent} is not a writable folder")

@@ -137,6 +137,20 @@ def summary(records: list[dict], work: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def step_walls(work: Path) -> str:
+    """benchmarks/step_walls.py's per-step host breakdown of both profiles' traces ('' where there are none)."""
+    from step_walls import step_times
+    from step_walls import summary as walls_summary
+
+    lines = []
+    for run in ("base", "patched"):
+        files = sorted((work / run / "traces").rglob("*.trace.json*")) if (work / run / "traces").is_dir() else []
+        times = [t for f in files for t in step_times(f)]
+        if times:
+            lines += walls_summary(run, times)
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def collect(work: Path, out: Path) -> list[str]:
     copied = []
     for src, name in {"tune-decode/tune.md": "tune-decode.md", "tune-extend/tune.md": "tune-extend.md",
@@ -148,6 +162,10 @@ def collect(work: Path, out: Path) -> list[str]:
     if (work / "patches").is_dir():  # the tuned launch patches, for a later run's in-place profiles or `launch`
         shutil.make_archive(str(out / "patches"), "gztar", work, "patches")
         copied.append("patches.tar.gz")
+    walls = step_walls(work)
+    if walls:  # why the prefill step's host wall rose with the launch patches: one slow step, loads, or every step
+        (out / "step-walls.txt").write_text(walls)
+        copied.append("step-walls.txt")
     records = rows(work)
     (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (out / "summary.md").write_text(summary(records, work))

@@ -5,8 +5,10 @@ rows (`astra-sglang bench --out`), per-call rows (benchmarks/per_call.py) and so
 (file, ops) naming the kind of rows (timed | checks | per_call), the shape sets they cover, and the date, GPU,
 commit and command they came from. Every figure written names its source.
 
+The README's serving rows come from every results folder's serving.jsonl (benchmarks/serving_rows.py).
+
 Usage:
-    python3 benchmarks/summarize.py [FOLDER]          # write benchmarks/RESULTS.md and the README's table
+    python3 benchmarks/summarize.py [FOLDER]          # write benchmarks/RESULTS.md and the README's tables
     python3 benchmarks/summarize.py FOLDER --out DIR  # write DIR/RESULTS.md only (e.g. a GPU run's OUT)
     python3 benchmarks/summarize.py --check           # exit 1 where RESULTS.md or the README's table differ
 FOLDER defaults to the newest folder under benchmarks/results/.
@@ -25,6 +27,9 @@ import jinja2
 
 from astra_sglang.paths import templates_dir
 from astra_sglang.specs.registry import get_spec, resolve_shapes
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import serving_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = ["silu_and_mul", "fused_add_rmsnorm", "rmsnorm", "merge_attn_states_lse"]
@@ -194,14 +199,15 @@ def render(template: str, folder: Path, ops: list[OpSummary], sources: list[Sour
     return env.get_template(template).render(ops=ops, sources=sources, folder=folder_name, dtype=DTYPE,
                                              dates=dates, gpus=gpus, commits=commits, tokens=DECODE_TOKENS,
                                              pages=[] if readme else load_pages(ROOT / "benchmarks" / "results"),
-                                             with_models=not readme and any(o.models for o in ops))
+                                             with_models=not readme and any(o.models for o in ops),
+                                             rows=serving_rows.load(ROOT / "benchmarks" / "results"), readme=readme)
 
 
-def with_block(readme: str, block: str) -> str:
-    start, end = readme.find(BEGIN), readme.find(END)
+def with_block(readme: str, block: str, begin: str = BEGIN, end_marker: str = END) -> str:
+    start, end = readme.find(begin), readme.find(end_marker)
     if start < 0 or end < start:
-        raise SystemExit(f"summarize: README.md has no {BEGIN} ... {END} block")
-    return readme[:start] + BEGIN + "\n" + block + readme[end:]
+        raise SystemExit(f"summarize: README.md has no {begin} ... {end_marker} block")
+    return readme[:start] + begin + "\n" + block + readme[end:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     readme_path, results_path = ROOT / "README.md", ROOT / "benchmarks" / "RESULTS.md"
     readme = with_block(readme_path.read_text(), render("results_table.md.j2", folder, ops, sources, readme=True))
+    readme = with_block(readme, render("serving_table.md.j2", folder, ops, sources, readme=True), serving_rows.BEGIN,
+                        serving_rows.END)
     if args.check:
         stale = [p.name for p, text in ((results_path, results), (readme_path, readme))
                  if not p.is_file() or p.read_text() != text]

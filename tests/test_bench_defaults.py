@@ -42,6 +42,7 @@ def bench(monkeypatch, tmp_path):
 
     def invoke(args, sglang=True, gpu=True):
         monkeypatch.setattr(defaults, "missing_for", lambda op: None if sglang else "sglang")
+        monkeypatch.setattr(defaults, "resolve_python", lambda path, option: None)  # SGLang's ops import (faked)
         monkeypatch.setattr("astra_sglang.cli.bench._has_gpu", lambda: gpu)
         res = CliRunner().invoke(main, ["bench", *args, "--shapes", "quick", "--out", str(tmp_path / "r.jsonl")])
         return res, seen[-1] if seen else None
@@ -58,7 +59,8 @@ def test_default_is_the_shipped_patch_against_sglangs_op(bench, op):
     assert req.candidate.defines == manifest["defines"] and req.candidate.label == f"patches/{op}"
     assert req.baseline.path == KERNEL_BASELINES[op]
     first = res.output.splitlines()[0]
-    assert first == f"{op}: patches/{op} (the shipped patch) vs {KERNEL_BASELINES[op]} (SGLang's own op)"
+    shipped = "the shipped patch" + ("" if manifest["enabled"] else ", disabled in the patch set")
+    assert first == f"{op}: patches/{op} ({shipped}) vs {KERNEL_BASELINES[op]} (SGLang's own op)"
 
 
 @pytest.mark.parametrize("op", OPS)

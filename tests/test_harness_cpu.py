@@ -66,6 +66,20 @@ def test_unwritten_is_told_by_what_the_buffer_held_before_the_call():
     assert "wrong values" in compare(spec, "bfloat16", args, ref).reason  # without the snapshot: just wrong
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_wrong_values_a_few_of_which_equal_the_old_ones_are_not_called_unwritten(dtype):
+    """An in-place result computed from other inputs (a set called twice) is wrong nearly everywhere; the few
+    elements that happen to equal what they held are named, but the failure is wrong values."""
+    spec, args, ref = _silu_case((8, 64), dtype=dtype)
+    prestate.prepare(spec, args.tensors, "finite", torch.Generator().manual_seed(3))
+    before = prestate.snapshot(spec, args.tensors)
+    args.tensors[1].copy_(ref.tensors[1] * 3.0 + 1.0)
+    args.tensors[1][0, :3] = before[1][0, :3]
+    verdict = compare(spec, dtype, args, ref, before=before, held=prestate.HELD["finite"])
+    assert not verdict.ok and "wrong values" in verdict.reason and verdict.reason.endswith(
+        " (3 of them still what they held before the call)"), verdict.reason
+
+
 def test_correct_output_passes_and_rounding_is_within_tolerance():
     spec, args, ref = _silu_case((64, 512))
     args.tensors[1].copy_(ref.tensors[1])  # one bf16 rounding

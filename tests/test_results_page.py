@@ -88,3 +88,41 @@ def test_an_op_without_rows_shows_dashes_and_the_readme_needs_its_markers(summar
         summarize.with_block("a README without markers", "new\n")
     with pytest.raises(SystemExit, match="sources.jsonl"):
         summarize.load(tmp_path / "missing")
+
+
+def test_serving_rows_carry_design_rounds_interval_and_check(summarize, tmp_path, monkeypatch):
+    """A results folder's serving.jsonl names a run's summary.json; the README's serving block shows each run's
+    design, timed rounds, change and interval (as the run labelled it) and its A/A rule or parity verdict."""
+    from astra_sglang.serving.client import ClientSettings
+    from astra_sglang.serving.summary import MetricSummary, ParitySummary, RunSummary
+
+    def run(control, typical, lo, hi, parity_ok=None):
+        metric = MetricSummary(key="output_throughput", label="output throughput", unit="tok/s", higher_is_better=True,
+                               typical_pct=typical, estimate=typical, lo=lo, hi=hi, df=6, units=8, rounds=16,
+                               interval="95% crossover t-interval (GPU term fitted), 8 periods (16 rounds), 6 df",
+                               verdict="v")
+        parity = None if parity_ok is None else ParitySummary(ok=parity_ok, lines=[], max_abs=0.012, bias_t=1.0,
+                                                              reference="r")
+        return RunSummary(design="crossover", control=control, periods_done=8, periods_planned=8, rounds_per_period=2,
+                          gpus=["0", "1"], client=ClientSettings(), client_text="c", model_path="m", server_args=[],
+                          metrics=[metric], aa_ok=True if control else None, parity=parity)
+    folder = tmp_path / "results" / "2026-12-01-h100"
+    for name, summary in (("aa", run(True, 0.4, -1.1, 1.9)), ("dense", run(False, 1.2, -0.8, 3.3, parity_ok=True))):
+        (folder / name).mkdir(parents=True)
+        (folder / name / "summary.json").write_text(summary.model_dump_json())
+    _write(folder, "serving.jsonl", [
+        {"summary": f"{name}/summary.json", "what": what, "against": against, "date": "2026-12-01", "gpu": "H100 x2",
+         "commit": "abc1234", "command": "bash benchmarks/gpu/ab_design.sh"}
+        for name, what, against in (("aa", "A/A control, dense", "identical server"),
+                                    ("dense", "shipped patches, dense", "unpatched server"))])
+    rows = summarize.serving_rows.load(tmp_path / "results")
+    assert [r.what for r in rows] == ["A/A control, dense", "shipped patches, dense"]
+    monkeypatch.setattr(summarize.serving_rows, "load", lambda results: rows)
+    ops, sources = summarize.load(summarize.newest_folder())
+    block = summarize.render("serving_table.md.j2", tmp_path, ops, sources, readme=True)
+    assert ("| A/A control, dense | identical server | crossover (2 GPUs), 8 periods | 16 | +0.40% | [-1.10, +1.90]% "
+            "(95% crossover t-interval (GPU term fitted), 8 periods (16 rounds), 6 df) | A/A rule: pass |") in block
+    assert "| shipped patches, dense | unpatched server |" in block and "parity: ok (largest logprob difference 0.012)" in block
+    monkeypatch.setattr(summarize.serving_rows, "load", lambda results: [])
+    assert summarize.render("serving_table.md.j2", tmp_path, ops, sources, readme=True).strip() == ""
+    assert "No run of the designs" in summarize.render("serving_table.md.j2", tmp_path, ops, sources)

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from astra_sglang.baselines.adapters import KERNEL_BASELINES, sglang_baseline
+from astra_sglang.baselines.resolve import resolve_python
+from astra_sglang.errors import AstraError
+from astra_sglang.kernels.knobs import check_knob_values
 from astra_sglang.kernels.variants import first_kernel
 from astra_sglang.patchset.store import PatchStore
 from astra_sglang.paths import user_specs_dir
@@ -57,16 +60,31 @@ def users_op(op: str) -> bool:
 def candidate_side(op: str, candidate: str | None, knobs: dict[str, str], patches: PatchStore | None = None) -> Side:
     """--candidate, else the patch set's winning patch for `op` (the user folder's over the shipped one, as
     `launch` serves them), else the tool's reference kernel."""
+    if candidate and candidate.startswith("py:"):
+        if knobs:
+            raise AstraError(f"--candidate {candidate} is a Python op: -D knobs are for a kernel .cu")
+        resolve_python(candidate, "--candidate")
+        return Side(candidate, candidate, "given")
     if candidate:
+        if not Path(candidate).is_file():
+            raise AstraError(f"--candidate {candidate}: no such file (a kernel .cu, or py:MODULE:FUNCTION)")
+        _check_knobs(Path(candidate), knobs, candidate)
         return Side(candidate, candidate, "given", dict(knobs))
     store = patches or PatchStore()
     entry = store.find(op)
     if entry is not None:
+        _check_knobs(entry.kernel_path, knobs, entry.label)
         what = entry.describe() + ("" if entry.enabled else ", disabled in the patch set")
         return Side(str(entry.kernel_path.resolve()), entry.label, what, {**entry.manifest.defines, **knobs})
     side = reference(op)
+    _check_knobs(Path(side.path), knobs, side.label)
     return Side(side.path, side.label, side.what + f"; no patch for {op} in {store.describe()}",
                 {**side.defines, **knobs})
+
+
+def _check_knobs(source: Path, knobs: dict[str, str], label: str) -> None:
+    if knobs and source.is_file():
+        check_knob_values(source.read_text(errors="replace"), knobs, label)
 
 
 def baseline_side(spec: KernelSpec, baseline: str | None) -> Side:
@@ -75,7 +93,13 @@ def baseline_side(spec: KernelSpec, baseline: str | None) -> Side:
         return Side(path, path, "what the installed SGLang calls")
     if baseline == "reference":
         return reference(spec.name)
+    if baseline and baseline.startswith("py:"):
+        resolve_python(baseline, "--baseline")  # before anything is built for the other side
+        return Side(baseline, baseline, "given")
     if baseline:
+        if not Path(baseline).is_file():
+            raise AstraError(f"--baseline {baseline}: no such file (a kernel .cu, py:MODULE:FUNCTION, 'sglang' or "
+                             "'reference')")
         return Side(baseline, baseline, "given")
     missing = missing_for(spec.name)
     if missing is None and spec.name in KERNEL_BASELINES:

@@ -4,24 +4,39 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.console import Console
 
 from astra_sglang.cli.patch import PATCHES_OPTION, _errors
+from astra_sglang.optimize.preflight import check_gpus
+from astra_sglang.paths import writable_folder
 from astra_sglang.serving.ab import run_ab
+from astra_sglang.serving.designs import DESIGNS
+from astra_sglang.serving.model import check_model
 from astra_sglang.serving.server import DATASETS
 
 
 @click.command("ab", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--model-path", required=True, help="Model folder (config.json + tokenizer; no weights with dummy).")
 @click.option("--load-format", default=None, help="Passed to the server, e.g. dummy (random weights).")
-@click.option("--runs", type=click.IntRange(1, 50), default=3, show_default=True,
-              help="Runs per arm (A B A B ...); with --paired: rounds (AB, BA, AB, ...).")
+@click.option("--design", type=click.Choice(DESIGNS), default=None,
+              help="crossover: two GPUs, A and B restarted together each period, swapped between GPUs; restarts "
+                   "(default): one GPU, one server at a time in the order A B B A ...; paired: both up at once on "
+                   "one GPU, one start each (no claim unless --aa names a passing A/A of that design).")
+@click.option("--runs", type=click.IntRange(1, 50), default=None,
+              help="crossover: periods (default 8); restarts: starts per arm (default 3, at least 3); paired: "
+                   "rounds (default 8).")
+@click.option("--rounds", type=click.IntRange(0, 20), default=2, show_default=True,
+              help="crossover / restarts: timed rounds per start, after one untimed warm-up round (0: parity only).")
+@click.option("--gpus", default=None, help="GPU indices: two for crossover (0,1), one for the others.")
 @PATCHES_OPTION
-@click.option("--port", type=click.IntRange(1024, 65535), default=30000, show_default=True,
-              help="Server port; with --paired, B listens on the next one.")
+@click.option("--port", type=click.IntRange(1024, 65534), default=30000, show_default=True,
+              help="A's port; B listens on the next one.")
 @click.option("--num-prompts", type=click.IntRange(1), default=512, show_default=True)
 @click.option("--input-len", type=click.IntRange(1), default=1024, show_default=True)
 @click.option("--output-len", type=click.IntRange(1), default=256, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--warmup-requests", type=click.IntRange(0), default=1, show_default=True,
+              help="Untimed requests the benchmark sends before each round (the prefix cache is flushed after them).")
 @click.option("--dataset", type=click.Choice(DATASETS), default="random-ids", show_default=True,
               help="shared-prefix: prompts behind shared system prompts (cached-prefix prefills; with the "
                    "flashinfer backend this reaches merge_state).")
@@ -29,59 +44,67 @@ from astra_sglang.serving.server import DATASETS
               help="shared-prefix: system prompt tokens (input-len is each question's length).")
 @click.option("--groups", type=click.IntRange(1), default=16, show_default=True,
               help="shared-prefix: number of distinct system prompts.")
+@click.option("--paired", is_flag=True, help="The same as --design paired.")
 @click.option("--warmup", type=click.IntRange(0, 5), default=1, show_default=True,
-              help="Discarded starts of the unpatched server before the A/B (with a short benchmark): the first "
-                   "start on a machine JIT-compiles flashinfer's kernels, which would otherwise land in A's first run. "
-                   "With --paired: discarded rounds of one short benchmark per server.")
-@click.option("--repeats", type=click.IntRange(1, 20), default=1, show_default=True,
-              help="Benchmarks per server start, each its own sample: server starts dominate an A/B's time, and "
-                   "repeats separate the noise of one start from the noise between starts.")
-@click.option("--paired", is_flag=True,
-              help="Both servers up at once on one GPU (A on --port, B on --port + 1; pass a --mem-fraction-static "
-                   "that fits two, e.g. 0.4, and --sleep-on-idle so the idle scheduler does not busy-poll a CPU core), "
-                   "benchmarked one at a time in rounds AB, BA, AB, ...; the report adds per-round paired changes "
-                   "with a bootstrap interval.")
+              help="paired: discarded rounds of a short benchmark per server after both are up.")
 @click.option("--control", is_flag=True,
-              help="--paired: an A/A control, B unpatched and started as A is: the interval it reaches is the noise "
-                   "floor a real A/B must get under.")
+              help="An A/A control: B unpatched and started as A is. Its report applies the A/A rule (8 rounds, "
+                   "typical change within 2%, an interval that holds 0).")
+@click.option("--aa", "aa_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="The folder of an A/A run: the parity reference (its own logprob differences); with --design "
+                   "paired, an A/A of that design that passed licenses its claims.")
+@click.option("--stop-after", type=click.FloatRange(min=0), default=None,
+              help="crossover / restarts: start no period that would end past this many seconds; the same command "
+                   "with the same --out continues the run.")
+@click.option("--no-stagger", is_flag=True,
+              help="crossover: start the first period's servers at once too (by default they start one after the "
+                   "other in a call's first period: a fresh machine's first start fills shared JIT cache folders).")
 @click.option("--target-width", type=click.FloatRange(min=0, min_open=True),
-              help="--paired: stop once the interval of the median throughput change is at most this many % wide "
-                   "(after 5 rounds); --runs is then the most rounds.")
-@click.option("--seed", type=int, default=1, show_default=True, help="Prompt seed: the same prompts in every run.")
-@click.option("--b-first", is_flag=True,
-              help="--paired: start the patched server first (the second server sizes its pools and prefill "
-                   "settings from the memory the first left: run both orders to tell that from the patch).")
+              help="paired: stop once the throughput interval is at most this many % wide (after 5 rounds).")
+@click.option("--seed", type=int, default=1, show_default=True, help="Prompt seed: the same prompts in every round.")
+@click.option("--b-first", is_flag=True, help="paired: start the patched server first.")
 @click.option("--health-timeout", type=click.IntRange(10), default=900, show_default=True, help="Seconds per start.")
 @click.option("--bench-timeout", type=click.IntRange(10), default=900, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Output folder (default: ./astra-ab/<timestamp>).")
+              help="Output folder (default: ./astra-ab/<timestamp>); an existing run's folder continues it.")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
-def ab(model_path, load_format, runs, patches, port, num_prompts, input_len, output_len, concurrency, dataset,
-       prefix_len, groups, warmup, repeats, paired, control, target_width, seed, b_first, health_timeout,
-       bench_timeout, out, server_args):
-    """Serving A/B: unpatched (A) vs patched (B) SGLang servers, alternated A B A B.
+def ab(model_path, load_format, design, runs, rounds, gpus, patches, port, num_prompts, input_len, output_len,
+       concurrency, warmup_requests, dataset, prefix_len, groups, paired, warmup, control, aa_dir, stop_after,
+       no_stagger, target_width, seed, b_first, health_timeout, bench_timeout, out, server_args):
+    """Serving A/B: unpatched (A) vs patched (B) SGLang servers in one of three designs.
 
-    Each run starts a server on 127.0.0.1, waits for /health, runs `sglang.benchmark.serving` (--dataset),
-    probes greedy outputs on a few fixed prompts, and stops it. --warmup unpatched starts come first and are
-    discarded. Writes OUT/ab.jsonl and OUT/ab.md (medians, spreads, deltas, noise, greedy parity, per-op
-    engagement of the patched server); the report is rewritten after every run, so a run cut short by a
-    time limit still leaves the runs before it. --paired starts each server once, keeps both up and compares
-    them round by round instead (B measured seconds after or before A; see --paired).
+    Every start gets one untimed warm-up round, then --rounds timed rounds of SGLang's serving benchmark with
+    the client pinned (same prompts, fixed lengths, warm-up requests, prefix cache flushed); then each server
+    answers fixed prompts with its top logprobs, and B's are judged against A's. The interval's unit is the
+    period (crossover) or the start (restarts): start-to-start variance is inside it. Writes OUT/ab.jsonl,
+    OUT/ab.md, OUT/summary.json after every period.
 
     \b
     Examples:
-      astra-sglang ab --model-path ./llama-8b --load-format dummy --runs 3
-      astra-sglang ab --model-path M --load-format dummy --out ab-run -- --attention-backend triton
-      astra-sglang ab --model-path M --load-format dummy --dataset shared-prefix --input-len 256 \\
-        -- --attention-backend flashinfer
+      astra-sglang ab --model-path M --design crossover --gpus 0,1 --control --runs 8 --out aa
+      astra-sglang ab --model-path M --design crossover --gpus 0,1 --runs 8 --aa aa --out ab
+      astra-sglang ab --model-path M --design restarts --runs 3 --rounds 3 -- --attention-backend triton
+      astra-sglang ab --model-path M --design crossover --gpus 0,1 --runs 1 --rounds 0 --patches P --aa aa
       astra-sglang ab --model-path M --load-format dummy --paired --runs 12 \\
         -- --mem-fraction-static 0.4 --max-total-tokens 400000 --sleep-on-idle
-      astra-sglang ab --model-path M --load-format dummy --paired --control --runs 30 --target-width 1 \\
-        -- --mem-fraction-static 0.4 --max-total-tokens 400000 --sleep-on-idle
     """
-    if (control or target_width) and not paired:
-        raise click.UsageError("--control and --target-width go with --paired")
-    return run_ab(model_path, load_format, runs, patches, port, num_prompts, input_len, output_len, concurrency,
-                  dataset, prefix_len, groups, warmup, repeats, paired, control, target_width, seed, b_first,
-                  health_timeout, bench_timeout, out, server_args)
+    design = "paired" if paired else (design or "restarts")
+    if design != "paired" and (target_width or b_first):
+        raise click.UsageError("--target-width and --b-first go with --design paired")
+    check_model(model_path, load_format, lambda msg: click.echo(f"note: {msg}", err=True))  # before builds and SGLang
+    if out:
+        writable_folder(out, "--out")
+    check_gpus(gpus, none_ok=False)
+    if design != "paired":  # the design's GPU count, before the build
+        from astra_sglang.serving.designs import schedule
+
+        schedule(design, runs or (8 if design == "crossover" else 3), rounds,  # run_ab's defaults
+                 [g.strip() for g in (gpus or "").split(",") if g.strip()])
+    run_ab(model_path=model_path, load_format=load_format, design=design, runs=runs, rounds=rounds, gpus=gpus,
+           patches=patches, port=port, num_prompts=num_prompts, input_len=input_len, output_len=output_len,
+           concurrency=concurrency, warmup_requests=warmup_requests, dataset=dataset, prefix_len=prefix_len,
+           groups=groups, warmup=warmup, control=control, aa_dir=aa_dir, stop_after=stop_after, no_stagger=no_stagger,
+           target_width=target_width, seed=seed, b_first=b_first, health_timeout=health_timeout,
+           bench_timeout=bench_timeout, out=out, server_args=server_args,
+           console=Console(highlight=False), err_console=Console(stderr=True, highlight=False))

@@ -47,7 +47,7 @@ def kernels(kernel: str | None) -> None:
 
 @click.command()
 @click.argument("kernel")
-@click.option("--candidate", type=click.Path(exists=True, dir_okay=False), help="Kernel .cu to evaluate "
+@click.option("--candidate", help="Kernel .cu to evaluate, or py:MODULE:FUNCTION for a Python op "
               "(default: the patch `launch` would serve, with its manifest's defines: the user folder's "
               "HOME/patches/KERNEL/, else the shipped patches/KERNEL/).")
 @click.option("--baseline", help="Kernel .cu to compare against, e.g. an extracted DIR/kernel.cu; "
@@ -64,7 +64,8 @@ def kernels(kernel: str | None) -> None:
 @click.option("--no-time", is_flag=True, help="Check only (skip the timing).")
 @click.option("--out", type=click.Path(dir_okay=False), help="JSONL file to append results to "
               "(default: runs/bench-KERNEL-TIME.jsonl).")
-@click.option("--timeout", default=900.0, show_default=True, help="Hard limit for the isolated evaluation, seconds.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True,
+              help="Hard limit for the isolated evaluation, seconds.")
 @click.option("--l2", type=click.Choice(["cold", "hot"]), default="cold", show_default=True,
               help="cold: every launch its own argument set, the L2 emptied before every replay (every launch reads "
                    "DRAM); hot: one input set replayed, as when the producer kernel has just written it.")
@@ -100,11 +101,14 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
       astra-sglang bench rmsnorm --ncu --shapes paper --out ncu-rmsnorm
     """
     from astra_sglang.baselines.defaults import baseline_side, candidate_side
+    from astra_sglang.harness.build import parse_defines
     from astra_sglang.harness.inputs import canonical_dtype
-    from astra_sglang.harness.isolate import evaluate
+    from astra_sglang.harness.isolate import describe_event, evaluate, watching
     from astra_sglang.harness.records import EvalRequest, KernelSource
     from astra_sglang.harness.report import print_result, write_jsonl
-    from astra_sglang.specs.registry import get_spec, resolve_shapes
+    from astra_sglang.paths import writable_folder
+    from astra_sglang.progress import step
+    from astra_sglang.specs.registry import get_spec, shapes_given
 
     if no_check and no_time:
         raise AstraError("--no-check and --no-time leave nothing to do")
@@ -117,25 +121,32 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
         dtype_list = [canonical_dtype(d) for d in dtypes.split(",") if d.strip()]
     except ValueError as exc:
         raise AstraError(str(exc)) from None
+    if not dtype_list:
+        raise AstraError(f"--dtypes {dtypes!r} names no dtype; {kernel} runs over {', '.join(spec.dtypes)}")
     unsupported = [d for d in dtype_list if d not in spec.dtypes]
     if unsupported:
         raise AstraError(f"{kernel} does not support {unsupported}; it supports {spec.dtypes}")
-    knobs = dict(d.split("=", 1) if "=" in d else (d, "1") for d in defines)
+    shape_list = shapes_given(spec, shapes)  # every input is checked before anything is built
+    knobs = parse_defines(defines)
     cand = candidate_side(kernel, candidate, knobs)
     base = baseline_side(spec, baseline)
     if not base.path:
         raise AstraError(f"no SGLang call site is known for {kernel}; pass --baseline")
     if not base.path.startswith("py:") and not Path(base.path).is_file():
         raise AstraError(f"baseline not found: {base.path} ({base.what}); pass --baseline")
+    path = Path(out or f"runs/bench-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+    writable_folder(path.parent, "--out")
     sides = f"{cand.describe()} vs {base.describe()}"
     req = EvalRequest(kernel=kernel, candidate=KernelSource(path=cand.path, defines=cand.defines, label=cand.label),
                       baseline=KernelSource(path=base.path, defines=base.defines, label=base.label),
-                      shapes=resolve_shapes(spec, shapes), dtypes=dtype_list, check=not no_check,
+                      shapes=shape_list, dtypes=dtype_list, check=not no_check,
                       time=not no_time, timeout_s=timeout, compile_only=not _has_gpu(), l2=l2,
                       sandwich="any" if sandwich else "off")
     if not req.compile_only:
         click.echo(f"{kernel}: {sides}")
-    result = evaluate(req)
+    with step(f"{kernel}: {'building' if req.compile_only else 'evaluating'} {cand.label} and {base.label}",
+              say_done=False) as current, watching(lambda event: current.update(describe_event(event))):
+        result = evaluate(req)
     if req.compile_only:
         if not result.ok:
             raise AstraError(result.reason)
@@ -146,8 +157,6 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
     note = eager_note(result)
     if note:
         click.echo(note)
-    path = Path(out or f"runs/bench-{kernel}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(result, path)
     click.echo(f"results: {path}")
     if not result.ok:
@@ -174,15 +183,15 @@ def _ncu(spec, shapes: str, out: str | None) -> int:
 
     from astra_sglang.patchset.store import PatchStore
     from astra_sglang.profile.ncu_table import SGLANG, main as ncu_table
-    from astra_sglang.specs.registry import resolve_shapes
+    from astra_sglang.specs.registry import shapes_given
 
     if spec.name not in SGLANG:
         raise AstraError(f"--ncu compares with SGLang's library for {', '.join(SGLANG)}; not {spec.name}")
+    items = [f"{spec.name}:{'x'.join(map(str, s))}" for s in shapes_given(spec, shapes)]
     if not _has_gpu() or shutil.which("ncu") is None:
         raise AstraError("--ncu needs a CUDA GPU and Nsight Compute's ncu on PATH")
     entry = PatchStore().get(spec.name)
     folder = Path(out or f"runs/ncu-{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    items = [f"{spec.name}:{'x'.join(map(str, s))}" for s in resolve_shapes(spec, shapes)]
     ncu_table(folder, items, patches=entry.folder.parent)
     click.echo(f"results: {folder}")
     return 0

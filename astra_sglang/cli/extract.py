@@ -58,7 +58,11 @@ def extract(kernel: str, source: str | None, out_dir: Path | None, check: bool, 
     try:
         import shutil
 
-        result = run(kernel, source, out_dir, check=check and shutil.which("nvcc") is not None)
+        from astra_sglang.progress import step
+
+        checked = check and shutil.which("nvcc") is not None
+        with step(f"extracting {kernel} (libclang{', then nvcc' if checked else ''})", say_done=False):
+            result = run(kernel, source, out_dir, check=checked)
     except AstraError as exc:
         raise click.ClickException(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
     click.echo(f"extracted {kernel} from {result.source_kind} {result.version}".rstrip()

@@ -12,6 +12,7 @@ from astra_sglang.cli.patch import PATCHES_OPTION, _errors
 from astra_sglang.errors import AstraError
 from astra_sglang.patching import hook
 from astra_sglang.patching.server_env import patched_server
+from astra_sglang.serving.model import check_server_args
 
 
 @click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -41,8 +42,10 @@ def launch_cmd(patches, verify_rate, stats_dir, mechanism, no_build, dry_run, re
       astra-sglang launch --verify-rate 0.01 --mechanism import-hook -- --model-path M
       astra-sglang launch --record-calls sglang.srt.layers.activation:gelu_and_mul -- --model-path M
     """
+    warn = lambda msg: click.echo(f"warning: {msg}", err=True)  # noqa: E731
+    check_server_args(server_args, lambda msg: click.echo(f"note: {msg}", err=True))  # before builds and SGLang
     env, command, summary = patched_server(patches, verify_rate, stats_dir, mechanism, no_build, server_args,
-                                           warn=lambda msg: click.echo(f"warning: {msg}", err=True),
+                                           warn=warn,
                                            record=record, record_out=record_out)
     click.echo(summary)
     if dry_run:

@@ -1,6 +1,7 @@
 """The `onboard` command: a spec for another SGLang op, from its entry point and recorded calls."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -31,6 +32,9 @@ def onboard(entry: str, calls: Path, model: str | None, name: str | None, force:
     from astra_sglang.paths import user_patches_dir
     from astra_sglang.specs.registry import models
 
+    if name and not re.match(r"^[A-Za-z_]\w*$", name):
+        raise AstraError(f"--name {name!r}: a spec name is an identifier (letters, digits and _, not starting with a "
+                         "digit): it names the spec file and the op in every command")
     config = None
     if model:
         found = {m.name: m for m in models()}

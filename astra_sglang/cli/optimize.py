@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from astra_sglang.errors import AstraError
+from astra_sglang.optimize.preflight import Preflight, check_harness, check_inputs
 from astra_sglang.optimize.records import LLMConfig, RunOutcome
 from astra_sglang.optimize.run import RunOptions, llm_run, resume_run, summary, tuner_run
 
@@ -27,8 +28,12 @@ def make_pool(ray: str | None, gpus: str | None):
     from astra_sglang.optimize.pool.devices import visible_gpus
 
     evaluator = harness_evaluator()
-    own = getattr(evaluator, "__module__", "") == "astra_sglang.harness.isolate"
-    return pool_for(ray, visible_gpus(gpus), evaluator=None if own else evaluator)
+    return pool_for(ray, visible_gpus(gpus), evaluator=None if is_harness(evaluator) else evaluator)
+
+
+def is_harness(evaluator) -> bool:
+    """The harness's own isolated evaluator (not a stand-in a caller put in its place)."""
+    return getattr(evaluator, "__module__", "") == "astra_sglang.harness.isolate"
 
 
 def llm_configured(llm: str | None, base_url: str | None, api_key: str | None) -> bool:
@@ -43,7 +48,7 @@ def llm_configured(llm: str | None, base_url: str | None, api_key: str | None) -
 @click.option("--from", "start", metavar="DIR|FILE", help="Kernel to start from (one op): an extracted dir or a .cu "
               "file (default: our own first kernel; the tuner: the op's patch, the user folder's over the shipped "
               "one).")
-@click.option("--rounds", "-r", type=int, default=None, help="Rounds R (default 5; with --resume: extend to R).")
+@click.option("--rounds", "-r", type=click.IntRange(min=1), default=None, help="Rounds R (default 5; with --resume: extend to R).")
 @click.option("--population", "-n", type=click.IntRange(min=1), default=4, show_default=True, help="Candidates per round, in flight "
               "at once (1 with --plans 1 --repairs 0 is the paper's one-candidate loop).")
 @click.option("--plans", type=click.IntRange(min=1), default=2, show_default=True, help="Distinct plans per round; each is coded "
@@ -66,8 +71,9 @@ def llm_configured(llm: str | None, base_url: str | None, api_key: str | None) -
 @click.option("--resume", "resume_dir", metavar="RUN_DIR", type=click.Path(exists=True, file_okay=False),
               help="Continue a killed or stopped run (or every op of a job) where it left off.")
 @click.option("--single-agent", is_flag=True, help="One LLM plays every role in one prompt per round (ablation).")
-@click.option("--budget-usd", type=float, help="Stop cleanly once this many USD are spent (estimated; per op).")
-@click.option("--max-tokens", type=int, help="Stop cleanly once this many tokens are used (per op).")
+@click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True),
+              help="Stop cleanly once this many USD are spent (estimated; per op).")
+@click.option("--max-tokens", type=click.IntRange(min=1), help="Stop cleanly once this many tokens are used (per op).")
 @click.option("--shapes", default="paper", show_default=True, help="Shapes the agents optimize on: a set "
               "(quick, paper, models, edge, gate; '+'-joined), a list like 16x4096,32x8192, or a profile's JSON "
               "(the shapes a live server ran).")
@@ -130,6 +136,11 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
         if start and extracted is not None:
             raise AstraError("--from and --from-extracted both name a start kernel: give one")
     use_llm = llm_configured(llm, base_url, api_key) and not force_tuner and extracted is None
+    checks = Preflight(ops=ops, shapes=shapes, baseline=baseline, gpus=gpus, ray=ray, llm=use_llm or bool(resume_dir),
+                       compile_only=compile_only, out=out)
+    check_inputs(checks)  # before the pool starts and anything is built
+    if is_harness(harness_evaluator()):
+        check_harness(checks)
     config = RunOptions(rounds=rounds, population=population, plans=plans, repairs=repairs, shapes=shapes,
                         single_agent=single_agent, compile_only=compile_only, baseline=baseline, start=start,
                         extracted=extracted)

@@ -142,10 +142,13 @@ def record_cmd(rows, patches, gpu, date, source):
         click.echo(f"{op}: {len(manifest.measured)} measured shapes recorded in {entries[op].folder}")
 
 
+VERIFY_SHAPES = "quick+held_out"
+
+
 @patch_group.command("verify")
 @click.argument("op")
 @PATCHES_OPTION
-@click.option("--shapes", default="quick+held_out", show_default=True, help="Shape set(s) or explicit list (16x4096,...).")
+@click.option("--shapes", default=VERIFY_SHAPES, show_default=True, help="Shape set(s) or explicit list (16x4096,...).")
 @click.option("--no-time", is_flag=True, help="Correctness only.")
 @click.option("--sanitize", is_flag=True, help="Then compute-sanitizer memcheck and racecheck over the patch: one "
               "launch per dtype it serves and per edge, held-out, quick and paper shape the sanitizer can afford.")
@@ -164,20 +167,27 @@ def verify_cmd(op, patches, shapes, no_time, sanitize):
     """
     import torch
 
-    from astra_sglang.specs.registry import resolve_shapes
+    from astra_sglang.specs.registry import shapes_given
 
     entry = PatchStore(patches).get(op)
     if sanitize and entry.manifest.kind != "cuda":
         raise AstraError(f"--sanitize checks CUDA kernels; {op} is a {entry.manifest.kind} patch (SGLang's own kernel)")
+    tokens = None
+    if entry.manifest.kind == "triton-config" and shapes != VERIFY_SHAPES:  # batch sizes, 1,64,4096
+        from astra_sglang.triton.moe.shapes import parse_buckets
+
+        tokens = parse_buckets(shapes)
+    elif entry.manifest.kind not in ("triton-config", "triton-launch"):
+        shape_list = shapes_given(entry.spec, shapes)  # a bad --shapes is said before the GPU is asked for
     if not torch.cuda.is_available():
         raise AstraError("patch verify needs a CUDA GPU; none is visible here")
-    from astra_sglang.harness.isolate import evaluate
+    from astra_sglang.harness.isolate import describe_event, evaluate, watching
     from astra_sglang.harness.records import EvalRequest, KernelSource
+    from astra_sglang.progress import step
 
     if entry.manifest.kind == "triton-config":  # each config file's table against SGLang's own pick
         from astra_sglang.triton.moe.patch import verify_requests
 
-        tokens = [int(t) for t in shapes.split(",")] if shapes[:1].isdigit() else None
         reqs = [r.model_copy(update={"time": not no_time}) for r in verify_requests(entry.folder, entry.manifest, tokens)]
     elif entry.manifest.kind == "triton-source":  # each file's variants (config and knobs) against SGLang's pick
         from astra_sglang.triton.moe.source_patch import verify_requests as source_requests
@@ -194,10 +204,12 @@ def verify_cmd(op, patches, shapes, no_time, sanitize):
                             candidate=KernelSource(path=str(entry.kernel_path), label=f"patch:{op}",
                                                    defines=dict(entry.manifest.defines)),
                             baseline=KernelSource(path=baseline, label="sglang") if baseline else None,
-                            shapes=resolve_shapes(entry.spec, shapes), dtypes=list(entry.manifest.dtypes),
+                            shapes=shape_list, dtypes=list(entry.manifest.dtypes),
                             time=not no_time)]
     for req in reqs:
-        result = evaluate(req)
+        with step(f"verifying {req.candidate.name()}", say_done=False) as current, \
+                watching(lambda event: current.update(describe_event(event))):
+            result = evaluate(req)
         rows = [[f"{'x'.join(map(str, s.shape))}", s.dtype, {True: "ok", False: "FAIL", None: "-"}[s.correct],
                  f"{s.speedup:.2f}x" if s.speedup else "-", s.reason or s.baseline_defect] for s in result.shapes]
         if rows:

@@ -11,10 +11,43 @@ from astra_sglang.errors import AstraError
 
 
 def _model_dims(model_path: str, tp: int):
+    """The served model's dims from its folder's config.json; None where there is none or it is no model config
+    (the caller says so: the table then has no shapes or bytes, and the profile is not lost)."""
     from astra_sglang.profile.rank import ModelDims
 
     config = Path(model_path) / "config.json"
-    return ModelDims.from_config(config, tp) if config.is_file() else None
+    try:
+        return ModelDims.from_config(config, tp) if config.is_file() else None
+    except (ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def _check_model_config(path: Path) -> None:
+    """--model-config read before anything runs: AstraError where it is no model's config.json."""
+    from astra_sglang.profile.rank import ModelDims
+
+    try:
+        ModelDims.from_config(path)
+    except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+        what = f"no field {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
+        raise AstraError(f"--model-config {path}: not a model's config.json ({what})") from None
+
+
+def _url(value: str | None) -> str | None:
+    """--url as http(s)://HOST[:PORT] (a bare host:port gets http://); click's usage error otherwise."""
+    from urllib.parse import urlparse
+
+    if value is None:
+        return None
+    url = value if "://" in value else f"http://{value}"
+    parsed = urlparse(url)
+    try:
+        parsed.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise click.BadParameter(f"{value!r} is no server URL; give http://HOST:PORT, e.g. http://127.0.0.1:30000")
+    return url.rstrip("/")
 
 
 def _option(args: list[str], name: str) -> str | None:
@@ -39,29 +72,35 @@ def _engagement(stats_dir: Path) -> dict[str, dict[str, int]]:
 
 
 @click.command()
-@click.option("--url", help="Profile a running server (e.g. http://127.0.0.1:30000) instead of starting one.")
+@click.option("--url", callback=lambda ctx, param, value: _url(value),
+              help="Profile a running server (e.g. http://127.0.0.1:30000) instead of starting one.")
 @click.option("--workload", type=click.Choice(["decode", "prefill", "both"]), default="both", show_default=True,
               help="decode: 64 concurrent requests, 256 tokens in / 512 out; prefill: 16 concurrent, 2048 in / 8 out.")
-@click.option("--steps", default=30, show_default=True, help="Scheduler steps recorded per workload.")
+@click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True,
+              help="Scheduler steps recorded per workload.")
 @click.option("--patched", is_flag=True, help="Start the server with the enabled patches (as `launch` does).")
 @click.option("--patches", type=click.Path(file_okay=False, path_type=Path), help="Patch folder (default: the shipped one with HOME/patches over it).")
 @click.option("--compare", "base", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="An earlier profile.json of the same load: kernel time per step per op, before and after.")
+@click.option("--verdict", is_flag=True,
+              help="With --compare on a patched profile: each patch's kernel time per step in place against SGLang's "
+                   "op, written into its manifest; a patch slower in place is disabled, or its defer moved to the "
+                   "sizes where it is slower (the patch set of --patches).")
 @click.option("--from-traces", "from_traces", multiple=True, metavar="PHASE=PATH",
               help="Rank existing trace files instead of running a server (e.g. decode=traces/decode/x.trace.json.gz).")
 @click.option("--report", "saved", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Re-render an earlier profile.json (with --compare: against another) without a server.")
 @click.option("--model-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="The model's config.json, for shapes and bytes with --from-traces or a remote model path.")
-@click.option("--roofline-gbps", type=float, help="With --from-traces: the copy roofline of the GPU the traces came from.")
-@click.option("--empty-us", type=float, help="With --from-traces: that GPU's empty-kernel time in a graph.")
+@click.option("--roofline-gbps", type=click.FloatRange(min=0, min_open=True), help="With --from-traces: the copy roofline of the GPU the traces came from.")
+@click.option("--empty-us", type=click.FloatRange(min=0), help="With --from-traces: that GPU's empty-kernel time in a graph.")
 @click.option("--gpu", help="With --from-traces: the GPU's name, for the report.")
-@click.option("--port", default=30123, show_default=True, help="Port of a server this command starts.")
-@click.option("--health-timeout", default=900.0, show_default=True, help="Seconds to wait for a started server.")
+@click.option("--port", type=click.IntRange(1, 65535), default=30123, show_default=True, help="Port of a server this command starts.")
+@click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True, help="Seconds to wait for a started server.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Output folder (default ./astra-profile/TIME).")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
-def profile(url, workload, steps, patched, patches, base, from_traces, saved, model_config, roofline_gbps, empty_us, gpu,
-            port, health_timeout, out, server_args):
+def profile(url, workload, steps, patched, patches, base, verdict, from_traces, saved, model_config, roofline_gbps,
+            empty_us, gpu, port, health_timeout, out, server_args):
     """Where a live SGLang server spends its GPU time, and what each kernel would give back at the limit.
 
     Starts SGLang with SERVER_ARGS (after --) or attaches to --url, drives SGLang's own serving benchmark
@@ -79,6 +118,7 @@ def profile(url, workload, steps, patched, patches, base, from_traces, saved, mo
       astra-sglang profile --url http://127.0.0.1:30000 --workload decode --steps 50
       astra-sglang profile --from-traces decode=run/traces/decode/t.trace.json.gz --model-config ./llama-8b/config.json
       astra-sglang profile --report patched/profile.json --compare base/profile.json --out patched
+      astra-sglang profile --report patched/profile.json --compare base/profile.json --verdict --patches patches
     """
     from astra_sglang.profile.build import build_profile
     from astra_sglang.profile.compare import compare
@@ -86,6 +126,10 @@ def profile(url, workload, steps, patched, patches, base, from_traces, saved, mo
     from astra_sglang.profile.records import Profile
     from astra_sglang.profile.report import print_deltas, print_profile, write
 
+    if verdict and not base:
+        raise click.UsageError("--verdict compares a patched profile with --compare BASE.json")
+    if model_config:
+        _check_model_config(model_config)
     out = (out or Path("astra-profile") / time.strftime("%Y%m%d-%H%M%S")).resolve()
     names = ["decode", "prefill"] if workload == "both" else [workload]
     if saved:
@@ -117,12 +161,31 @@ def profile(url, workload, steps, patched, patches, base, from_traces, saved, mo
     if deltas:
         print_deltas(deltas)
     click.echo(f"wrote {out / 'profile.json'} and {report}")
+    if verdict:
+        _verdict(patches, deltas or [], result, f"{result.gpu}, {result.date}: {saved or out / 'profile.json'} "
+                                                 f"against {base} (`profile --verdict`)", out)
+
+
+def _verdict(patches, deltas, result, evidence: str, out: Path) -> None:
+    import json
+
+    from astra_sglang.patchset.store import PatchStore
+    from astra_sglang.profile.verdict import apply, verdicts
+
+    if not result.patched:
+        raise AstraError("--verdict needs a patched profile (profile --patched, or --report of one)")
+    store = PatchStore(patches)
+    found = verdicts(store, deltas, result)
+    (out / "verdict.json").write_text(json.dumps([v.model_dump() for v in found], indent=1) + "\n")
+    for line in apply(store, found, evidence) or ["no patch served a call in these profiles: nothing to judge"]:
+        click.echo(line)
 
 
 def _live(url, names, steps, patched, patches, model_config, port, health_timeout, out, server_args):
     from astra_sglang.profile.build import build_profile, phase_steps
     from astra_sglang.profile.ceilings import measure
     from astra_sglang.profile.drive import WORKLOADS, Server, attach, profile_load
+    from astra_sglang.progress import step
     from astra_sglang.serving.server import server_command, start_server, stop_server, wait_healthy
 
     if not url and not server_args:
@@ -130,10 +193,15 @@ def _live(url, names, steps, patched, patches, model_config, port, health_timeou
                          "(e.g. -- --model-path M --load-format dummy)")
     if url and patched:
         raise AstraError("--patched starts its own server: drop --url")
+    if not url:  # before the GPU probe, the builds and the server's start
+        from astra_sglang.serving.model import check_server_args
+
+        check_server_args(server_args, lambda msg: click.echo(f"note: {msg}", err=True), required=True)
     proc, stats_dir = None, out / "stats"
     traces: dict[str, list[Path]] = {}
     server = attach(url) if url else None  # fails fast, before the probe
-    ceilings = measure()  # before a started server takes the GPU's memory
+    with step("measuring this GPU's copy roofline and empty-kernel time"):
+        ceilings = measure()  # before a started server takes the GPU's memory
     try:
         if server is None:
             args = list(server_args)
@@ -155,14 +223,16 @@ def _live(url, names, steps, patched, patches, model_config, port, health_timeou
             out.mkdir(parents=True, exist_ok=True)
             click.echo("starting: " + " ".join(argv))
             proc = start_server(argv, env, out / "server.log")
-            seconds = wait_healthy(proc, port, out / "server.log", health_timeout)
+            with step(f"starting SGLang (log: {out / 'server.log'})", say_done=False):
+                seconds = wait_healthy(proc, port, out / "server.log", health_timeout)
             click.echo(f"server healthy after {seconds:.0f} s")
             server = Server(url=f"http://127.0.0.1:{port}", model_path=model,
                             tp=int(_option(args, "--tp") or _option(args, "--tp-size") or 1))
         alive = (lambda: proc.poll() is None) if proc else (lambda: True)
         for name in names:
             click.echo(f"profiling the {name} load ({steps} steps)")
-            traces[name] = profile_load(server, WORKLOADS[name], out / "traces" / name, steps, alive=alive)
+            with step(f"the {name} load", done=f"the {name} load: recorded in {{seconds:.1f}}s"):
+                traces[name] = profile_load(server, WORKLOADS[name], out / "traces" / name, steps, alive=alive)
             got = phase_steps(traces[name], name)
             if got < max(3, steps // 4):  # too few of the load's own phase to rank: once more, 4x the steps
                 click.echo(f"only {got} {name} steps among the {steps} recorded: recording {4 * steps} steps")
@@ -177,7 +247,8 @@ def _live(url, names, steps, patched, patches, model_config, port, health_timeou
 
     dims = ModelDims.from_config(model_config, server.tp) if model_config else _model_dims(server.model_path, server.tp)
     if dims is None:
-        click.echo("warning: the model's config.json is not readable here: no shapes or bytes (give --model-config)")
+        click.echo("warning: the model's config.json is not readable here or no model config: no shapes or bytes "
+                   "(give --model-config)")
     return build_profile(traces, dims, ceilings, model=Path(server.model_path).name, server=list(server_args),
                          patched=patched, workloads={n: WORKLOADS[n] for n in names},
                          engagement=_engagement(stats_dir) if patched else None)

@@ -12,6 +12,7 @@ from astra_sglang.errors import AstraError
 
 
 def _shape(model, tp, shape_text, dtype):
+    from astra_sglang.specs.registry import check_shape, get_spec
     from astra_sglang.triton.moe.shapes import MoeShape, from_config
 
     if bool(model) == bool(shape_text):
@@ -27,6 +28,7 @@ def _shape(model, tp, shape_text, dtype):
         shape = MoeShape(experts, inter, hidden, topk)
     if dtype:
         shape = MoeShape(shape.experts, shape.inter, shape.hidden, shape.topk, dtype)
+    check_shape(get_spec("fused_moe"), shape.shape(1))  # the op's own rules, before the GPU is asked for
     return shape
 
 
@@ -54,7 +56,8 @@ def _lanes(gpus: str | None):
 @click.argument("kernel")
 @click.option("--model", help="fused_moe: the model's config.json (or its folder): the expert shape (E, N per rank, "
               "hidden, top-k). Attention: a model of extract/models.toml (e.g. llama-3-8b): its heads and head dim.")
-@click.option("--tp", default=1, show_default=True, help="Tensor-parallel size the server runs (divides N).")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Tensor-parallel size the server runs (divides N).")
 @click.option("--shape", "shape_text", help="The expert shape instead of --model: EXPERTSxNxHIDDENxTOPK.")
 @click.option("--dtype", type=click.Choice(["bfloat16", "float16"]), help="Default: the model's torch_dtype.")
 @click.option("--buckets", help="fused_moe: batch sizes, e.g. 1,64,4096 (default: SGLang's 18 config keys, 1-4096). "

@@ -34,6 +34,8 @@ def attention_shape(model: str | None, shape_text: str | None, tp: int = 1, dtyp
             heads, kv_heads, head_dim = (int(x) for x in shape_text.lower().split("x"))
         except ValueError:
             raise AstraError(f"bad --shape {shape_text!r}: q heads x kv heads x head dim, e.g. 32x8x128") from None
+    if min(heads, kv_heads, head_dim) < 1:
+        raise AstraError(f"bad --shape {shape_text!r}: q heads, kv heads and head dim are at least 1")
     if heads % tp or kv_heads % tp:
         raise AstraError(f"{heads} q heads / {kv_heads} kv heads do not split over tensor-parallel size {tp}")
     if heads % kv_heads:
@@ -56,6 +58,16 @@ def parse_buckets(text: str) -> list[tuple[int, int]]:
     return list(dict.fromkeys(out))
 
 
+def parse_lengths(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise AstraError(f"bad --lengths {text!r}: sizes joined by ',', e.g. 1024,4096") from None
+    if not values or min(values) < 0:
+        raise AstraError(f"bad --lengths {text!r}: sizes of at least 0")
+    return list(dict.fromkeys(values))
+
+
 def tune_attention_cmd(kernel, model, tp, shape_text, dtype, buckets, lengths, profile_json, run_dir: Path, options,
                        batch) -> None:
     from astra_sglang.optimize.tuner.attention_run import facts_here, tune_attention
@@ -65,13 +77,17 @@ def tune_attention_cmd(kernel, model, tp, shape_text, dtype, buckets, lengths, p
     if profile_json:
         from astra_sglang.profile.buckets import profile_buckets
 
+        seconds = parse_lengths(lengths or DEFAULT_LENGTHS[kernel])
         found = profile_buckets(profile_json, keys=None, kernel=PROFILE_KERNELS[kernel])
         click.echo(f"profile: {PROFILE_KERNELS[kernel]} ran at step sizes " +
                    ", ".join(f"{b} ({calls} launches)" for b, calls in found))
-        seconds = [int(x) for x in (lengths or DEFAULT_LENGTHS[kernel]).split(",")]
         chosen = [(a, b) for a, _ in found for b in seconds]
     else:
         chosen = parse_buckets(buckets or DEFAULT_BUCKETS[kernel])
+    from astra_sglang.specs.registry import check_shape, get_spec
+
+    for a, b in chosen:  # the op's own rules (head dims it has a kernel for...), before the GPU is asked for
+        check_shape(get_spec(kernel), (a, b, shape.heads, shape.kv_heads, shape.head_dim))
     facts = facts_here(kernel)
     click.echo(f"buckets ({' x '.join(TARGETS[kernel].bucket_dims)}): " + ", ".join(f"{a}x{b}" for a, b in chosen))
     result = tune_attention(kernel, shape, chosen, run_dir, options, batch, facts=facts, echo=click.echo)

@@ -1,5 +1,8 @@
 """nvcc straight to a shared library exposing the C ABI; cached by source hash + flags + arch + nvcc version.
 
+The source hashed and compiled is the candidate's text with its local quoted includes inlined (includes.py):
+the build runs on a copy in a scratch folder, where nothing beside the original is found.
+
 No torch headers: torch's extension flags (__CUDA_NO_HALF_OPERATORS__...) break ordinary half/bf16 code
 and a torch-header build took 28 s for a tiny kernel (DESIGN.md). The same .so serves harness and patch.
 """
@@ -15,9 +18,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterable
 
 from astra_sglang.errors import AstraError
-from astra_sglang.harness import linemap
+from astra_sglang.harness import includes, linemap
 from astra_sglang.harness.records import BuildInfo
 from astra_sglang.paths import cache_dir, templates_dir
 
@@ -53,6 +57,25 @@ def default_arch() -> str:
     return "sm_90"
 
 
+MACRO_NAME = re.compile(r"^[A-Za-z_]\w*$")
+
+
+def parse_defines(items: Iterable[str], option: str = "-D") -> dict[str, str]:
+    """`NAME=VALUE` items (a command line's -D) as a dict; AstraError naming the first that is not one: no value
+    (a knob left at an implicit 1 fails far inside a header), or a name that is no C macro name."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not MACRO_NAME.match(name):
+            raise AstraError(f"{option} {item}: {name!r} is not a macro name (letters, digits and _, not starting "
+                             "with a digit); write NAME=VALUE, e.g. -D THREADS=256")
+        if not sep or not value:
+            raise AstraError(f"{option} {item}: give {name} a value, NAME=VALUE (e.g. {option} {name}=256)")
+        out[name] = value
+    return out
+
+
 def nvcc_command(source: Path, output: Path, defines: dict[str, str], arch: str) -> list[str]:
     number = arch.removeprefix("sm_")
     return [nvcc_path(), *BASE_FLAGS, f"-gencode=arch=compute_{number},code=sm_{number}",
@@ -84,7 +107,7 @@ def build_library(source: str | Path, defines: dict[str, str] | None = None, arc
         raise AstraError(f"kernel source not found: {source}")
     defines = dict(defines or {})
     arch = arch or default_arch()
-    text = source.read_text()
+    text = includes.expand(source)
     folder = cache_dir() / "build" / _cache_key(text, defines, arch)
     library, log_path = folder / "kernel.so", folder / "build.log"
     if library.is_file():

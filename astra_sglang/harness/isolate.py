@@ -2,6 +2,8 @@
 candidate only, with a reason saying where it happened; the caller goes on."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import signal
@@ -10,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 from astra_sglang.harness.records import EvalRequest, EvalResult, ShapeResult
 
@@ -96,7 +99,7 @@ def _evaluate_once(req: EvalRequest, workdir: str | Path | None) -> EvalResult:
                                 cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True, env={**os.environ, **CHILD_ENV})
         try:
-            output, _ = proc.communicate(timeout=req.timeout_s)
+            output = _wait(proc, req.timeout_s, result.with_name(result.name + ".progress"))
             timed_out = False
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -113,6 +116,64 @@ def _evaluate_once(req: EvalRequest, workdir: str | Path | None) -> EvalResult:
             failed.stage = "crash"
             failed.reason = f"{_exit_text(proc.returncode)} {_where(last)}: {_tail(output)}"
         return failed
+
+
+_WATCHER: contextvars.ContextVar[Callable[[dict], None] | None] = contextvars.ContextVar("astra_watcher", default=None)
+POLL_S = 0.5
+
+
+@contextlib.contextmanager
+def watching(on_event: Callable[[dict], None]) -> Iterator[None]:
+    """Evaluations run inside the block (in this thread) hand each progress event of their child (build, check
+    of a shape, a shape done) to `on_event` while it runs: a command's live progress line."""
+    token = _WATCHER.set(on_event)
+    try:
+        yield
+    finally:
+        _WATCHER.reset(token)
+
+
+def describe_event(event: dict) -> str:
+    """A child's progress event as a few words: "building the candidate", "check 16x4096 bfloat16"."""
+    stage, row = event.get("stage", ""), event.get("row") or {}
+    shape, dtype = event.get("shape") or row.get("shape"), event.get("dtype") or row.get("dtype", "")
+    if stage == "build":
+        return f"building the {event.get('what', 'kernel')}"
+    where = f" {'x'.join(map(str, shape))} {dtype}".rstrip() if shape else ""
+    return ("done" if stage == "shape_done" else stage) + where
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float, progress: Path) -> str:
+    """The child's output once it exits (TimeoutExpired past `timeout_s`), its progress events handed to the
+    watcher, if any, meanwhile."""
+    watcher = _WATCHER.get()
+    if watcher is None:
+        return proc.communicate(timeout=timeout_s)[0]
+    deadline, seen = time.perf_counter() + timeout_s, 0
+
+    def hand_on(final: bool) -> int:
+        events = progress.read_text().splitlines() if progress.is_file() else []
+        done = seen
+        for line in events[seen:]:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                if not final:
+                    break  # a line still being written: read again on the next poll
+                continue
+            watcher(event)
+            done += 1
+        return done
+
+    while True:
+        try:
+            output = proc.communicate(timeout=max(0.0, min(POLL_S, deadline - time.perf_counter())))[0]
+            hand_on(final=True)  # what it wrote since the last poll
+            return output
+        except subprocess.TimeoutExpired:
+            if time.perf_counter() >= deadline:
+                raise
+        seen = hand_on(final=False)
 
 
 # Eager module loading: a lazily loaded kernel's first launch can synchronize the device, which would

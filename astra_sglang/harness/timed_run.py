@@ -8,7 +8,7 @@
 - Rounds interleave candidate and baseline (timing.rounds); then one more round per graph, recorded like the
   others, in which the candidate's replay is checked as it left its sets, fingerprints first (timed.py).
 - Eager: calls one after another from Python over a subset of the sets, host-timed per round of calls, the
-  last round checked as it left them.
+  last round checked as it left them (a set called twice in a round only where the op has no in-place argument).
 """
 from __future__ import annotations
 
@@ -23,11 +23,14 @@ from astra_sglang.harness.timing import LaunchFn, blame, capture, rounds
 
 EAGER_CALLS = 300
 EAGER_SETS = 64
-EAGER_ROUND = 32
-"""Calls a round makes at least (cycling through its sets where it has fewer): calls from Python one after
-another, as the eager figure means, not one call between synchronizations."""
 """Eager rounds call at most this many sets; the last round is checked as it left them (every set would cost a
 reference computation per set for little: the graph's sets were checked already)."""
+EAGER_ROUND = 32
+"""Calls a round makes at least (cycling through its sets where it has fewer): calls from Python one after
+another, as the eager figure means, not one call between synchronizations. Not for an op with in-place
+arguments: its call on a set starts from what the set's last call left there, so a set called twice in a round
+would hold two calls' work, which the check (one call on the prepared values) does not model; such an op calls
+each set once a round, as each launch of a timed graph has its own set."""
 CHECK_TAIL = 64
 """Of the N + 1 graph, the last launches checked: where a kernel batching up to this many launches into one
 leaves work undone (the N graph is checked whole)."""
@@ -103,7 +106,9 @@ class TimedRun:
         """Per call from Python (ctypes launch, no graph), host clock from the first call of a round to our
         stream's end of it; '' or why the last round's calls (checked when `check`) left the wrong thing."""
         subset = self.orders[0][:EAGER_SETS]
-        order = [subset[j % len(subset)] for j in range(max(len(subset), EAGER_ROUND))]  # a round's calls
+        inplace = any(a.role == "inplace" for a in self.sets.spec.tensor_args)
+        calls = len(subset) if inplace else max(len(subset), EAGER_ROUND)
+        order = [subset[j % len(subset)] for j in range(calls)]  # a round's calls
         fn = self.fns[name]
         for i in order[:10]:
             fn(i)

@@ -53,6 +53,22 @@ def parse_knobs(source: str) -> list[Knob]:
     return knobs
 
 
+def check_knob_values(source: str, defines: dict[str, str], where: str) -> None:
+    """AstraError where a define sets a knob the kernel declares (`// astra:knob NAME values`) to a value it does
+    not list: the kernel was written (and its static_asserts) for those values only. Other defines pass."""
+    for knob in parse_knobs(source):
+        value = defines.get(knob.name)
+        if value is None:
+            continue
+        try:
+            allowed = int(value, 0) in knob.values
+        except ValueError:
+            allowed = False
+        if not allowed:
+            raise AstraError(f"-D {knob.name}={value}: {where} declares {knob.name} as one of "
+                             f"{', '.join(map(str, knob.values))} (its `// astra:knob` line)")
+
+
 ORIGINAL_LINE = re.compile(r"^//\s*([A-Za-z_]\w*) \(\w+, original (-?\d+)\)", re.MULTILINE)
 
 

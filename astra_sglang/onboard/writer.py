@@ -46,17 +46,11 @@ def load_entry(entry: str):
 
 
 def load_calls(path: Path) -> list[CallRecord]:
-    """Recorded calls: a JSON list of {"tensors": {arg: {"shape": [...], "dtype": "..."}}, "scalars": {...}}."""
-    if not path.is_file():
-        raise AstraError(f"shape source not found: {path}")
-    try:
-        data = json.loads(path.read_text())
-        calls = [CallRecord.model_validate(c) for c in (data if isinstance(data, list) else data["calls"])]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise AstraError(f"{path} is not a list of recorded calls: {str(exc).splitlines()[0]}") from None
-    if not calls:
-        raise AstraError(f"{path} records no call")
-    return calls
+    """Recorded calls: a JSON list of {"tensors": {arg: {"shape": [...], "dtype": "..."}}, "scalars": {...}},
+    each checked (specs/calls.py: one line naming the call and field of the first that is not one)."""
+    from astra_sglang.specs.calls import load_calls as checked
+
+    return checked(path)
 
 
 def _probe(fn, params: list[Param], call: CallRecord, dtypes: list[str]) -> list[str]:

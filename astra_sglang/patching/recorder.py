@@ -17,13 +17,12 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
-from pydantic import BaseModel
+from typing import Callable
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.targets import rebind, resolve
 from astra_sglang.patchset.manifest import Target
+from astra_sglang.specs.calls import CallRecord, TensorCall
 
 log = logging.getLogger("astra_sglang.patching")
 
@@ -33,18 +32,6 @@ ENV_RECORD_OUT = "ASTRA_SGLANG_RECORD_OUT"
 ENV_RECORD_LIMIT = "ASTRA_SGLANG_RECORD_LIMIT"
 DEFAULT_LIMIT = 64
 SCALARS = (bool, int, float)
-
-
-class TensorCall(BaseModel):
-    shape: list[int]
-    dtype: str
-
-
-class CallRecord(BaseModel):
-    """One recorded call: tensor arguments by name (shape, dtype); scalars by value."""
-
-    tensors: dict[str, TensorCall]
-    scalars: dict[str, Any] = {}
 
 
 def parse_targets(text: str) -> list[Target]:

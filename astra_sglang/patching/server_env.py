@@ -12,6 +12,7 @@ from packaging.specifiers import SpecifierSet
 from astra_sglang.errors import AstraError
 from astra_sglang.extraction.static_targets import static_check
 from astra_sglang.patching import fastcall, hook
+from astra_sglang.paths import check_writable
 from astra_sglang.patchset.store import PatchStore
 
 
@@ -25,6 +26,35 @@ def installed_sglang_version() -> str | None:
         return None
 
 
+def build_all(store: PatchStore, kernels: list, fast_path: bool) -> None:
+    """Every patch kernel (nvcc) and, with `fast_path`, the C++ fast path (against this torch), at once on the
+    CPU cores, into their caches: built once here, not by every SGLang worker at its start. The first time on
+    a machine this takes a minute or two; a live line says what is still building."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    from astra_sglang.progress import step
+
+    jobs = {e.op: (store.build, e) for e in kernels}
+    if fast_path:
+        jobs["the C++ fast path"] = (lambda _: fastcall.load(), None)
+    what = f"building {len(kernels)} patch kernel(s){' and the C++ fast path' if fast_path else ''}"
+    with step(what) as current, ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 2)) as pool:
+        futures = {pool.submit(fn, arg): name for name, (fn, arg) in jobs.items()}
+        for done, future in enumerate(as_completed(futures), 1):
+            future.result()  # a failing kernel build: AstraError with its log's last line
+            left = sorted(set(jobs) - {futures[f] for f in futures if f.done()})
+            current.update(f"{done}/{len(jobs)} built; {', '.join(left)}" if left else "")
+
+
+def off_lines(store: PatchStore) -> str:
+    """The disabled patches for `launch`'s summary: each one a command disabled with its reason (an in-place
+    verdict), the others by name."""
+    off = [e for e in store.entries() if not e.enabled]
+    text = "".join(f"\nastra-sglang: off: {e.op}: {e.manifest.off_reason}" for e in off if e.manifest.off_reason)
+    plain = [e.op for e in off if not e.manifest.off_reason]
+    return text + (f"\nastra-sglang: off in their manifests: {', '.join(plain)}" if plain else "")
+
+
 def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Path | None = None,
                    mechanism: str = "auto", no_build: bool = False, server_args=(), warn=lambda msg: None,
                    record: str | None = None, record_out: Path | None = None):
@@ -34,6 +64,10 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
     from astra_sglang.patching.recorder import Recording, parse_targets
     from astra_sglang.patching.runtime import ENV_MECHANISM, ENV_TARGET_MODULES, RuntimeConfig
 
+    stats_dir = stats_dir or Path("astra-stats") / time.strftime("%Y%m%d-%H%M%S")
+    check_writable(stats_dir, "--stats-dir")  # the server's processes write there, and would fail silently
+    if record_out:
+        check_writable(record_out.parent, "--record-out")
     store = PatchStore(patches)
     entries = store.enabled()
     if not entries and not record:
@@ -59,16 +93,12 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
             else:
                 modules.add(target.module)
     kernels = [e for e in entries if e.manifest.kind == "cuda"]
-    if not no_build:
-        for entry in kernels:
-            store.build(entry)
-        if verify_rate == 0 and kernels:  # built once here, not by every worker at start-up (~20-40 s)
-            fastcall.load()
+    if not no_build and kernels:
+        build_all(store, kernels, fast_path=verify_rate == 0)
     if mechanism == "auto":
         mechanism = "plugin" if hook.plugin_available() else "import-hook"
     elif mechanism == "plugin" and not hook.plugin_available():
         raise AstraError("the plugin mechanism needs sglang>=0.5.17 and astra-sglang's sglang.srt.plugins entry point")
-    stats_dir = stats_dir or Path("astra-stats") / time.strftime("%Y%m%d-%H%M%S")
     roots = tuple(r.resolve() for r in store.roots)
     config = RuntimeConfig(roots if len(roots) > 1 else roots[0], verify_rate, stats_dir.resolve(), mechanism)
     env = dict(os.environ, **config.to_env())
@@ -97,6 +127,7 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
     command = [sys.executable, "-m", "sglang.launch_server", *server_args]
     summary = (f"astra-sglang: {len(entries)} patch(es) [{', '.join(e.op for e in entries)}] via {mechanism}; "
                f"stats in {config.stats_dir}")
+    summary += off_lines(store)
     if recording:
         summary += "\nastra-sglang: recording calls of " + ", ".join(
             f"{t} into {r.path}" for t, r in recording.recorders.items())

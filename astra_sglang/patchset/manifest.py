@@ -160,6 +160,20 @@ class SourceVariant(BaseModel):
     """The hash of that file's kernel, helpers and launcher when the patch was measured: another is refused."""
 
 
+class InPlace(BaseModel):
+    """An op's kernel time per step in a patched server against an unpatched one under the same load, at the
+    server's own shapes (`astra-sglang profile --report PATCHED --compare BASE --verdict`)."""
+    phase: str
+    rows: list[int]
+    """Tokens of the calls the patch served in that phase (the rest its `defer` left to SGLang)."""
+    before_us: float
+    after_us: float
+    """Per step; the patched run's time scaled to the unpatched run's tokens per step."""
+    change_pct: float
+    evidence: str
+    """The two profiles, their date and GPU."""
+
+
 class PatchManifest(BaseModel):
     op: str
     """Kernel spec name (extract/<op>.toml)."""
@@ -197,6 +211,10 @@ class PatchManifest(BaseModel):
     the original, so that nothing is served that was not checked at its size (None: no bound recorded)."""
     checks: list[str] = Field(default_factory=list)
     """What the kernel passed before it was shipped besides the gate (compute-sanitizer tools), one line each."""
+    inplace: list[InPlace] = Field(default_factory=list)
+    """The in-place verdict's figures, one per phase the patch served (profile --verdict)."""
+    off_reason: str = ""
+    """Why the patch is disabled, where a command disabled it (profile --verdict); `launch` prints it."""
 
     @model_validator(mode="after")
     def _variant_of_source_patches(self) -> "PatchManifest":

@@ -154,7 +154,7 @@ class PatchStore:
     def set_enabled(self, op: str, enabled: bool) -> PatchEntry:
         """Edits the winning patch's manifest: the one a server would load."""
         entry = self.get(op)
-        manifest = entry.manifest.model_copy(update={"enabled": enabled})
+        manifest = entry.manifest.model_copy(update={"enabled": enabled, **({"off_reason": ""} if enabled else {})})
         manifest.save(entry.folder)
         return replace(entry, manifest=manifest)
 

@@ -1,48 +1,23 @@
-"""Serving A/B (`astra-sglang ab`): alternate unpatched (A) and patched (B) SGLang servers, benchmark each, probe
-greedy parity.
+"""The serving A/B behind `astra-sglang ab` (cli/ab.py holds its options): unpatched (A) vs patched (B) SGLang
+servers under SGLang's serving benchmark, in one of the designs of serving/designs.py, with intervals over the
+design's unit and a logprob parity check.
 
-The servers, benchmarks and probes are serving/server.py's; `--paired` runs serving/paired.py instead.
+crossover and restarts run in serving/runner.py (resumable from --out), paired in serving/paired.py.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import time
 from pathlib import Path
 
-import click
+from rich.console import Console
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.server_env import patched_server
-from astra_sglang.patching.stats import ENV_STATS_INTERVAL
-from astra_sglang.serving import server
-from astra_sglang.serving.server import STATS_INTERVAL_S, server_command, strip_patch_env
+from astra_sglang.serving.server import server_command
 
 RESERVED = ("--host", "--port", "--model-path", "--model", "--load-format")
-
-
-def run_arm(arm: str, run: int, argv: list[str], env: dict, opts: dict, out: Path) -> list[dict]:
-    """One server start: `repeats` benchmarks back to back (one row each), then the greedy-parity probe."""
-    log = out / f"server-{arm}-{run}.log"
-    click.echo(f"[{arm}{run}] starting server: {' '.join(argv)}")
-    proc = server.start_server(argv, env, log)
-    rows, nan, repeats = [], float("nan"), opts.get("repeats", 1)
-    try:
-        ready = server.wait_healthy(proc, opts["port"], log, opts["health_timeout"])
-        click.echo(f"[{arm}{run}] healthy after {ready:.0f} s; benchmarking")
-        for rep in range(1, repeats + 1):
-            suffix = "" if repeats == 1 else f"-{rep}"
-            metrics = server.run_benchmark(opts["port"], out / f"bench-{arm}-{run}{suffix}.jsonl", opts)
-            rows.append({"arm": arm, "run": run, "repeat": rep, "ready_s": ready, "metrics": metrics, "outputs": None})
-            click.echo(f"[{arm}{run}{suffix}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
-                       f"{metrics.get('mean_ttft_ms', nan):.1f} ms, ITL {metrics.get('mean_itl_ms', nan):.2f} ms")
-        rows[0]["outputs"] = server.parity_probe(opts["port"], "--skip-tokenizer-init" in opts["extra"])
-        if ENV_STATS_INTERVAL in env:  # one more stats write, so the counters include the benchmark
-            time.sleep(float(env[ENV_STATS_INTERVAL]) + 1.0)
-    finally:
-        server.stop_server(proc)
-    return rows
 
 
 def sglang_available() -> bool:
@@ -57,52 +32,58 @@ def check_args(extra) -> None:
         raise AstraError(f"pass {', '.join(clash)} as ab's own options, not after --")
 
 
-def run_ab(model_path, load_format, runs, patches, port, num_prompts, input_len, output_len, concurrency, dataset,
-       prefix_len, groups, warmup, repeats, paired, control, target_width, seed, b_first, health_timeout,
-       bench_timeout, out, server_args):
-    """The A/B behind `astra-sglang ab` (cli/ab.py documents its options)."""
-    from astra_sglang.serving.report import write_report
+def model_vocab(model_path: str) -> int:
+    """The model's vocabulary size (config.json), for the parity prompts' token ids; 32000 where unreadable."""
+    try:
+        return int(json.loads((Path(model_path) / "config.json").read_text())["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 32000
 
+
+def run_ab(*, model_path, load_format, design, runs, rounds, gpus, patches, port, num_prompts, input_len, output_len,
+           concurrency, warmup_requests, dataset, prefix_len, groups, warmup, control, aa_dir, stop_after, no_stagger,
+           target_width, seed, b_first, health_timeout, bench_timeout, out, server_args,
+           console: Console, err_console: Console) -> None:
+    """One A/B of `design` (crossover, restarts or paired); progress on `console`, warnings on `err_console`."""
+    if design != "paired" and (target_width or b_first):
+        raise AstraError("--target-width and --b-first go with --design paired")
     check_args(server_args)
-    if paired:  # its usage errors and warnings come before the build
-        from astra_sglang.serving.paired import check_paired, paired_ab
+    if design == "paired":  # its warnings come before the build
+        from astra_sglang.serving.paired import check_paired
 
-        check_paired(repeats, port, server_args)
+        check_paired(server_args, err_console)
+    gpu_list = [g.strip() for g in gpus.split(",") if g.strip()] if gpus else []
     out = (out or Path("astra-ab") / time.strftime("%Y%m%d-%H%M%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    argv = server_command(model_path, port, load_format, server_args)
     if not control:
+        argv = server_command(model_path, port, load_format, server_args)
         _, _, summary = patched_server(patches, stats_dir=out / "stats" / "check", server_args=argv[3:],
-                                       warn=lambda msg: click.echo(f"warning: {msg}", err=True))  # validate + build
-        click.echo(summary)
+                                       warn=lambda msg: err_console.out(f"warning: {msg}"))  # validate + build
+        console.out(summary)
     opts = dict(model_path=model_path, port=port, num_prompts=num_prompts, input_len=input_len,
                 output_len=output_len, concurrency=concurrency, dataset=dataset, prefix_len=prefix_len, groups=groups,
-                health_timeout=health_timeout, repeats=repeats, seed=seed, control=control,
-                bench_timeout=bench_timeout, extra=list(server_args))
-    rows_file = out / "ab.jsonl"
-    rows_file.unlink(missing_ok=True)
-    if paired:
-        report = paired_ab(patches, model_path, load_format, server_args, opts, out, runs, warmup, b_first,
-                           target_width)
-        return click.echo(f"wrote {rows_file} and {report}")
-    rows, stats_dirs = [], []
-    for run in range(1, warmup + 1):  # JIT caches filled here; nothing recorded (logs: server-warmup-*.log)
-        run_arm("warmup", run, argv, strip_patch_env(dict(os.environ)),
-                {**opts, "num_prompts": min(num_prompts, 2 * concurrency), "repeats": 1}, out)
-    for run in range(1, runs + 1):
-        for arm in ("A", "B"):
-            if arm == "A":
-                env, command = strip_patch_env(dict(os.environ)), argv
-                stats = None
-            else:
-                stats = out / "stats" / f"B-{run}"
-                env, command, _ = patched_server(patches, stats_dir=stats, no_build=True, server_args=argv[3:])
-                env = {**env, ENV_STATS_INTERVAL: str(STATS_INTERVAL_S)}
-                stats_dirs.append(stats)
-            arm_rows = [{**row, "stats_dir": str(stats)} if stats else row
-                        for row in run_arm(arm, run, command, env, opts, out)]
-            rows.extend(arm_rows)
-            with open(rows_file, "a") as fh:
-                fh.writelines(json.dumps(row) + "\n" for row in arm_rows)
-            report = write_report(out, rows, stats_dirs)
-    click.echo(f"wrote {rows_file} and {report}")
+                health_timeout=health_timeout, repeats=1, seed=seed, control=control, bench_timeout=bench_timeout,
+                warmup_requests=warmup_requests, extra=list(server_args))
+    if design == "paired":
+        from astra_sglang.serving.paired import paired_ab
+
+        (out / "ab.jsonl").unlink(missing_ok=True)
+        report = paired_ab(patches, model_path, load_format, server_args, opts, out, runs or 8, warmup, b_first,
+                           target_width, aa_dir, console=console, err_console=err_console)
+        console.out(f"wrote {out / 'ab.jsonl'} and {report}")
+        return
+    from astra_sglang.serving import designs, report as report_mod, runner
+    from astra_sglang.serving.client import ClientSettings
+
+    plan = runner.RunPlan(design=design, client=ClientSettings.from_opts(opts), model_path=model_path,
+                          load_format=load_format, server_args=list(server_args), control=control,
+                          patches=str(patches.resolve()) if patches else None, gpus=gpu_list, port=port,
+                          vocab=model_vocab(model_path),
+                          periods=designs.schedule(design, runs or (8 if design == "crossover" else 3), rounds,
+                                                   gpu_list))
+    plan = runner.load_or_write_plan(out, plan)
+    ran = runner.run(plan, out, runner.default_launch(plan, out),
+                     on_period=lambda: report_mod.write_design_report(out, aa_dir), stop_after=stop_after,
+                     health_timeout=health_timeout, stagger_first=not no_stagger, console=console)
+    path = report_mod.write_design_report(out, aa_dir)
+    console.out(f"{ran} period(s) run; wrote {out / runner.ROWS} and {path}")

@@ -6,7 +6,7 @@ throughput on one H100, one start after another) hides kernel-level effects of a
 - an A/A control (`ab --paired --control`): B is a second unpatched server started the same way, so the
   interval the paired rounds reach is the noise floor the real A/B must get under;
 - a stop rule (`--target-width`): paired rounds go on until the interval of the median throughput change is
-  that narrow (after paired_stats.RELIABLE_ROUNDS rounds), or the rounds run out.
+  that narrow (after MIN_ROUNDS_TO_STOP rounds), or the rounds run out.
 The other controls live with the command: a fixed prompt seed, warm-up rounds, equal memory settings.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 
-from astra_sglang.serving import paired_stats
+from astra_sglang.serving import design_stats
 
 FIELDS = ("sm_mhz", "mem_mhz", "temp_c", "power_w", "reasons")
 # `clocks_event_reasons` is the newer drivers' name of `clocks_throttle_reasons`; one of the two answers.
@@ -41,13 +41,15 @@ def parse_state(line: str) -> dict | None:
     return dict(zip(FIELDS, values))
 
 
-def gpu_state(run=subprocess.run) -> dict | None:
-    """The GPU's clocks, temperature, power and clock-event reasons now, or None without nvidia-smi."""
+def gpu_state(run=subprocess.run, index: str | None = None) -> dict | None:
+    """The GPU's clocks, temperature, power and clock-event reasons now (GPU `index`, default the first visible
+    one), or None without nvidia-smi."""
     if shutil.which("nvidia-smi") is None:
         return None
     for query in QUERIES:
         try:
-            done = run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", _gpu_index()],
+            done = run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i",
+                        index or _gpu_index()],
                        capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             return None
@@ -76,8 +78,12 @@ def clock_summary(rows: list[dict]) -> list[dict]:
     return out
 
 
+MIN_ROUNDS_TO_STOP = 5
+
+
 def width_reached(rows: list[dict], target_pct: float, key: str = "output_throughput") -> bool:
-    """True once the paired rounds' interval of the median change in `key` is at most target_pct wide."""
-    change = paired_stats.paired_change(rows, key, key, "", True)
-    return bool(change and change.n >= paired_stats.RELIABLE_ROUNDS and change.lo is not None
-                and change.hi - change.lo <= target_pct)
+    """True once the paired rounds' interval of the change in `key` is at most target_pct wide (after
+    MIN_ROUNDS_TO_STOP rounds)."""
+    change = design_stats.change(rows, key, key, "", True)
+    return bool(change and change.interval and change.units >= MIN_ROUNDS_TO_STOP
+                and change.interval.hi - change.interval.lo <= target_pct)

@@ -1,10 +1,11 @@
 """`astra-sglang ab --paired`: the unpatched (A) and patched (B) servers up at once on one GPU, benchmarked in
 counterbalanced rounds (AB, BA, AB, ...), one server at a time.
 
-Why: a server start costs 45 s while a benchmark takes seconds, and the throughput of a single start already
-spread over 11%, so one start per arm could not resolve a 5% effect. Here each server starts once and every
-round measures B within seconds of A; alternating the order cancels drift over the run, and the report compares
-B with A round by round (paired_stats). The servers, benchmarks and probes are serving/server.py's.
+Each server starts once and every round measures B within seconds of A; alternating the order cancels drift
+over the run. But every round shares the two starts' offsets, and two identical servers on one H100 differed by
+14% in throughput in both round orders (2026-11-25): its interval leaves that out, and the report makes no claim
+with it unless an A/A of this design passed (`--aa`). The crossover and restarts designs (serving/runner.py)
+put the start variance inside the interval. The servers, benchmarks and probes are serving/server.py's.
 """
 from __future__ import annotations
 
@@ -15,16 +16,15 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
+from rich.console import Console
 
 from astra_sglang.patching.server_env import patched_server
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
-from astra_sglang.serving import noise, report, server, settings
+from astra_sglang.serving import design_stats, noise, report, server, settings
+from astra_sglang.serving.client import ClientSettings
 
 
 @dataclass
@@ -91,42 +91,24 @@ def server_warnings(server_args) -> list[str]:
     return out
 
 
-def check_paired(repeats: int, port: int, server_args) -> None:
-    """Usage errors of --paired (click.UsageError), then warnings about the server args on stderr."""
-    if repeats > 1:
-        raise click.UsageError("--paired benchmarks each server once per round: use --runs, not --repeats")
-    if port >= 65535:
-        raise click.UsageError("--paired: B listens on --port + 1, so --port must be below 65535")
+def check_paired(server_args, err_console: Console | None = None) -> None:
+    """Warnings about the server args of --paired on `err_console` (default stderr; the user may know better)."""
+    err_console = err_console or Console(stderr=True, highlight=False)
     for msg in server_warnings(server_args):
-        click.echo(f"warning: {msg}", err=True)
+        err_console.out(f"warning: {msg}")
 
 
-def server_info(port: int) -> dict:
-    """The server's /server_info (its resolved settings: pool sizes, chunked prefill, graph sizes), or {}."""
-    try:
-        with urllib.request.urlopen(f"http://{server.HOST}:{port}/server_info", timeout=10) as resp:  # noqa: S310
-            info = json.loads(resp.read())
-    except (urllib.error.URLError, OSError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
-
-
-def kv_tokens(info: dict) -> int | None:
-    """The KV pool in tokens from a /server_info reply, or None when it does not say."""
-    value = info.get("max_total_num_tokens")
-    return int(value) if isinstance(value, (int, float)) else None
-
-
-def start_arm(arm: PairedArm, out: Path, health_timeout: float) -> None:
+def start_arm(arm: PairedArm, out: Path, health_timeout: float, console: Console | None = None) -> None:
+    console = console or Console(highlight=False)
     log = out / f"server-{arm.name}-paired.log"
-    click.echo(f"[{arm.name}] starting server on port {arm.port}: {' '.join(arm.argv)}")
+    console.out(f"[{arm.name}] starting server on port {arm.port}: {' '.join(arm.argv)}")
     arm.proc = server.start_server(arm.argv, arm.env, log)
     arm.ready_s = server.wait_healthy(arm.proc, arm.port, log, health_timeout)
-    info = server_info(arm.port)
+    info = server.server_info(arm.port)
     # What each server resolved from the memory it found: the second one to start finds less.
     (out / f"server-info-{arm.name}.json").write_text(json.dumps(info, indent=1, default=str))
-    arm.kv_tokens, arm.info = kv_tokens(info), info
-    click.echo(f"[{arm.name}] healthy after {arm.ready_s:.0f} s; KV pool {arm.kv_tokens} tokens")
+    arm.kv_tokens, arm.info = server.kv_tokens(info), info
+    console.out(f"[{arm.name}] healthy after {arm.ready_s:.0f} s; KV pool {arm.kv_tokens} tokens")
 
 
 def stop_arms(arms: list[PairedArm]) -> None:
@@ -141,21 +123,22 @@ def stop_arms(arms: list[PairedArm]) -> None:
 
 
 def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, warmup: int, on_round,
-               b_first: bool = False, enough=lambda rows: False) -> list[dict]:
+               b_first: bool = False, enough=lambda rows: False, console: Console | None = None) -> list[dict]:
     """Start A, then B (B, then A with `b_first`; see below); `warmup` discarded rounds; up to `runs` recorded
     rounds, calling on_round(new rows, all rows) after each and stopping early once enough(all rows); both
     servers are stopped however this ends."""
     arms, rows, nan = {"A": a, "B": b}, [], float("nan")
+    console = console or Console(highlight=False)
     try:
         # One after the other: SGLang sizes its KV pool from the memory free at its own profiling, so a server
         # profiling while the other allocates would find almost nothing left and fail to start. The second
         # server sizes more than its pool from what it finds (server-info-*.json): `b_first` swaps the roles.
         for arm in ((b, a) if b_first else (a, b)):
-            start_arm(arm, out, opts["health_timeout"])
+            start_arm(arm, out, opts["health_timeout"], console)
         have_both = bool(a.info) and bool(b.info)
         diffs = settings.differences(a.info or {}, b.info or {}) if have_both else []
         settings.write(out, diffs, have_both)
-        click.echo(settings.summary(diffs, have_both))
+        console.out(settings.summary(diffs, have_both))
         warm = {**opts, "num_prompts": min(opts["num_prompts"], 2 * opts["concurrency"])}
         for w in range(1, warmup + 1):  # caches, CUDA graphs and allocator pools filled here; nothing recorded
             for arm in (a, b):
@@ -171,7 +154,7 @@ def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, war
                                      started_first=(name == "B") == b_first,
                                      gpu={"before": before, "after": noise.gpu_state()},
                                      control=bool(opts.get("control"))))
-                click.echo(f"[{name}{run} {order}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
+                console.out(f"[{name}{run} {order}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
                            f"{metrics.get('mean_ttft_ms', nan):.1f} ms, ITL {metrics.get('mean_itl_ms', nan):.2f} ms")
             if run == 1:  # greedy parity once per server, after its first recorded benchmark
                 for row in new:
@@ -179,7 +162,7 @@ def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, war
             rows.extend(row.to_json() for row in new)
             on_round(rows[-len(new):], rows)
             if enough(rows):
-                click.echo(f"stopping after round {run}: the throughput interval is narrow enough")
+                console.out(f"stopping after round {run}: the throughput interval is narrow enough")
                 break
         if ENV_STATS_INTERVAL in b.env:  # one more stats write, so the counters include the last round
             time.sleep(float(b.env[ENV_STATS_INTERVAL]) + 1.0)
@@ -206,11 +189,28 @@ def sigterm_runs_finally():
         signal.signal(signal.SIGTERM, previous)
 
 
+def licensed_by(aa_dir: Path | None) -> bool:
+    """Whether `aa_dir` holds a paired A/A whose rounds pass the A/A rule (but for the start variance, which one
+    start per arm cannot show): only then may the paired design's rounds carry a claim."""
+    if aa_dir is None or not (Path(aa_dir) / "ab.jsonl").is_file():
+        return False
+    rows = [json.loads(line) for line in (Path(aa_dir) / "ab.jsonl").read_text().splitlines() if line.strip()]
+    if design_stats.design_of(rows) != "paired" or not all(r.get("control") for r in rows):
+        return False
+    change = design_stats.change(rows, "output_throughput", "output throughput", "tok/s", True)
+    return design_stats.aa_check(change, require_controlled=False).ok
+
+
 def paired_ab(patches, model_path: str, load_format: str | None, server_args, opts: dict, out: Path, runs: int,
-              warmup: int, b_first: bool = False, target_width: float | None = None) -> Path:
+              warmup: int, b_first: bool = False, target_width: float | None = None,
+              aa_dir: Path | None = None, console: Console | None = None,
+              err_console: Console | None = None) -> Path:
     """The paired A/B of `ab --paired`: A on opts['port'], B on the port after it (unpatched too with
     opts['control']); writes OUT/ab.jsonl and OUT/ab.md after every round, and stops early once the throughput
-    interval is at most target_width % wide. Returns the report's path."""
+    interval is at most target_width % wide. Returns the report's path. Progress goes to `console`, the
+    no-claim note to `err_console` (defaults: stdout, stderr)."""
+    console = console or Console(highlight=False)
+    err_console = err_console or Console(stderr=True, highlight=False)
     port = opts["port"]
     argv_a = server.server_command(model_path, port, load_format, server_args)
     a = PairedArm("A", port, argv_a, server.strip_patch_env(dict(os.environ)))
@@ -223,13 +223,18 @@ def paired_ab(patches, model_path: str, load_format: str | None, server_args, op
         b = PairedArm("B", port + 1, command_b, {**env_b, ENV_STATS_INTERVAL: str(server.STATS_INTERVAL_S)}, stats)
     stats_dirs = [stats] if stats else []
     rows_file = out / "ab.jsonl"
+    (out / report.CLIENT).write_text(ClientSettings.from_opts(opts).model_dump_json(indent=1))  # for the report
 
     def on_round(new: list[dict], rows: list[dict]) -> None:  # a time limit keeps the rounds before it
         with open(rows_file, "a") as fh:
             fh.writelines(json.dumps(row) + "\n" for row in new)
-        report.write_report(out, rows, stats_dirs)
+        report.write_report(out, rows, stats_dirs, licensed)
 
+    licensed = licensed_by(aa_dir)
+    if not licensed:
+        err_console.out("note: the paired design makes no claim without a passing paired A/A (--aa): its rounds "
+                        "share one start per arm")
     enough = (lambda rows: noise.width_reached(rows, target_width)) if target_width else (lambda rows: False)
     with sigterm_runs_finally():
-        rows = run_rounds(a, b, opts, out, runs, warmup, on_round, b_first, enough)
-    return report.write_report(out, rows, stats_dirs)  # again: the stats now include the last round
+        rows = run_rounds(a, b, opts, out, runs, warmup, on_round, b_first, enough, console)
+    return report.write_report(out, rows, stats_dirs, licensed)  # again: the stats now include the last round

@@ -1,6 +1,7 @@
-"""The A/B report: per-arm medians and spreads, deltas B vs A with a noise statement, paired per-round changes
-when the rows come from `ab --paired` (paired_stats), greedy parity, and the patched server's per-op engagement
-(harness_templates/reports/ab.md.j2), plus an optional matplotlib PNG."""
+"""The A/B reports. Crossover and restarts runs: serving/summary.py's record rendered by ab_design.md.j2
+(write_design_report). The paired design: per-arm medians and spreads, per-round changes with a t-interval over
+rounds marked uncontrolled (serving/design_stats.py), greedy parity and the patched server's per-op engagement
+(ab.md.j2), plus an optional matplotlib PNG."""
 from __future__ import annotations
 
 import statistics
@@ -10,14 +11,13 @@ import jinja2
 
 from astra_sglang.paths import templates_dir
 from astra_sglang.patching.stats import load_stats
-from astra_sglang.serving import noise, paired_stats, settings
+from astra_sglang.serving import design_stats, noise, paired_stats, settings
 
 REPORT = "ab.md"
 PLOT = "ab.png"
-# metric key, label, unit, True when higher is better
-METRICS = [("output_throughput", "output throughput", "tok/s", True),
-           ("mean_ttft_ms", "mean TTFT", "ms", False),
-           ("mean_itl_ms", "mean ITL", "ms", False)]
+CLIENT = "client.json"
+"""The paired design's pinned client settings (serving/client.py), shown in its report."""
+METRICS = design_stats.METRICS
 
 
 def _values(rows: list[dict], arm: str, key: str) -> list[float]:
@@ -113,24 +113,47 @@ def plot(rows: list[dict], path: Path) -> str:
 
 
 def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", plot_note: str = "",
-           setting_diffs: dict | None = None) -> str:
+           setting_diffs: dict | None = None, licensed: bool = False, client: str = "") -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     runs = max((r["run"] for r in rows), default=0)
     repeats = max((r.get("repeat", 1) for r in rows), default=1)
-    changes = paired_stats.analyse(rows, METRICS)
+    changes = [c for key, label, unit, higher in METRICS
+               if (c := design_stats.change(rows, key, label, unit, higher, licensed))]
     return env.get_template("ab.md.j2").render(
         runs=runs, repeats=repeats, comparisons=compare(rows), parity=parity(rows), ops=engagement(stats_dirs),
         plot=plot_file, plot_note=plot_note, paired=any(r.get("paired") for r in rows), changes=changes,
-        round_table=paired_stats.round_table(changes), kv=paired_stats.kv_pools(rows),
+        round_table=paired_stats.round_table(rows, [m for m in METRICS if any(c.key == m[0] for c in changes)]),
+        kv=paired_stats.kv_pools(rows),
         first=paired_stats.started_first(rows), control=any(r.get("control") for r in rows),
-        clocks=noise.clock_summary(rows), min_rounds=paired_stats.MIN_ROUNDS, resamples=paired_stats.RESAMPLES,
-        settings=setting_diffs)
+        clocks=noise.clock_summary(rows), settings=setting_diffs, client=client)
 
 
-def write_report(out: str | Path, rows: list[dict], stats_dirs: list[str | Path]) -> Path:
+def write_design_report(out: str | Path, aa_dir: Path | None = None) -> Path:
+    """OUT/ab.md and OUT/summary.json of a crossover or restarts run, from its folder (serving/summary.py)."""
+    from astra_sglang.serving import runner, summary
+
+    out = Path(out)
+    s = summary.summarize(out, aa_dir)
+    summary.write(out, s)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    rows = runner.read_jsonl(out / runner.ROWS)
+    text = env.get_template("ab_design.md.j2").render(s=s, ops=engagement(s.stats_dirs),
+                                                       clocks=noise.clock_summary(rows))
+    path = out / REPORT
+    path.write_text(text + "\n")
+    return path
+
+
+def write_report(out: str | Path, rows: list[dict], stats_dirs: list[str | Path], licensed: bool = False) -> Path:
     out = Path(out)
     note = plot(rows, out / PLOT) if rows else "no runs"
     path = out / REPORT
-    path.write_text(render(rows, stats_dirs, "" if note else PLOT, note, settings.read(out)) + "\n")
+    client = ""
+    if (out / CLIENT).is_file():
+        from astra_sglang.serving.client import ClientSettings
+
+        client = ClientSettings.model_validate_json((out / CLIENT).read_text()).describe()
+    path.write_text(render(rows, stats_dirs, "" if note else PLOT, note, settings.read(out), licensed, client) + "\n")
     return path

@@ -50,9 +50,11 @@ attention backend merges the two partial states there (flashinfer.cascade.merge_
 def bench_command(model_path: str, port: int, output_file: str | Path, num_prompts: int = 512,
                   input_len: int = 1024, output_len: int = 256, concurrency: int = 64,
                   python: str = sys.executable, dataset: str = "random-ids", prefix_len: int = 2048,
-                  groups: int = 16, seed: int = 1) -> list[str]:
+                  groups: int = 16, seed: int = 1, warmup_requests: int | None = None,
+                  flush_cache: bool = False) -> list[str]:
     """argv of SGLang's serving benchmark on `dataset` (no download either way), appending JSONL to output_file;
-    the same `seed` gives both arms the same prompts in every round.
+    the same `seed` gives both arms the same prompts in every round. `warmup_requests` (None: the benchmark's
+    default, 1) untimed requests come first; `flush_cache` empties the server's prefix cache after them.
 
     shared-prefix: `groups` system prompts of `prefix_len` tokens, num_prompts / groups questions of
     `input_len` tokens behind each."""
@@ -60,6 +62,10 @@ def bench_command(model_path: str, port: int, output_file: str | Path, num_promp
               "--model", model_path, "--tokenizer", model_path, "--num-prompts", str(num_prompts),
               "--max-concurrency", str(concurrency), "--disable-tqdm", "--output-file", str(output_file),
               "--seed", str(seed)]
+    if warmup_requests is not None:
+        common += ["--warmup-requests", str(warmup_requests)]
+    if flush_cache:
+        common.append("--flush-cache")
     if dataset == "shared-prefix":
         per_group = max(1, -(-num_prompts // groups))
         return [*common, "--dataset-name", "generated-shared-prefix", "--gsp-num-groups", str(groups),
@@ -149,6 +155,31 @@ def stop_server(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
             continue
 
 
+def server_info(port: int) -> dict:
+    """The server's /server_info (its resolved settings: pool sizes, chunked prefill, graph sizes), or {}."""
+    try:
+        info = _http_get_json(port, "/server_info")
+    except (urllib.error.URLError, OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _http_get_json(port: int, path: str, timeout: float = 10.0):
+    with urllib.request.urlopen(f"http://{HOST}:{port}{path}", timeout=timeout) as resp:  # noqa: S310 - loopback
+        return json.loads(resp.read())
+
+
+def kv_tokens(info: dict) -> int | None:
+    """The KV pool in tokens from a /server_info reply, or None when it does not say."""
+    value = info.get("max_total_num_tokens")
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def post_generate(port: int, body: dict, timeout: float = 120.0):
+    """POST /generate on the server at `port` (the decoded JSON reply)."""
+    return _http(port, "/generate", body, timeout=timeout)
+
+
 def parity_probe(port: int, skip_tokenizer: bool) -> list:
     outputs = []
     for i in range(len(PROBE_PROMPTS)):
@@ -162,7 +193,8 @@ def run_benchmark(port: int, bench_file: Path, opts: dict) -> dict:
     bench_file.unlink(missing_ok=True)
     bench = bench_command(opts["model_path"], port, bench_file, opts["num_prompts"], opts["input_len"],
                           opts["output_len"], opts["concurrency"], dataset=opts["dataset"],
-                          prefix_len=opts["prefix_len"], groups=opts["groups"], seed=opts.get("seed", 1))
+                          prefix_len=opts["prefix_len"], groups=opts["groups"], seed=opts.get("seed", 1),
+                          warmup_requests=opts.get("warmup_requests"), flush_cache=opts.get("flush_cache", True))
     done = subprocess.run(bench, env=strip_patch_env(dict(os.environ)), capture_output=True, text=True,
                           timeout=opts["bench_timeout"])
     if done.returncode != 0:

@@ -72,8 +72,8 @@ def summary(diffs: list[SettingDiff], have_both: bool) -> str:
     return f"settings: A and B resolved {len(diffs)} differently: {shown}" + ("; ..." if len(diffs) > 8 else "")
 
 
-def write(out: Path, diffs: list[SettingDiff], have_both: bool) -> None:
-    (Path(out) / DIFF_FILE).write_text(json.dumps({"compared": have_both, "differences": [asdict(d) for d in diffs]},
+def write(out: Path, diffs: list[SettingDiff], have_both: bool, name: str = DIFF_FILE) -> None:
+    (Path(out) / name).write_text(json.dumps({"compared": have_both, "differences": [asdict(d) for d in diffs]},
                                                   indent=1, default=str))
 
 

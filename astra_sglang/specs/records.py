@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -19,6 +20,19 @@ from astra_sglang.specs.init import INDEX_KINDS, Init, Normal, bounds
 DType = dt.OpDType
 ELEMENT_BYTES = dt.ELEMENT_BYTES
 __all__ = ["Argument", "KernelSpec", "compile_dim", "dim_names", "eval_dim", "DType", "ELEMENT_BYTES"]
+
+
+ZERO_OK = re.compile(r"^\s*([A-Za-z_]\w*)\s*>=\s*0\s*$")
+
+
+def _holds(constraint: str, dims: dict[str, int], otherwise: bool | None = None) -> bool:
+    """`constraint` evaluated over `dims`; where it cannot be (a division by a zero dim), `otherwise` if given."""
+    try:
+        return bool(eval(constraint, {"__builtins__": {}, "min": min, "max": max}, dict(dims)))  # noqa: S307
+    except ArithmeticError:
+        if otherwise is None:
+            raise
+        return otherwise
 
 
 class _Record(BaseModel):
@@ -321,8 +335,28 @@ class KernelSpec(_Record):
         return self.supports_dims(self.dims_of(shape))
 
     def supports_dims(self, dims: dict[str, int]) -> bool:
-        return all(eval(c, {"__builtins__": {}, "min": min, "max": max}, dict(dims))  # noqa: S307 (spec file)
-                   for c in self.constraints)
+        return all(_holds(c, dims) for c in self.constraints)
+
+    @property
+    def zero_dims(self) -> frozenset[str]:
+        """Dims that may be 0: those a constraint writes as exactly `NAME >= 0` (an extend's cached prefix)."""
+        return frozenset(m.group(1) for c in self.constraints if (m := ZERO_OK.match(c)))
+
+    def unmet(self, shape: tuple[int, ...]) -> str | None:
+        """Why `shape` is no shape of this op (a size below 1, or below 0 where the spec allows 0; a constraint
+        that does not hold), or None: what a shape given by hand is checked against before anything is built."""
+        for name, value in zip(self.dims, shape):
+            least = 0 if name in self.zero_dims else 1
+            if value < least:
+                return f"{name} is {value}; it is at least {least}"
+        try:
+            dims = self.dims_of(shape)
+        except (ArithmeticError, ValueError) as exc:
+            return f"its free dims cannot be computed ({exc})"
+        failing = [c for c in self.constraints if not _holds(c, dims, otherwise=False)]
+        if failing:
+            return f"{failing[0]} does not hold (the spec's constraints: {', '.join(self.constraints)})"
+        return None
 
     def min_bytes(self, shape: tuple[int, ...], dtype: str) -> int:
         """Fewest bytes the op must move: inputs read once, outputs written once, in-place both."""

@@ -207,16 +207,41 @@ def model_for(spec: KernelSpec, shape: tuple[int, ...]) -> ModelConfig | None:
 
 
 def parse_shape_list(spec: KernelSpec, text: str) -> list[tuple[int, ...]]:
-    """"16x4096,32x8192" -> [(16, 4096), (32, 8192)]."""
-    shapes = []
+    """"16x4096,32x8192" -> [(16, 4096), (32, 8192)]; AstraError naming the first shape that is not one of the
+    op's (not integers, another number of dims, a size below 1, a constraint of the spec that does not hold)."""
+    shapes: list[tuple[int, ...]] = []
+    example = "x".join(str(s) for s in (spec.shapes.paper or spec.shapes.quick or [[16, 4096]])[0])
+    dims = " x ".join(spec.dims)
     for item in filter(None, (s.strip() for s in text.split(","))):
         try:
             shape = tuple(int(x) for x in item.lower().split("x"))
         except ValueError:
-            raise AstraError(f"bad shape {item!r}: write dims joined by 'x', e.g. 16x4096") from None
+            raise AstraError(f"bad shape {item!r}: write {spec.name}'s dims ({dims}) as integers "
+                             f"joined by 'x', e.g. {example}") from None
         if len(shape) != len(spec.dims):
-            raise AstraError(f"shape {item!r} needs {len(spec.dims)} dims ({'x'.join(spec.dims)})")
-        shapes.append(shape)
+            raise AstraError(f"shape {item!r} of {spec.name} needs {len(spec.dims)} dims ({dims}), e.g. {example}")
+        check_shape(spec, shape)
+        if shape not in shapes:
+            shapes.append(shape)
+    if not shapes:
+        raise AstraError(f"no shape in {text!r}: give a set ({', '.join(SHAPE_SETS)}) or a list like {example}")
+    return shapes
+
+
+def check_shape(spec: KernelSpec, shape: tuple[int, ...]) -> None:
+    """AstraError where `shape` is outside the op (KernelSpec.unmet), before anything is built for it."""
+    why = spec.unmet(shape)
+    if why:
+        raise AstraError(f"shape {'x'.join(map(str, shape))} of {spec.name}: {why}")
+
+
+def shapes_given(spec: KernelSpec, selector: str, option: str = "--shapes") -> list[tuple[int, ...]]:
+    """`resolve_shapes` for shapes a user named: AstraError where they come to none (a set the spec leaves empty)."""
+    shapes = resolve_shapes(spec, selector)
+    if not shapes:
+        filled = [n for n in SHAPE_SETS if n not in ("all", "gate") and resolve_shapes(spec, n)]
+        raise AstraError(f"{option} {selector}: {spec.name} has no shapes in that set; its sets with shapes: "
+                         f"{', '.join(filled)}")
     return shapes
 
 

@@ -56,6 +56,16 @@ def rmsnorm(args: OpArgs, low: bool = False) -> int:
     return 0
 
 
+def fused_add_rmsnorm(args: OpArgs) -> int:
+    """In place: residual += input; input = rmsnorm(residual) * weight (a second call on the same set starts
+    from the first one's results)."""
+    x, r, w = args.tensors
+    r.copy_(r.float() + x.float())
+    s = r.float()
+    x.copy_(s * torch.rsqrt((s * s).mean(-1, keepdim=True) + args.scalars[0]) * w.float())
+    return 0
+
+
 def rmsnorm_low_precision(args: OpArgs) -> int:
     return rmsnorm(args, low=True)
 

@@ -52,8 +52,11 @@ def test_slow_decode_sizes_are_deferred_below_a_row_count(report):
     assert "| rmsnorm | defer below 9 rows | 1x4096 bfloat16 0.950x, 8x4096 bfloat16 0.980x | none |" in text
 
 
-def test_a_bound_the_manifest_has_is_kept_and_what_it_defers_is_not_judged(report):
-    before = report.manifest("silu_and_mul").defer
+def test_a_bound_the_manifest_has_is_kept_and_what_it_defers_is_not_judged(report, tmp_path):
+    shipped = report.manifest("silu_and_mul")  # shipped off (slower in place); the report judges enabled patches
+    shipped.enabled = True
+    shipped.save(tmp_path / "patches" / "silu_and_mul")
+    before = shipped.defer
     rows = _served("silu_and_mul", {128: 0.97, 8192: 0.5, 16384: 0.5})  # 8192+ tokens: already SGLang's
     report(rows, "--defer", "--source", SOURCE)
     defer = report.manifest("silu_and_mul").defer

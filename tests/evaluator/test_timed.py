@@ -8,16 +8,16 @@ import torch
 from astra_sglang.harness import draw
 from astra_sglang.harness.arena import Arena
 from astra_sglang.harness.timed import TimedSets
-from astra_sglang.harness.timed_run import CHECK_TAIL, TimedRun
+from astra_sglang.harness.timed_run import CHECK_TAIL, EAGER_ROUND, TimedRun
 from astra_sglang.harness.timing import MAX_LAUNCHES, MIN_REPLAY_US, plan_sets
 from astra_sglang.specs.registry import get_spec
 from tests.evaluator import fakegraph, runners
 
 
-def _sets(device, op="silu_and_mul", shape=(4, 64), count=7, hot=False, seed=11):
+def _sets(device, op="silu_and_mul", shape=(4, 64), count=7, hot=False, seed=11, dtype="bfloat16"):
     spec = get_spec(op)
     shared = frozenset(i for i, a in enumerate(spec.tensor_args) if a.role == "in") if hot else frozenset()
-    return TimedSets(Arena(spec, shape, "bfloat16", device, count, shared), seed=seed)
+    return TimedSets(Arena(spec, shape, dtype, device, count, shared), seed=seed)
 
 
 def _run(device, runner, seed=5, **kw):
@@ -97,17 +97,32 @@ def test_eager_calls_are_checked_as_their_last_round_left_them(device):
     assert wrong.startswith("eager calls, launch 0 of") and "never written" in wrong
 
 
-def test_in_place_ops_are_restored_before_every_replay(device):
-    def fused(args):  # residual += input; input = rmsnorm(residual) * weight
-        x, r, w = args.tensors
-        s = r.float() + x.float()
-        r.copy_(s)
-        s = r.float()
-        x.copy_(s * torch.rsqrt((s * s).mean(-1, keepdim=True) + args.scalars[0]) * w.float())
-        return 0
-
-    run = _run(device, fakegraph.graphed(fused), op="fused_add_rmsnorm", shape=(3, 64), count=5)
+@pytest.mark.parametrize("count", [2, 5, 21, EAGER_ROUND + 2])
+@pytest.mark.parametrize("shape", [(3, 64), (9, 520)])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_in_place_ops_are_restored_before_every_replay_and_eager_round(device, count, shape, dtype):
+    """Fewer sets than an eager round's calls (5 or 19 at 8192 or 2048 x 4096 on a GPU): each set is still called
+    once a round, so that it holds one call's work, which is what the check computes."""
+    run = _run(device, fakegraph.graphed(runners.fused_add_rmsnorm), op="fused_add_rmsnorm", shape=shape,
+               count=count, dtype=dtype)
     assert _graphs(run)[1] == ""
+    calls = []
+    run.fns["candidate"] = lambda i: calls.append(i) or runners.fused_add_rmsnorm(run.sets.arena.args(i))
+    us, wrong = run.eager("candidate", check=True)
+    assert wrong == "" and us > 0
+    assert len(calls) > 10 + EAGER_ROUND  # the warm-up, then rounds of calls: not one call a round
+
+
+def test_an_in_place_op_left_undone_in_the_eager_calls_fails(device):
+    calls = [0]
+
+    def lazy(args):  # honest through the warm-up and the first rounds, then nothing
+        calls[0] += 1
+        return 0 if calls[0] > 30 else runners.fused_add_rmsnorm(args)
+
+    run = _run(device, lazy, op="fused_add_rmsnorm", shape=(3, 64), count=5)
+    _us, wrong = run.eager("candidate", check=True)
+    assert wrong.startswith("eager calls, launch 0 of ") and "left unwritten (still what they held" in wrong, wrong
 
 
 def test_forbidden_writes_in_a_timed_launch_are_named(device):

@@ -159,8 +159,9 @@ def test_a_changed_sglang_source_is_refused_at_load(tmp_path, fake_moe, monkeypa
     served = write(tmp_path / "served", target=source_patch.TARGET)  # SGLang's own launcher: `launch` checks it
     manifest = PatchManifest.load(served)
     manifest.model_copy(update={"variant": changed}).save(served)
+    (tmp_path / "model").mkdir()  # a local model folder: no note about fetching it
     result = CliRunner().invoke(launch_cli.launch_cmd, ["--patches", str(tmp_path / "served"), "--dry-run", "--",
-                                                 "--model-path", "M"])
+                                                        "--model-path", str(tmp_path / "model")])
     assert result.exit_code == 1 and "re-tune it or disable it" in result.output
     assert len(result.output.strip().splitlines()) == 1
 
@@ -197,8 +198,8 @@ def test_launch_serves_the_files_and_patches_sglangs_launcher(tmp_path, monkeypa
     monkeypatch.delenv(moe_configs.ENV, raising=False)
     write(tmp_path / "patches", target=source_patch.TARGET)
     result = CliRunner().invoke(launch_cli.launch_cmd, ["--patches", str(tmp_path / "patches"), "--stats-dir",
-                                                 str(tmp_path / "stats"), "--mechanism", "import-hook", "--dry-run",
-                                                 "--", "--model-path", "M"])
+                                                        str(tmp_path / "stats"), "--mechanism", "import-hook",
+                                                        "--dry-run", "--", "--model-path", "M"])
     assert result.exit_code == 0, result.output
     env = dict(line.split("=", 1) for line in result.output.splitlines() if "=" in line and " " not in line)
     assert env[moe_configs.ENV] == str((tmp_path / "stats" / "moe-configs").resolve())

@@ -161,49 +161,6 @@ def test_bench_command_shared_prefix():
     assert pairs["--gsp-output-len"] == "128" and "--random-input-len" not in argv
 
 
-def test_warmup_starts_are_run_first_and_not_recorded(tmp_path, monkeypatch):
-    calls = []
-
-    def fake_run_arm(arm, run, argv, env, opts, out):
-        calls.append((arm, run, opts["num_prompts"], "ASTRA_SGLANG_PATCHES" in env))
-        # the patched arm flushes its stats often enough that the benchmark's calls are counted
-        assert env.get("ASTRA_SGLANG_STATS_INTERVAL") == (str(server_mod.STATS_INTERVAL_S) if arm == "B" else None)
-        return [{"arm": arm, "run": run, "metrics": {"output_throughput": 1.0}, "outputs": []}]
-
-    reports = []
-    monkeypatch.setattr(ab_mod, "sglang_available", lambda: True)
-    monkeypatch.setattr(ab_mod, "run_arm", fake_run_arm)
-    monkeypatch.setattr(ab_mod, "patched_server",
-                        lambda *a, **k: ({"ASTRA_SGLANG_PATCHES": "p"}, ["python", "-m", "x"], "summary"))
-    monkeypatch.setattr("astra_sglang.serving.report.write_report",
-                        lambda out, rows, dirs: reports.append(len(rows)) or out / "ab.md")
-    res = CliRunner().invoke(ab_command, ["--model-path", "m", "--runs", "2", "--warmup", "1", "--num-prompts", "512",
-                                         "--concurrency", "8", "--out", str(tmp_path / "o")])
-    assert res.exit_code == 0, res.output
-    assert calls == [("warmup", 1, 16, False), ("A", 1, 512, False), ("B", 1, 512, True), ("A", 2, 512, False),
-                     ("B", 2, 512, True)]
-    rows = [json.loads(line) for line in (tmp_path / "o" / "ab.jsonl").read_text().splitlines()]
-    assert [r["arm"] for r in rows] == ["A", "B", "A", "B"]
-    assert reports == [1, 2, 3, 4]  # rewritten after every run: a run cut short leaves the runs before it
-
-
-def test_repeats_benchmark_one_start_several_times(tmp_path, monkeypatch):
-    events = []
-    monkeypatch.setattr(server_mod, "start_server", lambda argv, env, log: events.append("start") or "proc")
-    monkeypatch.setattr(server_mod, "wait_healthy", lambda proc, port, log, timeout: 1.0)
-    monkeypatch.setattr(server_mod, "run_benchmark", lambda port, path, opts: events.append(path.name) or
-                        {"output_throughput": float(len(events))})
-    monkeypatch.setattr(server_mod, "parity_probe", lambda port, skip: events.append("probe") or ["x"])
-    monkeypatch.setattr(server_mod, "stop_server", lambda proc: events.append("stop"))
-    rows = ab_mod.run_arm("B", 2, ["python"], {}, {"port": 1, "health_timeout": 5, "repeats": 3, "extra": []},
-                          tmp_path)
-    assert events == ["start", "bench-B-2-1.jsonl", "bench-B-2-2.jsonl", "bench-B-2-3.jsonl", "probe", "stop"]
-    assert [(r["arm"], r["run"], r["repeat"], r["ready_s"]) for r in rows] == [("B", 2, 1, 1.0), ("B", 2, 2, 1.0),
-                                                                               ("B", 2, 3, 1.0)]
-    assert [r["outputs"] for r in rows] == [["x"], None, None]  # greedy parity once per start
-
-
-
 def test_engagement_counts_calls_deferred_to_the_original(tmp_path):
     from astra_sglang.patching.stats import StatsWriter
     from astra_sglang.serving.report import engagement

@@ -19,7 +19,7 @@ from astra_sglang.patching.stats import ENV_STATS_INTERVAL
 from astra_sglang.serving import ab as ab_mod
 from astra_sglang.serving import server as server_mod
 from astra_sglang.serving import paired as paired_mod
-from astra_sglang.serving import paired_stats, report
+from astra_sglang.serving import design_stats, paired_stats, report
 
 OPTS = {"port": 31000, "health_timeout": 5, "num_prompts": 512, "concurrency": 8, "extra": [], "repeats": 1}
 
@@ -59,7 +59,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(server_mod, "parity_probe", lambda port, skip: events.append(f"probe {port}") or [[port]])
     monkeypatch.setattr(server_mod, "stop_server", lambda proc: events.append(f"stop {proc}"))
     pools = {31000: 900, 31001: 800}
-    monkeypatch.setattr(paired_mod, "server_info", lambda port: {"max_total_num_tokens": pools[port]})
+    monkeypatch.setattr(server_mod, "server_info", lambda port: {"max_total_num_tokens": pools[port]})
     monkeypatch.setattr(paired_mod.time, "sleep", lambda s: events.append(f"sleep {s}"))
     return events, state
 
@@ -185,50 +185,45 @@ def _paired_rows(changes_pct, a_value=100.0, key="output_throughput"):
     return rows
 
 
-def test_paired_change_consistent_effect():
+def _change(changes, key="output_throughput", higher=True, licensed=False):
+    return design_stats.change(_paired_rows(changes), key, "thr", "tok/s", higher, licensed)
+
+
+def test_paired_change_is_a_t_interval_over_rounds_that_claims_nothing():
     changes = [5.0, 5.2, 4.8, 5.1, 4.9, 5.3, 4.7, 5.0]
-    c = paired_stats.paired_change(_paired_rows(changes), "output_throughput", "thr", "tok/s", True)
-    assert [r.order for r in c.rounds] == ["AB", "BA"] * 4
-    assert [round(r.pct, 6) for r in c.rounds] == changes
-    assert c.median_pct == pytest.approx(5.0) and c.better == 8 and c.n == 8
-    assert 4.7 <= c.lo < 5.0 < c.hi <= 5.3
-    assert c.verdict.startswith("B better: the interval [+4.") and "excludes 0" in c.verdict
-    worse = paired_stats.paired_change(_paired_rows(changes), "output_throughput", "ttft", "ms", False)
-    assert worse.verdict.startswith("B worse") and worse.better == 0  # higher is worse for a latency
+    c = _change(changes)
+    assert c.design == "paired" and c.units == 8 and c.better == 8
+    assert c.typical_pct == pytest.approx(5.0)
+    assert 4.7 < c.interval.lo < 5.0 < c.interval.hi < 5.3 and c.interval.df == 7
+    assert not c.interval.controlled and c.verdict.startswith("uncontrolled, no claim")
+    assert _change(changes, licensed=True).verdict.startswith("B better")
+    assert _change(changes, higher=False, licensed=True).verdict.startswith("B worse")  # higher is worse for a latency
 
 
 def test_paired_change_pure_noise_includes_zero():
     noise = [1.5, -2.0, 0.5, -1.0, 2.5, -0.5, 1.0, -1.5, 0.2, -2.2]
-    c = paired_stats.paired_change(_paired_rows(noise), "output_throughput", "thr", "tok/s", True)
-    assert c.median_pct == pytest.approx(statistics_median(noise))
-    assert c.lo < 0 < c.hi and c.better == 5
-    assert c.verdict == f"no difference detected: the interval [{c.lo:+.2f}, {c.hi:+.2f}]% includes 0"
+    c = _change(noise, licensed=True)
+    assert c.interval.lo < 0 < c.interval.hi and c.better == 5
+    assert c.verdict.startswith("no difference detected")
 
 
-def statistics_median(values):
-    s = sorted(values)
-    return (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2 if len(s) % 2 == 0 else s[len(s) // 2]
-
-
-def test_paired_change_too_few_rounds_and_small_n_caveat():
-    two = paired_stats.paired_change(_paired_rows([5.0, 6.0]), "output_throughput", "thr", "tok/s", True)
-    assert two.lo is None and two.median_pct == pytest.approx(5.5)
-    assert two.verdict == "too few rounds for an interval (2 < 3)"
-    three = paired_stats.paired_change(_paired_rows([5.0, 6.0, 4.0]), "output_throughput", "thr", "tok/s", True)
-    assert (three.lo, three.hi) == pytest.approx((4.0, 6.0))  # with 3 rounds: the range of the rounds
-    assert "excludes 0" in three.verdict and "1 of 4 A/Bs" in three.verdict
-    five = paired_stats.paired_change(_paired_rows([5.0, 6.0, 4.0, 5.5, 4.5]), "output_throughput", "t", "", True)
-    assert five.verdict.startswith("B better") and "A/Bs" not in five.verdict
-
-
-def test_bootstrap_is_reproducible_and_skips_unpaired_rows():
-    values = [0.3, -1.2, 2.4, 0.9, -0.4, 1.1]
-    assert paired_stats.bootstrap_median_interval(values) == paired_stats.bootstrap_median_interval(values)
-    assert paired_stats.bootstrap_median_interval([2.0] * 5) == (2.0, 2.0)
+def test_paired_change_too_few_rounds_and_unpaired_rows():
+    one = _change([5.0])
+    assert one.interval is None and one.verdict == "no interval: 1 round(s): at least 2 needed"
     unpaired = [{**r, "paired": False} for r in _paired_rows([5.0, 5.0, 5.0])]
-    assert paired_stats.analyse(unpaired, report.METRICS) == []
+    assert design_stats.change(unpaired, "output_throughput", "t", "", True) is None
     half = _paired_rows([5.0, 5.0, 5.0])[:-1]  # round 3 lost its second arm: it is not a pair
-    assert [r.run for r in paired_stats.round_changes(half, "output_throughput")] == [1, 2]
+    assert [r[0] for r in paired_stats.round_values(half, "output_throughput")] == [1, 2]
+
+
+def test_a_passing_paired_aa_licenses_the_design(tmp_path):
+    rows = [{**r, "control": True} for r in _paired_rows([0.5, -0.4, 0.3, -0.2, 0.1, -0.3, 0.2, -0.1])]
+    (tmp_path / "ab.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert paired_mod.licensed_by(tmp_path)
+    offset = [{**r, "control": True} for r in _paired_rows([-14.0, -13.0, -15.0, -14.5, -13.5, -14.2, -13.8, -14.1])]
+    (tmp_path / "ab.jsonl").write_text("".join(json.dumps(r) + "\n" for r in offset))
+    assert not paired_mod.licensed_by(tmp_path)  # the H100 A/A: -14% in every round
+    assert not paired_mod.licensed_by(None)
 
 
 def _fixture_rows():
@@ -251,11 +246,12 @@ def test_paired_report_section(tmp_path):
     text = report.render(_fixture_rows(), [])
     assert "6 paired round(s)" in text and "## Paired rounds: B vs A within each round" in text
     assert "| 2 | BA |" in text and "| 1 | AB |" in text
-    assert ("output throughput: median +5.05%, B better in 6 of 6 rounds — B better: the interval "
-            "[+4.70, +5.30]% excludes 0") in text
-    assert ("mean TTFT: median -0.00%, B better in 3 of 6 rounds — no difference detected: the interval "
-            "[-2.25, +1.50]% includes 0") in text
-    assert "mean ITL: median -5.00%, B better in 6 of 6 rounds — B better: the interval [-5.00, -5.00]%" in text
+    assert ("| output throughput (tok/s, higher is better) | +5.05% | [+4.72, +5.32]% (95% t-interval over rounds, "
+            "6 rounds, 5 df; start-to-start variance not included) | 6 of 6 rounds | uncontrolled, no claim") in text
+    assert "| mean TTFT (ms, lower is better) | +0.00% | [-2.15, +1.66]%" in text
+    licensed = report.render(_fixture_rows(), [], licensed=True)
+    assert "| 6 of 6 rounds | B better: [+4.72, +5.32]% excludes 0 |" in licensed
+    assert "| 3 of 6 rounds | no difference detected: [-2.15, +1.66]% includes 0 |" in licensed
     assert "KV pool: A 900 tokens, B 800 tokens — they differ" in text
     assert "| output throughput (tok/s) |" in text  # the unpaired table is still there
     plain = report.render([{**r, "paired": False} for r in _fixture_rows()], [])
@@ -274,7 +270,7 @@ def cli(tmp_path, monkeypatch, fake):
         return {"ASTRA_SGLANG_PATCHES": "p", "PATH": "/bin"}, ["python", "-m", "sglang", *server_args], "ok"
     monkeypatch.setattr(ab_mod, "patched_server", patched)
     monkeypatch.setattr(paired_mod, "patched_server", patched)
-    monkeypatch.setattr(report, "write_report", lambda out, rows, dirs: reports.append(
+    monkeypatch.setattr(report, "write_report", lambda out, rows, dirs, licensed=False: reports.append(
         (len(rows), [str(d) for d in dirs])) or out / "ab.md")
     invoke = lambda *args: CliRunner().invoke(ab_command, ["--model-path", "m", "--port", "31000",  # noqa: E731
                                                           "--out", str(tmp_path / "o"), *map(str, args)])
@@ -303,6 +299,8 @@ def test_cli_paired_end_to_end(tmp_path, cli, monkeypatch):
         ("A", 3, "AB"), ("B", 3, "AB"), ("B", 4, "BA"), ("A", 4, "BA")]
     assert all(r["paired"] and r["repeat"] == 1 for r in rows)
     assert sum(e.startswith("bench bench-warmup") for e in events) == 2
+    client = json.loads((tmp_path / "o" / report.CLIENT).read_text())  # the pinned client, for the report
+    assert client["num_prompts"] == 512 and client["seed"] == 1 and client["flush_cache"]
 
 
 def test_cli_paired_warnings_and_usage_errors(cli):
@@ -310,24 +308,12 @@ def test_cli_paired_warnings_and_usage_errors(cli):
     res = invoke("--paired", "--runs", "1")
     assert res.exit_code == 0, res.output
     assert "--mem-fraction-static 0.4" in res.stderr and "--max-total-tokens" in res.stderr
-    res = invoke("--paired", "--repeats", "2")
-    assert res.exit_code == 2 and "use --runs, not --repeats" in res.output
     res = invoke("--paired", "--port", "65535")
-    assert res.exit_code == 2 and "below 65535" in res.output
+    assert res.exit_code == 2 and "65535" in res.output  # B listens on the next port
     res = invoke("--paired", "--", "--port", "1")  # ab's own options are still refused after --
     assert res.exit_code == 1 and "ab's own options" in res.output
     help_text = CliRunner().invoke(ab_command, ["--help"]).output
     assert "--paired" in help_text and "--sleep-on-idle" in help_text and "--mem-fraction-static" in help_text
-
-
-def test_cli_unpaired_options_unchanged(cli, monkeypatch):
-    invoke, _, _ = cli
-    arms = []
-    monkeypatch.setattr(ab_mod, "run_arm", lambda arm, run, argv, env, opts, out: arms.append((arm, opts["repeats"]))
-                        or [{"arm": arm, "run": run, "metrics": {"output_throughput": 1.0}, "outputs": []}])
-    res = invoke("--runs", "1", "--warmup", "0", "--repeats", "3", "--port", "65535")
-    assert res.exit_code == 0, res.output
-    assert arms == [("A", 3), ("B", 3)] and "warning" not in res.stderr
 
 
 def test_rounds_stop_once_enough_and_record_gpu_state(tmp_path, fake, monkeypatch):
@@ -358,11 +344,11 @@ def test_cli_control_starts_b_unpatched_and_says_a_a(tmp_path, cli, monkeypatch)
     assert text.startswith("# Serving A/A control") and "Engagement of the patched server" not in text
 
 
-def test_cli_control_and_width_need_paired(cli):
+def test_cli_width_and_b_first_need_paired(cli):
     invoke, _, _ = cli
-    for flag in (["--control"], ["--target-width", "1"]):
+    for flag in (["--b-first"], ["--target-width", "1"]):
         res = invoke(*flag)
-        assert res.exit_code == 2 and "go with --paired" in res.output
+        assert res.exit_code == 2 and "go with --design paired" in res.output
 
 
 def test_bench_command_passes_the_seed():

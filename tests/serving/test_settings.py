@@ -42,7 +42,7 @@ def test_every_resolved_difference_is_named_with_its_path():
 
 def test_a_paired_run_writes_the_comparison_and_the_report_shows_it(tmp_path, monkeypatch):
     infos = {31000: INFO, 31001: _other(cuda_graph_bs=[1, 2, 4])}
-    monkeypatch.setattr(paired_mod, "server_info", lambda port: infos[port])
+    monkeypatch.setattr(paired_mod.server, "server_info", lambda port: infos[port])
     a = paired_mod.PairedArm("A", 31000, ["a"], {})
     b = paired_mod.PairedArm("B", 31001, ["b"], {})
     monkeypatch.setattr(paired_mod.server, "start_server", lambda argv, env, log: argv[0])

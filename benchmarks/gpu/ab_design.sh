@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The serving method's controls on a two-GPU machine (nvidia-h100-x2), in calls of at most 9 minutes, resumable.
+# Stages (STAGES, default "aa wrong"):
+#   aa      The A/A control in the crossover design: two unpatched servers, one per GPU, restarted together and
+#           swapped between GPUs every period; PERIODS periods (default 6) of ROUNDS timed rounds (default 2)
+#           after one untimed warm-up round; short rounds (PROMPTS=64 prompts, IN=128 in / OUT_LEN=128 out,
+#           CONC=32 concurrent, fixed lengths, seed 1); then every server's top logprobs on fixed prompts.
+#           No period starts that would end past the stage's share of DEADLINE (default 500 s); the next call
+#           with RUNS=<a folder holding the earlier OUT's aa/> goes on where it stopped.
+#   wrong   Parity against a deliberately wrong patch (tests/fixtures/wrong-patches: fused_add_rmsnorm x 1.01):
+#           one period, no rounds, A unpatched on one GPU and B wrong on the other, judged against the A/A's own
+#           logprob differences. Its report must say parity FAIL; the script's last lines say whether it did.
+#   offset  Why the second of two servers on one GPU ran slower (benchmarks/aa_offset.py): both on GPU 0, their
+#           settings compared, each one's decode steps profiled (GPU time vs host wall). ~3 minutes.
+# The model: the kit's 8-layer Llama-3-8B shape with random weights of a trained model's scale (make_weights.py),
+# so that logprobs carry numerics (dummy weights make every output the same alternation).
+# Usage (repo root, GPU machine with two GPUs, .stage carried): OUT=/path [RUNS=work/ab-runs] bash benchmarks/gpu/ab_design.sh
+# Writes OUT/aa/ and OUT/wrong/ (each: ab.md, summary.json, ab.jsonl, starts.jsonl, parity.jsonl, plan.json,
+# settings-diff-p*.json, server and benchmark logs), OUT/offset/ (offset.json, settings-diff.json), console.txt.
+# Time: setup ~30 s, weights ~20-30 s once per machine; a period ~85 s (both starts in parallel ~45 s, warm-up and
+# 2 rounds ~10 s each with the client's own start, probes); a call's first period starts its two servers one after
+# the other (~+45 s; 90-180 s more for the JIT compiles of a fresh machine); wrong ~90 s. So a first call fits
+# 2-3 periods and the wrong patch; a second call (RUNS=) 3-4 more periods.
+source benchmarks/gpu/ab_common.sh
+DEADLINE=${DEADLINE:-500}
+STAGES=${STAGES:-aa wrong}
+WRONG_RESERVE=${WRONG_RESERVE:-110}
+CLIENT=(--num-prompts "${PROMPTS:-64}" --input-len "${IN:-128}" --output-len "${OUT_LEN:-128}"
+        --concurrency "${CONC:-32}" --warmup-requests 1 --seed 1)
+
+for stage in $STAGES; do
+  case $stage in
+  aa)
+    resume_from aa
+    reserve=0; [[ " $STAGES " == *" wrong "* ]] && reserve=$WRONG_RESERVE
+    left=$(( DEADLINE - $(elapsed) - reserve ))
+    echo "== aa: crossover A/A, up to ${PERIODS:-6} periods, ${left} s"
+    astra-sglang ab --model-path "$MODEL" --design crossover --gpus 0,1 --control --runs "${PERIODS:-6}" \
+      --rounds "${ROUNDS:-2}" --port "$PORT" --stop-after "$left" --health-timeout 300 "${CLIENT[@]}" \
+      --out "$OUT/aa" -- "${SERVER_ARGS[@]}"
+    echo "== aa: exit $? at $(elapsed) s"; report_line "$OUT/aa" ;;
+  wrong)
+    [ -f "$OUT/aa/parity.jsonl" ] || { echo "== wrong: skipped, no A/A probes in $OUT/aa"; continue; }
+    echo "== wrong: parity against tests/fixtures/wrong-patches"
+    astra-sglang ab --model-path "$MODEL" --design crossover --gpus 0,1 --runs 1 --rounds 0 --port "$PORT" \
+      --patches tests/fixtures/wrong-patches --aa "$OUT/aa" --no-stagger --health-timeout 300 "${CLIENT[@]}" \
+      --out "$OUT/wrong" -- "${SERVER_ARGS[@]}"
+    echo "== wrong: exit $? at $(elapsed) s"; report_line "$OUT/wrong"
+    python3 -c "import json,sys; p=json.load(open('$OUT/wrong/summary.json'))['parity']; \
+print('== wrong patch caught by parity' if p and not p['ok'] else '== WRONG PATCH NOT CAUGHT')" ;;
+  offset)
+    echo "== offset: two unpatched servers on GPU 0"
+    timeout -k 20 "${OFFSET_TIMEOUT:-300}" python3 benchmarks/aa_offset.py "$OUT/offset" --model "$MODEL" --gpu 0 \
+      --port $((PORT + 4)) -- "${SERVER_ARGS[@]}" --mem-fraction-static 0.4 --max-total-tokens 200000 --sleep-on-idle
+    echo "== offset: exit $? at $(elapsed) s" ;;
+  *) echo "unknown stage $stage" ;;
+  esac
+done
+find "$OUT" -name "*.log" -size +2M -exec truncate -s 2M {} \;  # keep what comes back small
+echo "== done at $(elapsed) s"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The serving A/Bs with the method of ab_design.sh (crossover on two GPUs by default; DESIGN=restarts on one GPU),
+# in calls of at most 9 minutes, resumable (RUNS=<a folder holding an earlier OUT's stage folders>).
+# Stages (STAGES, default "mixtral dense"; each gets an equal share of DEADLINE, default 500 s):
+#   mixtral  A Mixtral-shaped model (benchmarks/make_moe_model.py, 4 layers, dummy weights, SGLang's Triton MoE
+#            runner). A: SGLang's best available fused-MoE config for this GPU: it ships none for E=8,N=14336 on
+#            an H100, so the file it ships for the nearest GPU (H200) is put under this GPU's name through
+#            $SGLANG_MOE_CONFIG_DIR (benchmarks/moe_ab_configs.py). B: the configs `tune fused_moe` chose on an
+#            H100 (benchmarks/results/2026-11-25-h100/mixtral-tune), as a patch over A's folder.
+#   dense    The kit's 8-layer Llama-3-8B shape with random weights (make_weights.py). A: unpatched; B: the shipped
+#            patch set as `launch` serves it (merge_attn_states_lse off: the kit has no FA3).
+# Both use ab_design.sh's client (PROMPTS=64, 128 in / 128 out, 32 concurrent, fixed lengths, seed 1), so the
+# A/A's interval there is the floor to read them against; AA=<the A/A's run folder> makes it their parity
+# reference (else each A/B's own A across its starts).
+# Usage (repo root, GPU machine, .stage carried): OUT=/path [RUNS=work/ab-runs] [AA=work/ab-runs/aa] bash benchmarks/gpu/ab_runs.sh
+# Writes OUT/mixtral/ and OUT/dense/ (ab.md, summary.json, rows, probes, logs), OUT/moe-configs/, console.txt.
+source benchmarks/gpu/ab_common.sh
+DEADLINE=${DEADLINE:-500}
+STAGES=${STAGES:-mixtral dense}
+DESIGN=${DESIGN:-crossover}
+CLIENT=(--num-prompts "${PROMPTS:-64}" --input-len "${IN:-128}" --output-len "${OUT_LEN:-128}"
+        --concurrency "${CONC:-32}" --warmup-requests 1 --seed 1)
+if [ "$DESIGN" = crossover ]; then PLACE=(--design crossover --gpus 0,1 --runs "${PERIODS:-6}")
+else PLACE=(--design restarts --runs "${STARTS:-3}"); fi
+AA_FLAG=(); [ -n "${AA:-}" ] && [ -f "$AA/parity.jsonl" ] && AA_FLAG=(--aa "$AA")
+set -- $STAGES
+SHARE=$(( (DEADLINE - $(elapsed)) / $# ))
+
+for stage in $STAGES; do
+  resume_from "$stage"
+  stop_at=$(( $(elapsed) + SHARE ))
+  case $stage in
+  mixtral)
+    model=/tmp/model-mixtral-8x7b
+    [ -f "$model/config.json" ] || python3 benchmarks/make_moe_model.py "$model" --layers 4 --preset mixtral-8x7b
+    device=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
+    python3 benchmarks/moe_ab_configs.py "$OUT/moe-configs" --device "$device" || continue
+    echo "== mixtral: A = SGLang's nearest-GPU config, B = the tuned configs; $(( stop_at - $(elapsed) )) s"
+    SGLANG_MOE_CONFIG_DIR="$OUT/moe-configs/baseline" astra-sglang ab --model-path "$model" --load-format dummy \
+      "${PLACE[@]}" --rounds "${ROUNDS:-2}" --port "$PORT" --patches "$OUT/moe-configs/patches" "${AA_FLAG[@]}" \
+      --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 "${CLIENT[@]}" --out "$OUT/mixtral" -- \
+      "${SERVER_ARGS[@]}" --moe-runner-backend triton
+    echo "== mixtral: exit $? at $(elapsed) s"; report_line "$OUT/mixtral" ;;
+  dense)
+    rm -rf /tmp/ab-dense-patches && cp -r patches /tmp/ab-dense-patches
+    astra-sglang patch disable merge_attn_states_lse --patches /tmp/ab-dense-patches
+    astra-sglang patch list --patches /tmp/ab-dense-patches
+    echo "== dense: A unpatched, B the shipped patches; $(( stop_at - $(elapsed) )) s"
+    astra-sglang ab --model-path "$MODEL" "${PLACE[@]}" --rounds "${ROUNDS:-2}" --port "$PORT" \
+      --patches /tmp/ab-dense-patches "${AA_FLAG[@]}" --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 \
+      "${CLIENT[@]}" --out "$OUT/dense" -- "${SERVER_ARGS[@]}"
+    echo "== dense: exit $? at $(elapsed) s"; report_line "$OUT/dense" ;;
+  *) echo "unknown stage $stage" ;;
+  esac
+done
+find "$OUT" -name "*.log" -size +2M -exec truncate -s 2M {} \;
+echo "== done at $(elapsed) s"

@@ -1,0 +1,182 @@
+"""The design runner on CPU: which server starts on which GPU, the warm-up round, simultaneous rounds, rows
+written per finished period, resuming a cut run, the stop rule, the report and summary; and, with real stand-in
+processes serving a small model's logprobs, the parity check catching a wrong norm through the whole path."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from stand_in import free_port_pair
+
+from astra_sglang.errors import AstraError
+from astra_sglang.cli.ab import ab as ab_command
+from astra_sglang.serving import ab as ab_mod
+from astra_sglang.serving import designs, report, runner, server, summary
+from astra_sglang.serving.client import ClientSettings
+
+STAND_IN = str(Path(__file__).with_name("logprob_stand_in.py"))
+
+
+def _plan(design="crossover", periods=3, rounds=2, **kw) -> runner.RunPlan:
+    gpus = ["0", "1"] if design == "crossover" else []
+    schedule = designs.crossover(periods, rounds) if design == "crossover" else designs.restarts(periods, rounds)
+    return runner.RunPlan(design=design, periods=schedule, client=ClientSettings(num_prompts=64, concurrency=32),
+                          model_path="m", gpus=gpus, port=31000, parity_prompts=2, parity_tokens=2, parity_top_k=2,
+                          **kw)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """server.py's functions and the client replaced by recorders; throughput B = A * (1 + effect)."""
+    events, state = [], {"fail": None, "effect": 0.0}
+
+    def start(argv, env, log):
+        events.append(f"start {argv[0]} gpu={env.get('CUDA_VISIBLE_DEVICES')}")
+        return argv[0]
+
+    def run(self, model_path, port, bench_file, timeout_s=900.0):
+        events.append(f"bench {bench_file.stem} n={self.num_prompts}")
+        if bench_file.stem == state["fail"]:
+            raise AstraError("benchmark failed")
+        b = port == 31001
+        return {"output_throughput": 1000.0 * (1 + state["effect"] if b else 1.0), "mean_itl_ms": 3.0,
+                "mean_ttft_ms": 50.0}
+
+    def generate(port, body):
+        return {"meta_info": {"output_token_logprobs": [[-1.0, 5, None]] * 2,
+                              "output_top_logprobs": [[[-1.0, 5, None], [-2.0, 6, None]]] * 2}}
+    monkeypatch.setattr(server, "start_server", start)
+    monkeypatch.setattr(server, "wait_healthy", lambda proc, port, log, timeout: events.append(f"healthy {proc}")
+                        or 40.0)
+    monkeypatch.setattr(server, "stop_server", lambda proc: events.append(f"stop {proc}"))
+    monkeypatch.setattr(server, "server_info", lambda port: {"max_total_num_tokens": 1000})
+    monkeypatch.setattr(server, "post_generate", generate)
+    monkeypatch.setattr(ClientSettings, "run", run)
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    return events, state
+
+
+def _launch(arm, period):
+    return [f"{arm}{period}"], {}, None
+
+
+def test_crossover_period_starts_both_warms_up_then_benchmarks_both_at_once(tmp_path, fake):
+    events, _ = fake
+    plan = _plan(periods=2, rounds=2)
+    assert runner.run(plan, tmp_path, _launch) == 2
+    first = events[:events.index("stop A1") + 2]
+    assert first[:3] == ["start A1 gpu=0", "healthy A1", "start B1 gpu=1"]  # the call's first period: staggered
+    second = events[events.index("stop B1") + 1:]
+    assert second[:3] == ["start B2 gpu=0", "start A2 gpu=1", "healthy B2"]  # then both at once, GPU 0's first
+    assert set(first[4:6]) == {"bench bench-A-p1-warmup n=32", "bench bench-B-p1-warmup n=32"}  # untimed
+    assert set(first[6:8]) == {"bench bench-A-p1-r1 n=64", "bench bench-B-p1-r1 n=64"}
+    assert first[-2:] == ["stop A1", "stop B1"]
+    assert "start A2 gpu=1" in events and "start B2 gpu=0" in events  # swapped in period 2
+    rows = runner.read_jsonl(tmp_path / runner.ROWS)
+    assert [(r["period"], r["round"], r["arm"], r["gpu_index"]) for r in rows] == [
+        (1, 1, "A", 0), (1, 1, "B", 1), (1, 2, "A", 0), (1, 2, "B", 1),
+        (2, 1, "A", 1), (2, 1, "B", 0), (2, 2, "A", 1), (2, 2, "B", 0)]
+    assert all(r["design"] == "crossover" for r in rows)
+    assert runner.done_periods(tmp_path) == {1, 2}
+    probes = runner.read_jsonl(tmp_path / runner.PROBES)
+    assert [(p["period"], p["arm"]) for p in probes] == [(1, "A"), (1, "B"), (2, "A"), (2, "B")]
+    assert json.loads((tmp_path / "settings-diff-p1.json").read_text())["differences"] == []
+
+
+def test_a_failed_period_stops_its_servers_writes_nothing_and_the_same_run_resumes(tmp_path, fake):
+    events, state = fake
+    plan = runner.load_or_write_plan(tmp_path, _plan(periods=3, rounds=1))
+    state["fail"] = "bench-B-p2-r1"
+    with pytest.raises(AstraError, match="benchmark failed"):
+        runner.run(plan, tmp_path, _launch)
+    assert sorted(events[-2:]) == ["stop A2", "stop B2"] and runner.done_periods(tmp_path) == {1}
+    assert {r["period"] for r in runner.read_jsonl(tmp_path / runner.ROWS)} == {1}  # nothing of period 2
+    state["fail"], events[:] = None, []
+    again = runner.load_or_write_plan(tmp_path, _plan(periods=3, rounds=1))
+    assert runner.run(again, tmp_path, _launch) == 2
+    assert events[0] == "start B2 gpu=0" and runner.done_periods(tmp_path) == {1, 2, 3}
+    with pytest.raises(AstraError, match="another client"):
+        runner.load_or_write_plan(tmp_path, _plan(periods=3, rounds=1).model_copy(
+            update={"client": ClientSettings(num_prompts=8)}))
+
+
+def test_stop_after_starts_no_period_the_longest_one_would_carry_past(tmp_path, fake):
+    events, _ = fake
+    plan = _plan(periods=4, rounds=1)
+    (tmp_path / runner.STARTS).write_text(json.dumps({"period": 1, "arm": "A", "period_s": 120.0}) + "\n")
+    assert runner.run(plan, tmp_path, _launch, stop_after=100.0) == 0 and events == []
+    (tmp_path / runner.STARTS).write_text(  # a staggered first period's 300 s gives way to a timed normal one
+        json.dumps({"period": 1, "arm": "A", "period_s": 300.0, "staggered": True}) + "\n"
+        + json.dumps({"period": 2, "arm": "A", "period_s": 90.0, "staggered": False}) + "\n")
+    assert runner.run(plan, tmp_path, _launch, stop_after=80.0) == 0
+    assert runner.run(plan, tmp_path, _launch, stop_after=200.0) == 2  # 90 s a period, not the staggered 300
+
+
+def test_restarts_run_one_server_per_period_on_the_default_gpu(tmp_path, fake):
+    events, _ = fake
+    runner.run(_plan("restarts", periods=3, rounds=1), tmp_path, _launch)
+    assert [e for e in events if e.startswith("start")] == [
+        "start A1 gpu=None", "start B2 gpu=None", "start B3 gpu=None", "start A4 gpu=None", "start A5 gpu=None",
+        "start B6 gpu=None"]
+    assert not list(tmp_path.glob("settings-diff-*.json"))  # one server at a time: nothing to compare
+
+
+def test_design_report_and_summary_of_an_aa_crossover(tmp_path, fake):
+    _, state = fake
+    state["effect"] = 0.004
+    runner.run(runner.load_or_write_plan(tmp_path, _plan(periods=4, rounds=2, control=True)), tmp_path, _launch)
+    path = report.write_design_report(tmp_path)
+    s = summary.RunSummary.model_validate_json((tmp_path / summary.SUMMARY).read_text())
+    thr = s.metrics[0]
+    assert s.design == "crossover" and s.periods_done == 4 and thr.rounds == 8 and thr.units == 4
+    assert thr.typical_pct == pytest.approx(0.4)
+    assert s.aa_ok is False and any("excludes 0" in r for r in s.aa_reasons)  # a constant +0.4%: no spread
+    text = path.read_text()
+    assert text.startswith("# Serving A/A control (crossover)")
+    assert "64 prompts of 1024 tokens in / 256 out (fixed lengths), 32 concurrent, seed 1" in text
+    assert "| 2 | 1 | 0 | +0.40%, +0.40% |" in text  # period 2: A on GPU 1, B on GPU 0
+    assert s.parity.ok and "judged\nagainst the tolerance alone" in text
+
+
+def test_cli_crossover_control_end_to_end(tmp_path, fake, monkeypatch):
+    monkeypatch.setattr(ab_mod, "sglang_available", lambda: True)
+    res = CliRunner().invoke(ab_command, ["--model-path", "m", "--design", "crossover", "--gpus", "0,1", "--control",
+                                         "--runs", "3", "--rounds", "1", "--port", "31000", "--num-prompts", "64",
+                                         "--out", str(tmp_path / "aa")])
+    assert res.exit_code == 0, res.output
+    assert "3 period(s) run" in res.output
+    plan = runner.RunPlan.model_validate_json((tmp_path / "aa" / runner.PLAN).read_text())
+    assert plan.control and plan.gpus == ["0", "1"] and len(plan.periods) == 3
+    res = CliRunner().invoke(ab_command, ["--model-path", "m", "--design", "crossover", "--gpus", "0", "--control",
+                                         "--out", str(tmp_path / "x")])
+    assert res.exit_code == 1 and "needs two GPUs" in res.output
+
+
+def _stand_in_launch(modes: dict[str, str], port: int):
+    def launch(arm, period):
+        p = port if arm == "A" else port + 1
+        return [sys.executable, STAND_IN, str(p), modes[arm]], {}, None
+    return launch
+
+
+@pytest.mark.parametrize("b_mode, ok", [("ref", True), ("wrong-fused", False)])
+def test_parity_through_the_runner_catches_the_wrong_norm(tmp_path, b_mode, ok):
+    """Two real processes serving the small model: B's norms right (an A/A) or scaling by 1.01 (a wrong patch)."""
+    port = free_port_pair()
+    plan = runner.RunPlan(design="crossover", periods=designs.crossover(1, 0), client=ClientSettings(),
+                          model_path="m", gpus=["0", "1"], port=port, parity_prompts=4, parity_tokens=8,
+                          vocab=1000)
+    runner.run(runner.load_or_write_plan(tmp_path, plan), tmp_path, _stand_in_launch({"A": "ref", "B": b_mode}, port),
+               health_timeout=60)
+    s = summary.summarize(tmp_path)
+    assert s.parity is not None and s.parity.ok is ok, s.parity.lines
+    assert s.metrics == [] and runner.read_jsonl(tmp_path / runner.ROWS) == []  # rounds 0: parity only
+
+
+def test_no_stagger_starts_the_first_period_at_once(tmp_path, fake):
+    events, _ = fake
+    runner.run(_plan(periods=1, rounds=0), tmp_path, _launch, stagger_first=False)
+    assert events[:3] == ["start A1 gpu=0", "start B1 gpu=1", "healthy A1"]
