@@ -56,7 +56,7 @@ def cpu_check(spec_path: Path, ops_dir: Path, shapes: list[tuple[int, ...]], dty
               live: bool) -> CpuCheck:
     """What was checked and what is left for the first GPU run; AstraError with the first failure."""
     from astra_sglang.harness.compare import compare
-    from astra_sglang.patching.targets import static_check
+    from astra_sglang.extraction.static_targets import static_check
     from astra_sglang.patchset.manifest import Target
     from astra_sglang.specs.registry import load_spec_file
 

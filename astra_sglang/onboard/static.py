@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from astra_sglang.errors import AstraError
-from astra_sglang.patching.targets import module_source
+from astra_sglang.extraction.static_targets import module_source
 
 NO_DEFAULT = object()
 OTHER_DEFAULT = "<expression>"

@@ -1,0 +1,80 @@
+"""Compiling ahead with real Triton on CPU (no GPU, no CUDA context: the compile processes and this test run under
+a stand-in driver naming an sm_90 target; ptxas ships with Triton): the specializations a launch records are
+compiled by the pool into the shared cache, once each, and the launch path then finds every one of them (the
+key the worker looks up is the key compiled)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.runtime.driver import driver  # noqa: E402
+
+from astra_sglang.optimize.tuner.compile_ahead import CompilePool, HitCounter, StubDriver, record  # noqa: E402
+
+
+@pytest.fixture
+def hopper(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 3.6 fuses by default
+    previous = driver._active
+    driver.set_active(StubDriver(GPUTarget("cuda", 90, 32)))
+    yield tmp_path / "cache"
+    driver._active = previous
+
+
+def _launch(kernel, n: int, block: int, stride: int = 1):
+    x, y = torch.empty(1024, dtype=torch.bfloat16), torch.empty(1024, dtype=torch.bfloat16)
+    kernel[(1,)](x, y, n, stride, BLOCK=block, SCALE=2.0, num_warps=4, num_stages=2)
+
+
+def _warm(kernel, n: int, block: int, stride: int = 1):
+    """The launch path up to the kernel lookup (what a first launch does before it runs the kernel)."""
+    x, y = torch.empty(1024, dtype=torch.bfloat16), torch.empty(1024, dtype=torch.bfloat16)
+    kernel.warmup(x, y, n, stride, BLOCK=block, SCALE=2.0, num_warps=4, num_stages=2, grid=(1,))
+
+
+def test_recorded_specializations_are_compiled_once_and_found(hopper):
+    from scale_kernel import scale_kernel
+
+    jobs = []
+    with record(jobs):
+        for n, block in ((100, 64), (96, 64), (97, 64), (100, 128), (96, 64)):
+            _launch(scale_kernel, n, block)
+    assert len(jobs) == 5 and jobs[0].target == ("cuda", 90, 32)
+    assert not scale_kernel.device_caches[0][0]  # recording compiled nothing
+    # n=100 and n=97 specialize alike (not divisible by 16), n=96 does not; the repeated launch is the same job
+    assert len({j.digest() for j in jobs}) == 3
+    with CompilePool(2, hopper) as pool:
+        outcomes = [pool.submit(j).result() for j in jobs]
+        assert pool.jobs == 3
+    assert all(o.ok for o in outcomes), outcomes
+    scale_kernel.device_caches.clear()
+    with HitCounter() as counter:
+        for n, block in ((100, 64), (96, 64), (100, 128)):
+            _warm(scale_kernel, n, block)
+    assert (counter.hits, counter.misses) == (3, 0)
+    with HitCounter() as counter:
+        _warm(scale_kernel, 100, 64, stride=2)  # stride 1 was a constant: another specialization, not compiled
+    assert (counter.hits, counter.misses) == (0, 1)
+
+
+def test_a_kernel_that_does_not_compile_fails_its_job(hopper, tmp_path):
+    bad = tmp_path / "broken_kernel.py"
+    bad.write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                   "def broken(x_ptr, BLOCK: tl.constexpr):\n    tl.store(x_ptr + tl.arange(0, BLOCK), undefined_name)\n")
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("broken_kernel", bad)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["broken_kernel"] = module
+    spec.loader.exec_module(module)
+    jobs = []
+    with record(jobs):
+        module.broken[(1,)](torch.empty(64), BLOCK=64)
+    assert jobs[0].path == str(bad)  # the compile process loads it from its file
+    with CompilePool(1, hopper) as pool:
+        outcome = pool.submit(jobs[0]).result()
+    assert not outcome.ok and "undefined_name" in outcome.reason
