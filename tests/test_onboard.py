@@ -148,7 +148,7 @@ DOCS_CALLS = [{"tensors": {"input": {"shape": [16, 28672], "dtype": "bfloat16"},
 def test_the_docs_example_on_the_installed_sglang(env):
     """docs/specs.md: `onboard sglang.srt.layers.activation:gelu_and_mul --shapes calls.json --model llama-3-8b`.
     SGLang's module does not import on CPU (torchvision, transformers): the signature is read from its source."""
-    from astra_sglang.patching.targets import module_source
+    from astra_sglang.extraction.static_targets import module_source
 
     if module_source("sglang.srt.layers.activation") is None:
         pytest.skip("sglang is not installed here (CI installs it: tests/patching/requirements.txt)")
