@@ -43,6 +43,9 @@ class CompileOutcome(BaseModel):
     cached: bool = False
     """It was in Triton's cache already (no compile ran)."""
     reason: str = ""
+    ahead: bool = True
+    """False: the compile process could not even load the kernel (the host's import error, not the config's):
+    the worker compiles it itself when it screens the config."""
 
 
 class Screened(BaseModel):

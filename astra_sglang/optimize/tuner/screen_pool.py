@@ -67,7 +67,7 @@ class ScreenPool:
         stats = ScreenStats.of(
             bucket, configs, results, gpus=[w.name for w in self.workers], wall_s=time.time() - started,
             compile_jobs=c.jobs - jobs, compile_cached=c.cached - cached, compile_s=c.seconds - seconds,
-            compile_failed=c.failed - failures, notes=run.notes,
+            compile_failed=c.failed - failures, notes=run.notes + run.compile_notes,
             restarts=sum(w.restarts for w in self.workers) - restarts)
         return results, stats
 
@@ -112,7 +112,10 @@ class ScreenPool:
     def _lane(self, worker: WorkerHandle, bucket: Bucket, run: "_Run", futures: dict[str, list]) -> None:
         while (config := run.take()) is not None:
             outcomes = [f.result() for f in futures.get(config, [])]
-            bad = next((o for o in outcomes if not o.ok), None)
+            bad = next((o for o in outcomes if not o.ok and o.ahead), None)
+            for o in outcomes:
+                if not o.ahead:  # the worker compiles this one itself
+                    run.note_once(f"not compiled ahead (the worker compiles): {o.reason}"[:300])
             if bad is not None:
                 run.record(Screened(config=config, bucket=bucket, stage="compile", reason=bad.reason,
                                     worker="compile"))
@@ -161,6 +164,7 @@ class _Run:
         self.results: dict[str, Screened] = {}
         self.best_us: float | None = None
         self.notes: list[str] = []
+        self.compile_notes: list[str] = []
 
     def take(self) -> str | None:
         with self.lock:
@@ -197,3 +201,9 @@ class _Run:
     def note(self, text: str) -> None:
         with self.lock:
             self.notes.append(text)
+
+    def note_once(self, text: str) -> None:
+        """A note on the compiles (the same reason once), kept apart from why configs went unscreened."""
+        with self.lock:
+            if text not in self.compile_notes:
+                self.compile_notes.append(text)
