@@ -153,7 +153,8 @@ class ScreenStats(BaseModel):
 
     def failing_stage(self, share: float = 0.5) -> str | None:
         """The stage where more than `share` of the screened configs failed (a broken set-up, not bad configs)."""
-        return next((stage for stage, n in self.failed.items() if self.screened and n > share * self.screened), None)
+        return next((stage for stage, n in self.failed.items()
+                     if stage != "unscreened" and self.screened and n > share * self.screened), None)
 
     @property
     def hit_rate(self) -> float | None:

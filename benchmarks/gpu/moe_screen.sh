@@ -18,7 +18,7 @@ set -u
 OUTDIR=${1:-${OUT:-/tmp/moe-screen}}; mkdir -p "$OUTDIR"
 source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt" 2>&1
 { nvidia-smi --query-gpu=index,name,clocks.max.sm,memory.total --format=csv 2>/dev/null
-  echo "cpus $(nproc), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "cpus $(nproc), commit ${ASTRA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(date -u +%Y-%m-%dT%H:%MZ)"
   python3 -c "import triton; print('triton', triton.__version__)"; } >> "$OUTDIR/env.txt" 2>&1
 cat "$OUTDIR/env.txt"
 export ASTRA_SGLANG_CACHE=$(mktemp -d /tmp/moe-screen-cache.XXXX)  # no earlier result: every phase measures
