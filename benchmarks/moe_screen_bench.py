@@ -50,9 +50,9 @@ from astra_sglang.triton.moe.shapes import MoeShape
 SHAPES = {"qwen3": MoeShape(128, 768, 2048, 8), "mixtral": MoeShape(8, 14336, 4096, 2)}
 SIMULATED_GPU = "NVIDIA H100 80GB HBM3"
 SIMULATE = "astra_sglang.optimize.tuner.screen_simulate:SimulatedLaunch"
-TIERS_MIN_S = 150
+TIERS_MIN_S = 120
 """Time one shape's tiers need at least (screening, one round of strict evaluations in parallel, the final one)."""
-TIERS_SHARE = 0.62
+TIERS_SHARE = 0.72
 """Of the deadline, the tiers child's on a 2-GPU host (GPU 1 then joins the warm2 phase); with 3+ GPUs it runs
 to the deadline's end."""
 COLD_SHARE = 0.55
@@ -221,29 +221,25 @@ class Bench:
         pick = moe_configs.sglang_picks(shape.experts, shape.inter, shape.hidden, shape.topk, [batch])[0]
         order = ordered(shape, batch, pick.config, gpu_model(self.gpu, self.smem), prune=None)
         first, second = self.gpus[0], (self.gpus[1] if len(self.gpus) > 1 else None)
-        free_now = [first] + ([second] if second and (child is None or second not in self.tier_gpus()) else [])
+        shared = child is not None and second in self.tier_gpus()
         began = time.time()
-        with ScreenPool(self.settings(shape), free_now, self.cache, self.cores) as pool:
-            pool.prepare(batch)  # every GPU's inputs at once, before any phase's clock
+        # Both workers start and prepare at once, before any phase's clock (on a 2-GPU host GPU 1's sits idle
+        # until the tiers process is done with that GPU: no timing shares a GPU).
+        with ScreenPool(self.settings(shape), [first] + ([second] if second else []), self.cache, self.cores) as pool:
+            pool.prepare(batch)
             start_s = time.time() - began
-            self.log(f"{name}: worker(s) on GPU(s) {','.join(free_now)} up and prepared in {start_s:.0f} s")
+            self.log(f"{name}: workers up and the batch size prepared in {start_s:.0f} s")
             for phase in phases:
                 if phase == "warm2":
                     if second is None:
                         break
-                    if second not in free_now:
-                        if child is not None and child.poll() is None:
-                            self.log(f"{name} warm2: waiting for the tiers process to give GPU {second} back")
-                            try:
-                                child.wait(timeout=max(1.0, self.deadline - time.time()))
-                            except subprocess.TimeoutExpired:
-                                self.log(f"{name} warm2: skipped, GPU {second} still busy at the deadline")
-                                return
-                        began = time.time()
-                        pool.add([second])
-                        pool.prepare(batch, only=[second])
-                        free_now.append(second)
-                        start_s = time.time() - began
+                    if shared and child.poll() is None:
+                        self.log(f"{name} warm2: waiting for the tiers process to give GPU {second} back")
+                        try:
+                            child.wait(timeout=max(1.0, self.deadline - time.time()))
+                        except subprocess.TimeoutExpired:
+                            self.log(f"{name} warm2: skipped, GPU {second} still busy at the deadline")
+                            return
                     gpus = [first, second]
                 else:
                     gpus = [first]
