@@ -22,7 +22,6 @@ import argparse
 import datetime as dt
 import json
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -80,9 +79,10 @@ def header(args, shape: MoeShape, gpus: list[str]) -> dict:
 
     from astra_sglang.triton.moe.sources import sglang_version
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    from provenance import commit
+
     return {"kind": "header", "date": dt.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "gpus": gpus,
-            "commit": commit or "unknown", "sglang": sglang_version(), "triton": moe_configs.triton_version(),
+            "commit": commit(), "sglang": sglang_version(), "triton": moe_configs.triton_version(),
             "shape": shape.describe(), "command": shlex.join(["python3", "benchmarks/moe_sglang_bar.py", *sys.argv[1:]])}
 
 

@@ -43,6 +43,9 @@ class CompileOutcome(BaseModel):
     cached: bool = False
     """It was in Triton's cache already (no compile ran)."""
     reason: str = ""
+    ahead: bool = True
+    """False: the compile process could not even load the kernel (the host's import error, not the config's):
+    the worker compiles it itself when it screens the config."""
 
 
 class Screened(BaseModel):
@@ -74,6 +77,9 @@ class Screened(BaseModel):
         return self.stage == "done" and self.us is not None
 
 
+REASONS_KEPT = 3
+
+
 class ScreenStats(BaseModel):
     """One bucket's screening, as the benchmark and tune.md report it."""
 
@@ -85,6 +91,10 @@ class ScreenStats(BaseModel):
     ok: int
     failed: dict[str, int] = Field(default_factory=dict)
     """Stage -> count of configs that did not finish."""
+    reasons: dict[str, list[str]] = Field(default_factory=dict)
+    """Stage -> the first few distinct reasons of the configs that failed there."""
+    timed: int = 0
+    """Configs checked and timed (done, or slow: cut after one replay): what a rate counts."""
     wall_s: float
     compile_jobs: int = 0
     """Distinct specializations sent to the compile pool (found in the cache there or compiled)."""
@@ -114,11 +124,16 @@ class ScreenStats(BaseModel):
         ok = [r for r in results if r.stage == "done"]
         best = min(ok, key=lambda r: r.us, default=None)
         failed: dict[str, int] = {}
+        reasons: dict[str, list[str]] = {}
         for r in results:
             if r.stage not in ("done", "slow"):
                 failed[r.stage] = failed.get(r.stage, 0) + 1
+                seen = reasons.setdefault(r.stage, [])
+                if r.reason and r.reason not in seen and len(seen) < REASONS_KEPT:
+                    seen.append(r.reason)
         return cls(bucket=bucket, configs=len(configs), screened=sum(r.stage != "unscreened" for r in results),
-                   ok=len(ok), failed=failed, hits=sum(r.hits for r in results), misses=sum(r.misses for r in results),
+                   ok=len(ok), failed=failed, reasons=reasons, timed=sum(r.stage in ("done", "slow") for r in results),
+                   hits=sum(r.hits for r in results), misses=sum(r.misses for r in results),
                    best=best.config if best else None, best_us=best.us if best else None,
                    best_index=configs.index(best.config) if best else None,
                    best_at_s=best.at_s if best else None,
@@ -126,14 +141,20 @@ class ScreenStats(BaseModel):
 
     @property
     def per_second(self) -> float:
-        return self.screened / self.wall_s if self.wall_s > 0 else 0.0
+        """Configs timed per second of wall: a config that failed before its timing does not count."""
+        return self.timed / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
     def steady_per_second(self) -> float | None:
-        """Configs per second from the first result on (preparing the bucket left out)."""
-        if self.first_at_s is None or self.screened < 2 or self.wall_s <= self.first_at_s:
+        """Configs timed per second from the first result on (preparing the bucket left out)."""
+        if self.first_at_s is None or self.timed < 2 or self.wall_s <= self.first_at_s:
             return None
-        return (self.screened - 1) / (self.wall_s - self.first_at_s)
+        return (self.timed - 1) / (self.wall_s - self.first_at_s)
+
+    def failing_stage(self, share: float = 0.5) -> str | None:
+        """The stage where more than `share` of the screened configs failed (a broken set-up, not bad configs)."""
+        return next((stage for stage, n in self.failed.items()
+                     if stage != "unscreened" and self.screened and n > share * self.screened), None)
 
     @property
     def hit_rate(self) -> float | None:

@@ -15,7 +15,7 @@ set -u
 OUTDIR=${1:-${OUT:-/tmp/moe-bar}}; mkdir -p "$OUTDIR"
 source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt" 2>&1
 { nvidia-smi --query-gpu=index,name,clocks.max.sm,memory.total --format=csv
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%dT%H:%MZ)"; } >> "$OUTDIR/env.txt"
+  echo "commit ${ASTRA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(date -u +%Y-%m-%dT%H:%MZ)"; } >> "$OUTDIR/env.txt"
 cat "$OUTDIR/env.txt"
 TUNER_DIR=${TUNER_DIR:-.bar/fused_moe_triton}
 [ -f "$TUNER_DIR/tuning_fused_moe_triton.py" ] || { echo "no SGLang tuner in $TUNER_DIR (carry it: see this script's head)"; exit 2; }

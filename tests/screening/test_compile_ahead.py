@@ -11,7 +11,12 @@ triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.runtime.driver import driver  # noqa: E402
 
-from astra_sglang.optimize.tuner.compile_ahead import CompilePool, HitCounter, StubDriver, record  # noqa: E402
+import probing_kernel  # noqa: E402 - imported as the host is (no stand-in driver yet), like the compile processes
+
+from astra_sglang.optimize.tuner.compile_ahead import (CompilePool, HitCounter, StubDriver, record,  # noqa: E402
+                                                       stand_in)
+from astra_sglang.optimize.tuner.screen_pool import ScreenPool  # noqa: E402
+from astra_sglang.optimize.tuner.screen_worker_handle import WorkerSettings  # noqa: E402
 
 
 @pytest.fixture
@@ -78,3 +83,51 @@ def test_a_kernel_that_does_not_compile_fails_its_job(hopper, tmp_path):
     with CompilePool(1, hopper) as pool:
         outcome = pool.submit(jobs[0]).result()
     assert not outcome.ok and "undefined_name" in outcome.reason
+
+
+def test_a_module_that_probes_the_device_on_import_compiles_ahead(hopper):
+    """The compile processes see no GPU; the kernel's module, imported there, asks Triton's driver which backend
+    it runs on and then torch for the device (SGLang's FLA utils). Imported under the stand-in driver it raised
+    ("No CUDA GPUs are available" on the GPU host) and every config failed at "compile": the module is imported
+    before the stand-in is active, as the host is, and compiles; the launch then finds the cubin."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("probing_again", probing_kernel.__file__)
+    with stand_in(("cuda", 90, 32)), pytest.raises((RuntimeError, AssertionError)):  # the order that failed
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    jobs = []
+    with record(jobs):
+        x = torch.empty(256, dtype=torch.float32)
+        probing_kernel.probed_kernel[(1,)](x, x, 200, BLOCK=256)
+    with CompilePool(1, hopper) as pool:
+        outcome = pool.submit(jobs[0]).result()
+    assert outcome.ok and outcome.ahead, outcome.reason
+    probing_kernel.probed_kernel.device_caches.clear()
+    with HitCounter() as counter:
+        probing_kernel.probed_kernel.warmup(x, x, 200, BLOCK=256, grid=(1,))
+    assert (counter.hits, counter.misses) == (1, 0)
+
+
+def test_a_module_the_compile_process_cannot_import_is_left_to_the_worker(hopper, tmp_path):
+    """An import error in the compile process is the host's, not the config's: the job says so once per module
+    (`ahead=False`, where it was raised) and the screening worker compiles the kernel itself."""
+    bad = tmp_path / "unimportable_kernel.py"
+    bad.write_text("import triton\nimport triton.language as tl\nimport os\n\n"
+                   "if os.environ.get('CUDA_VISIBLE_DEVICES') == '':\n"
+                   "    raise RuntimeError('No CUDA GPUs are available')\n\n\n@triton.jit\n"
+                   "def k(x_ptr, BLOCK: tl.constexpr):\n    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)\n")
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("unimportable_kernel", bad)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["unimportable_kernel"] = module
+    spec.loader.exec_module(module)
+    jobs = []
+    with record(jobs):
+        for block in (64, 128):
+            module.k[(1,)](torch.empty(128), BLOCK=block)
+    with CompilePool(1, hopper) as pool:
+        outcomes = [pool.submit(j).result() for j in jobs]
+    assert all(not o.ok and not o.ahead for o in outcomes)
+    assert all("No CUDA GPUs are available (at unimportable_kernel.py:6)" in o.reason for o in outcomes), outcomes

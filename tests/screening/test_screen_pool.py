@@ -74,3 +74,21 @@ def test_two_workers_share_the_configs(tmp_path):
     assert {r.worker for r in results if r.ok} == {"gpu0", "gpu1"}
     assert stats.gpus == ["gpu0", "gpu1"] and stats.restarts == 1
     assert sum(r.stage == "crash" for r in results) == 1
+
+
+def test_a_pool_lives_across_phases(tmp_path):
+    """Workers start once; a prepared bucket is kept (no second prepare, no restart), a phase can take a subset of
+    the GPUs and a worker added later prepares on its own; the rates count timed configs only."""
+    configs = [f"c{i:02d}" for i in range(12)]
+    with _pool(tmp_path, {"c01": "compile", "c02": "wrong"}, gpus=("0", "1")) as pool:
+        assert pool.prepare(64) == []
+        pids = [w.proc.pid for w in pool.workers]
+        _, one = pool.screen(64, configs, only=["0"])
+        _, both = pool.screen(64, configs)
+        assert [w.proc.pid for w in pool.workers] == pids and one.gpus == ["gpu0"] and both.gpus == ["gpu0", "gpu1"]
+        pool.add(["2"])
+        _, third = pool.screen(64, configs[:4], only=["2"])
+        assert third.gpus == ["gpu2"] and third.screened == 4
+    assert one.timed == one.screened - 2 and one.per_second == one.timed / one.wall_s
+    assert one.reasons["compile"] == ["CompilationError: simulated"] and "wrong results" in one.reasons["check"][0]
+    assert one.failing_stage() is None and one.failed == {"compile": 1, "check": 1}

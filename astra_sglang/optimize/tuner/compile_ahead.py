@@ -11,6 +11,15 @@ environment, all equal on both sides, so the worker's first launch of the config
 loads it. `HitCounter` counts, through `knobs.compilation.listener`, which compiles in the worker found the
 cache (the hit rate the benchmark reports).
 
+The compile processes see no GPU (CUDA_VISIBLE_DEVICES=""), and the stand-in driver is active only around
+`preload`, never while the kernel's module is imported: code that probes the device at import time believes
+Triton's active driver (SGLang's FLA utils, imported with SGLang's kernels, ask it for the backend and, told
+"cuda", call `torch.cuda.get_device_name(0)`: "No CUDA GPUs are available" where libcuda is present but no device
+is visible). Imported as the host is (no visible device: the probes fall back as on a CPU host), the module
+defines the same kernel source; the worker's hit rate checks it. A module that cannot be imported at all is not
+the config's fault: its jobs come back `ahead=False` and the worker compiles those kernels itself (slower, never
+wrong), the import error and where it was raised kept as the reason.
+
 Integer arguments specialize on their value (== 1, divisible by 16): fused MoE's padded row count and token
 count change with the batch size, so one config compiles again at some batch sizes; recording per batch size
 catches those, and identical specializations are compiled once (`CompilePool` dedupes by digest).
@@ -72,6 +81,34 @@ def _kernel(job: CompileJob):
     return fn
 
 
+_UNIMPORTABLE: dict[str, str] = {}
+"""module -> why this compile process could not import it (tried once, not once per job)."""
+
+
+def _located(exc: BaseException) -> str:
+    """`describe(exc)` and the innermost frame it was raised in (file:line), so that a failure says where."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f" (at {Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno})" if tb is not None else ""
+    return describe(exc)[:300 - len(where)] + where
+
+
+@contextmanager
+def stand_in(target: tuple[str, int, int]):
+    """Triton's active driver replaced by a `StubDriver` of `target` while within; the previous one (often none
+    yet) put back after."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    previous = driver._active
+    driver.set_active(StubDriver(GPUTarget(*target)))
+    try:
+        yield
+    finally:
+        driver._active = previous
+
+
 def compile_job(job: CompileJob) -> CompileOutcome:
     """Compile one specialization into the cache (runs in a compile process)."""
     start = time.perf_counter()
@@ -86,16 +123,20 @@ def compile_job(job: CompileJob) -> CompileOutcome:
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(job.data)
         return CompileOutcome(ok=True, seconds=time.perf_counter() - start)
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
-
-    driver.set_active(StubDriver(GPUTarget(*job.target)))
+    if job.module in _UNIMPORTABLE:
+        return CompileOutcome(ok=False, ahead=False, reason=_UNIMPORTABLE[job.module])
+    try:
+        kernel = _kernel(job)  # before the stand-in driver: see the module's docstring
+    except Exception as exc:  # noqa: BLE001 - the host's fault, not the config's: the worker compiles it
+        _UNIMPORTABLE[job.module] = f"compile process cannot import {job.module}: {_located(exc)}"[:300]
+        return CompileOutcome(ok=False, ahead=False, seconds=time.perf_counter() - start,
+                              reason=_UNIMPORTABLE[job.module])
     counter = HitCounter()
     try:
-        with counter:
-            _kernel(job).preload(job.data)
+        with stand_in(job.target), counter:
+            kernel.preload(job.data)
     except Exception as exc:  # noqa: BLE001 - a config Triton cannot compile fails alone
-        return CompileOutcome(ok=False, seconds=time.perf_counter() - start, reason=describe(exc))
+        return CompileOutcome(ok=False, seconds=time.perf_counter() - start, reason=_located(exc))
     return CompileOutcome(ok=True, seconds=time.perf_counter() - start, cached=counter.hits > 0)
 
 

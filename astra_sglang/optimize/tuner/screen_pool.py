@@ -1,11 +1,14 @@
 """One host's screening: a worker per GPU and the compile pool feeding them all.
 
-`screen(bucket, configs)` takes the configs in the order given (best guesses first: order.py) and:
-1. every worker prepares the bucket (inputs, reference) at once;
+A pool lives across buckets and phases (a worker imports the op's code once: SGLang takes ~20 s); `add` starts
+workers on more GPUs, `prepare` readies a bucket ahead, and `screen(bucket, configs, only=GPUs)` takes the configs
+in the order given (best guesses first: order.py) on every worker (or those of `only`) and:
+1. every worker prepares the bucket (inputs, reference) at once, unless it has it prepared already;
 2. the workers record what each config would compile (a share each), and every distinct specialization goes to
    the compile pool in config order, on all CPU cores but one per GPU;
 3. one lane per worker takes the next config, waits for its compiles (a config that does not compile is failed
-   there, with no GPU time) and has its worker check and time it. A config slower than `cutoff` x the best time
+   there, with no GPU time; a kernel the compile process could not even import is left to the worker, noted
+   once) and has its worker check and time it. A config slower than `cutoff` x the best time
    so far is cut after its first replay. A lost worker (crash, hang, stale) fails the config it was on (a stale
    one is given a second chance on the new worker: staleness may not be the config's doing) and is replaced.
 Configs left when `budget_s` (or the absolute `deadline`) runs out are reported unscreened.
@@ -37,25 +40,48 @@ class ScreenPool:
         os.environ["TRITON_CACHE_DIR"] = str(cache_dir)  # the workers inherit it: one cache for all
         cores = compile_workers or max(1, (os.cpu_count() or 2) - len(gpus))
         self.compiler = CompilePool(cores, cache_dir)
-        self.workers = [WorkerHandle(gpu, settings) for gpu in gpus]
-        self._each(lambda w: w.start())
+        self.workers: list[WorkerHandle] = []
+        self.add(gpus)
 
-    def _each(self, fn: Callable[[WorkerHandle], object]) -> list:
-        with ThreadPoolExecutor(len(self.workers)) as ex:
-            return list(ex.map(fn, self.workers))
+    def add(self, gpus: list[str | None]) -> None:
+        """Start a worker on each of `gpus` (at once); a pool lives across buckets and phases: a worker imports
+        the op's code and builds its inputs once."""
+        new = [WorkerHandle(gpu, self.settings) for gpu in gpus]
+        self._each(lambda w: w.start(), new)
+        self.workers += new
+
+    def _each(self, fn: Callable[[WorkerHandle], object], workers: list[WorkerHandle] | None = None) -> list:
+        workers = self.workers if workers is None else workers
+        if not workers:
+            return []
+        with ThreadPoolExecutor(len(workers)) as ex:
+            return list(ex.map(fn, workers))
+
+    def prepare(self, bucket: Bucket, only: list[str | None] | None = None) -> list[str]:
+        """Prepare `bucket` on the workers (of `only`'s GPUs) at once, ahead of `screen`; the names of those
+        that could not."""
+        run = _Run([], time.time(), float("inf"), None)
+        workers = self._chosen(only)
+        self._each(lambda w: self._prepare(w, bucket, run), workers)
+        return run.notes
+
+    def _chosen(self, only: list[str | None] | None) -> list[WorkerHandle]:
+        return self.workers if only is None else [w for w in self.workers if w.gpu in only]
 
     # -- one bucket --------------------------------------------------------------------------------------
     def screen(self, bucket: Bucket, configs: list[str], budget_s: float | None = None,
-               deadline: float | None = None, on_result: Callable[[Screened], None] | None = None
-               ) -> tuple[list[Screened], ScreenStats]:
+               deadline: float | None = None, on_result: Callable[[Screened], None] | None = None,
+               only: list[str | None] | None = None) -> tuple[list[Screened], ScreenStats]:
+        """Screen `configs` at `bucket` on every worker, or on those of `only`'s GPUs."""
         started = time.time()
+        workers = self._chosen(only)
         stop_at = min(x for x in (deadline, started + budget_s if budget_s is not None else None, float("inf"))
                       if x is not None)
-        restarts = sum(w.restarts for w in self.workers)
+        restarts = sum(w.restarts for w in workers)
         c = self.compiler
         jobs, cached, seconds, failures = c.jobs, c.cached, c.seconds, c.failed
         run = _Run(configs, started, stop_at, on_result)
-        ready = [w for w, ok in zip(self.workers, self._each(lambda w: self._prepare(w, bucket, run))) if ok]
+        ready = [w for w, ok in zip(workers, self._each(lambda w: self._prepare(w, bucket, run), workers)) if ok]
         if ready:
             futures = self._compile_ahead(ready, configs)
             with ThreadPoolExecutor(len(ready)) as ex:
@@ -65,14 +91,17 @@ class ScreenPool:
         results = [run.results.get(c) or Screened(config=c, bucket=bucket, stage="unscreened", reason=why[:300])
                    for c in configs]
         stats = ScreenStats.of(
-            bucket, configs, results, gpus=[w.name for w in self.workers], wall_s=time.time() - started,
+            bucket, configs, results, gpus=[w.name for w in workers], wall_s=time.time() - started,
             compile_jobs=c.jobs - jobs, compile_cached=c.cached - cached, compile_s=c.seconds - seconds,
-            compile_failed=c.failed - failures, notes=run.notes,
-            restarts=sum(w.restarts for w in self.workers) - restarts)
+            compile_failed=c.failed - failures, notes=run.notes + run.compile_notes,
+            restarts=sum(w.restarts for w in workers) - restarts)
         return results, stats
 
     def _prepare(self, worker: WorkerHandle, bucket: Bucket, run: "_Run") -> bool:
-        """Prepare the bucket (a second try on a new worker); False: this worker sits the bucket out."""
+        """Prepare the bucket (a second try on a new worker); False: this worker sits the bucket out. A worker
+        that has the bucket prepared already (an earlier phase, `prepare`) keeps its inputs."""
+        if worker.bucket == bucket and worker.alive():
+            return True
         for attempt in range(2):
             try:
                 if attempt:
@@ -112,7 +141,10 @@ class ScreenPool:
     def _lane(self, worker: WorkerHandle, bucket: Bucket, run: "_Run", futures: dict[str, list]) -> None:
         while (config := run.take()) is not None:
             outcomes = [f.result() for f in futures.get(config, [])]
-            bad = next((o for o in outcomes if not o.ok), None)
+            bad = next((o for o in outcomes if not o.ok and o.ahead), None)
+            for o in outcomes:
+                if not o.ahead:  # the worker compiles this one itself
+                    run.note_once(f"not compiled ahead (the worker compiles): {o.reason}"[:300])
             if bad is not None:
                 run.record(Screened(config=config, bucket=bucket, stage="compile", reason=bad.reason,
                                     worker="compile"))
@@ -161,6 +193,7 @@ class _Run:
         self.results: dict[str, Screened] = {}
         self.best_us: float | None = None
         self.notes: list[str] = []
+        self.compile_notes: list[str] = []
 
     def take(self) -> str | None:
         with self.lock:
@@ -197,3 +230,9 @@ class _Run:
     def note(self, text: str) -> None:
         with self.lock:
             self.notes.append(text)
+
+    def note_once(self, text: str) -> None:
+        """A note on the compiles (the same reason once), kept apart from why configs went unscreened."""
+        with self.lock:
+            if text not in self.compile_notes:
+                self.compile_notes.append(text)

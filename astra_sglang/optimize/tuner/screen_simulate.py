@@ -5,7 +5,7 @@ Each config compiles two specializations (as fused MoE's two GEMMs do), simulate
 `compile_s` and leaves a marker in the cache dir, the worker's first call finds it (a hit) or compiles itself (a
 miss: the same sleep). Its time comes from `landscape` ("module:function" of (config, bucket, **landscape_args)
 -> microseconds), else from a hash of the config; timing one config takes `call_s` of wall time. `faults` makes a config misbehave
-as real ones can:
+as real ones can ("*": every config, a broken set-up):
 
     segv     the worker dies of a segfault            illegal  a CUDA illegal address (the worker exits)
     hang     its call never returns                    stale    the worker freezes (SIGSTOP: no heartbeat)
@@ -63,13 +63,17 @@ class SimulatedLaunch:
         self.loaded: set[str] = set()
         self._counter = _Counter()
 
+
+    def _fault(self, config: str) -> str | None:
+        """The config's fault; "*" names one for every config (a broken set-up)."""
+        return self.faults.get(config, self.faults.get("*"))
     def prepare(self, bucket) -> None:
         self.bucket = bucket
 
     def jobs(self, config: str) -> list[CompileJob]:
         if config in self.loaded:
             return []
-        fail = "CompilationError: simulated" if self.faults.get(config) == "compile" else ""
+        fail = "CompilationError: simulated" if self._fault(config) == "compile" else ""
         return [CompileJob(kind="simulated", module=__name__, qualname=gemm, target=("simulated", 0, 0),
                            data=json.dumps({"config": config, "gemm": gemm, "seconds": self.compile_s, "fail": fail}))
                 for gemm in GEMMS]
@@ -88,12 +92,12 @@ class SimulatedLaunch:
                 continue
             self._counter.misses += 1
             time.sleep(self.compile_s)
-            if self.faults.get(config) == "compile":
+            if self._fault(config) == "compile":
                 raise type("CompilationError", (Exception,), {})("simulated compile failure")
         self.loaded.add(config)
 
     def check(self, config: str) -> Checked:
-        fault = self.faults.get(config)
+        fault = self._fault(config)
         if fault == "segv":
             os.kill(os.getpid(), signal.SIGSEGV)
         if fault == "stale":

@@ -91,8 +91,13 @@ class WorkerHandle:
                 raise WorkerLost("hang", f"no answer in {timeout:.0f} s during {what}")
 
     def prepare(self, bucket) -> float:
+        self.bucket = None  # until it answers: a worker lost meanwhile has nothing prepared
+        seconds = self.ask(("prepare", bucket), self.settings.prepare_timeout_s)[1]
         self.bucket = bucket
-        return self.ask(("prepare", bucket), self.settings.prepare_timeout_s)[1]
+        return seconds
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.is_alive()
 
     def restart(self) -> None:
         """Kill it, start a new one and prepare the bucket it had."""
