@@ -15,8 +15,6 @@ import probing_kernel  # noqa: E402 - imported as the host is (no stand-in drive
 
 from astra_sglang.optimize.tuner.compile_ahead import (CompilePool, HitCounter, StubDriver, record,  # noqa: E402
                                                        stand_in)
-from astra_sglang.optimize.tuner.screen_pool import ScreenPool  # noqa: E402
-from astra_sglang.optimize.tuner.screen_worker_handle import WorkerSettings  # noqa: E402
 
 
 @pytest.fixture
@@ -27,6 +25,19 @@ def hopper(monkeypatch, tmp_path):
     driver.set_active(StubDriver(GPUTarget("cuda", 90, 32)))
     yield tmp_path / "cache"
     driver._active = previous
+
+
+def _load(path, source: str):
+    """A kernel module written to `path` and imported under its file name (not importable by name elsewhere)."""
+    import importlib.util
+    import sys
+
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _launch(kernel, n: int, block: int, stride: int = 1):
@@ -67,15 +78,8 @@ def test_recorded_specializations_are_compiled_once_and_found(hopper):
 
 def test_a_kernel_that_does_not_compile_fails_its_job(hopper, tmp_path):
     bad = tmp_path / "broken_kernel.py"
-    bad.write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-                   "def broken(x_ptr, BLOCK: tl.constexpr):\n    tl.store(x_ptr + tl.arange(0, BLOCK), undefined_name)\n")
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("broken_kernel", bad)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["broken_kernel"] = module
-    spec.loader.exec_module(module)
+    module = _load(bad, "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                        "def broken(x_ptr, BLOCK: tl.constexpr):\n    tl.store(x_ptr + tl.arange(0, BLOCK), undefined_name)\n")
     jobs = []
     with record(jobs):
         module.broken[(1,)](torch.empty(64), BLOCK=64)
@@ -111,18 +115,11 @@ def test_a_module_that_probes_the_device_on_import_compiles_ahead(hopper):
 def test_a_module_the_compile_process_cannot_import_is_left_to_the_worker(hopper, tmp_path):
     """An import error in the compile process is the host's, not the config's: the job says so once per module
     (`ahead=False`, where it was raised) and the screening worker compiles the kernel itself."""
-    bad = tmp_path / "unimportable_kernel.py"
-    bad.write_text("import triton\nimport triton.language as tl\nimport os\n\n"
+    module = _load(tmp_path / "unimportable_kernel.py",
+                   "import triton\nimport triton.language as tl\nimport os\n\n"
                    "if os.environ.get('CUDA_VISIBLE_DEVICES') == '':\n"
                    "    raise RuntimeError('No CUDA GPUs are available')\n\n\n@triton.jit\n"
                    "def k(x_ptr, BLOCK: tl.constexpr):\n    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)\n")
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("unimportable_kernel", bad)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["unimportable_kernel"] = module
-    spec.loader.exec_module(module)
     jobs = []
     with record(jobs):
         for block in (64, 128):
