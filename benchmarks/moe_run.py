@@ -91,19 +91,35 @@ def descendants(pid: int) -> list[int]:
 
 
 def end_tree(proc: subprocess.Popen) -> None:
-    """SIGINT to the stage (a profile stops its server in its own cleanup), then SIGKILL to what is left."""
+    """SIGINT to the stage (a profile stops its server in its own cleanup), then SIGKILL to what is left. The tree
+    is read before the SIGINT too: a stage that dies of it orphans what it started in a session of its own, which
+    the tree read after would no longer hold."""
+    before = descendants(proc.pid)
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGINT)
         try:
             proc.wait(timeout=GRACE_S)
         except subprocess.TimeoutExpired:
             pass
-    for pid in [*descendants(proc.pid), proc.pid]:
+    killed = list(dict.fromkeys([*descendants(proc.pid), *before, proc.pid]))
+    for pid in killed:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     proc.wait()
+    # SIGKILL is delivered, not awaited: a process runs on for a moment, and an orphan is reaped by whoever
+    # adopts it; return once every one is gone or a zombie
+    until = time.monotonic() + 10
+    while any(_alive(pid) for pid in killed) and time.monotonic() < until:
+        time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def run_stage(stage: Stage, work: Path, deadline: float) -> int:

@@ -68,12 +68,22 @@ def served(spec, manifest: PatchManifest, rows: list[dict]) -> list[dict]:
     return out
 
 
+def in_place(row: dict) -> float | None:
+    """The row's in-place speedup, None where it is not resolved: the harness gives None where the GEMMs' spread
+    swallows the op (harness/sandwich.py UNRESOLVED_ROUNDS); rows recorded before that rule are recognised by a
+    median share that is not positive."""
+    w = row["sandwich"]
+    if not w.get("speedup") or w["op_candidate_us"] <= 0 or w["op_baseline_us"] <= 0:
+        return None
+    return w["speedup"]
+
+
 def decide(op: str, manifest: PatchManifest, rows: list[dict], margin: float = 0.0) -> Decision:
     spec = get_spec(op)
-    rows = [r for r in served(spec, manifest, rows) if r["sandwich"]["speedup"]]  # None: the share was noise
+    rows = [r for r in served(spec, manifest, rows) if in_place(r)]
     if not rows:
         return Decision(op, "no rows")
-    slow = [r for r in rows if r["sandwich"]["speedup"] < 1.0 - margin]
+    slow = [r for r in rows if in_place(r) < 1.0 - margin]
     fast = [r for r in rows if r not in slow]
     if not slow:
         return Decision(op, "keep", fast=fast)
@@ -149,7 +159,7 @@ def markdown(rows: list[dict], decisions: list[Decision], fixtures: str = "") ->
     for r in rows:
         w = r["sandwich"]
         iso = f"{r['speedup']:.3f}x" if r.get("speedup") else "-"
-        placed = f"{w['speedup']:.3f}x" if w.get("speedup") else "-"
+        placed = f"{in_place(r):.3f}x" if in_place(r) else "unresolved"
         out.append(f"| {r['kernel']} | {_shape(r)} | {r['dtype']} | {w['model']}: {w['before']}, {w['after']} | "
                    f"{iso} | "
                    f"{w['op_candidate_us']:.2f} / {w['op_baseline_us']:.2f} | {placed} | {w['saved_us']:.2f} | "

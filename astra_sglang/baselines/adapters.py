@@ -36,6 +36,8 @@ def sglang_baseline(spec) -> str | None:
     (e.g. py:sglang.srt.layers.layernorm:rmsnorm), or an adapter where the signatures differ."""
     if spec.name in ADAPTERS:
         return ADAPTERS[spec.name]
+    if getattr(spec, "onboard", None) is not None:  # the adapter `onboard` wrote: the op, called as it takes its args
+        return f"py:{spec.onboard.call}"
     first = spec.sglang_targets[0] if spec.sglang_targets else None
     return f"py:{first.module}:{first.attr}" if first else None
 

@@ -19,7 +19,7 @@ from astra_sglang.kernels.variants import first_kernel
 from astra_sglang.patchset.store import PatchStore
 from astra_sglang.paths import user_specs_dir
 from astra_sglang.specs.records import KernelSpec
-from astra_sglang.specs.registry import registry
+from astra_sglang.specs.registry import get_spec, registry
 
 OP_PACKAGES = {"merge_state": "flashinfer", "rotary_embedding": "tvm_ffi"}
 """The package SGLang's op comes from, where it is not sgl_kernel (flashinfer's base-2 merge; the rotary embedding's
@@ -57,9 +57,23 @@ def users_op(op: str) -> bool:
     return op not in KERNEL_BASELINES and path is not None and path.parent.resolve() == user_specs_dir().resolve()
 
 
+def first_kernel_of(spec: KernelSpec) -> Side | None:
+    """An onboarded op's first kernel where it has no patch: its original extracted (`extract OP` wrote
+    work/extract/OP-SOURCE/kernel.cu), else the op itself called from the harness (its spec's adapter)."""
+    if spec.onboard is None:
+        return None
+    from astra_sglang.extraction.pipeline import extracted
+
+    found = extracted(spec)
+    if found is not None:
+        return Side(str(found[0].resolve()), f"extracted:{spec.name}", f"its original, extracted from {found[1]}")
+    return Side(f"py:{spec.onboard.call}", f"op:{spec.name}", "SGLang's op itself, the first kernel: no kernel "
+                "of ours yet (`optimize` writes one)")
+
+
 def candidate_side(op: str, candidate: str | None, knobs: dict[str, str], patches: PatchStore | None = None) -> Side:
     """--candidate, else the patch set's winning patch for `op` (the user folder's over the shipped one, as
-    `launch` serves them), else the tool's reference kernel."""
+    `launch` serves them), else an onboarded op's first kernel, else the tool's reference kernel."""
     if candidate and candidate.startswith("py:"):
         if knobs:
             raise AstraError(f"--candidate {candidate} is a Python op: -D knobs are for a kernel .cu")
@@ -76,6 +90,13 @@ def candidate_side(op: str, candidate: str | None, knobs: dict[str, str], patche
         _check_knobs(entry.kernel_path, knobs, entry.label)
         what = entry.describe() + ("" if entry.enabled else ", disabled in the patch set")
         return Side(str(entry.kernel_path.resolve()), entry.label, what, {**entry.manifest.defines, **knobs})
+    first = first_kernel_of(get_spec(op))
+    if first is not None:
+        if knobs and first.path.startswith("py:"):
+            raise AstraError(f"{op} has no kernel yet (its first kernel is SGLang's op itself): -D knobs are for a "
+                             "kernel .cu")
+        _check_knobs(Path(first.path), knobs, first.label)
+        return Side(first.path, first.label, first.what + f"; no patch for {op} in {store.describe()}", dict(knobs))
     side = reference(op)
     _check_knobs(Path(side.path), knobs, side.label)
     return Side(side.path, side.label, side.what + f"; no patch for {op} in {store.describe()}",
@@ -101,6 +122,8 @@ def baseline_side(spec: KernelSpec, baseline: str | None) -> Side:
             raise AstraError(f"--baseline {baseline}: no such file (a kernel .cu, py:MODULE:FUNCTION, 'sglang' or "
                              "'reference')")
         return Side(baseline, baseline, "given")
+    if spec.onboard is not None:  # called as the op itself takes its arguments (the adapter `onboard` wrote)
+        return Side(f"py:{spec.onboard.call}", f"py:{spec.onboard.entry}", "SGLang's own op, the onboarded entry")
     missing = missing_for(spec.name)
     if missing is None and spec.name in KERNEL_BASELINES:
         path = KERNEL_BASELINES[spec.name]

@@ -31,17 +31,26 @@ def kernels(kernel: str | None) -> None:
     table = Table(title="kernel specs")
     for col in ("kernel", "dims", "dtypes", "paper", "models", "edge", "held out", "SGLang targets"):
         table.add_column(col)
+    unlisted = []
     for spec in specs:
-        table.add_row(spec.name, "x".join(spec.dims), ",".join(spec.dtypes), str(len(spec.shapes.paper)),
-                      str(len(model_shapes(spec))), str(len(spec.shapes.edge) + len(spec.edge_cases)),
-                      str(len(spec.shapes.held_out)),
-                      "\n".join(f"{t.module}:{t.attr}" for t in spec.sglang_targets))
+        try:  # a spec that loads but whose shape sets do not resolve is one line, never the whole listing
+            row = [spec.name, "x".join(spec.dims), ",".join(spec.dtypes), str(len(spec.shapes.paper)),
+                   str(len(model_shapes(spec))), str(len(spec.shapes.edge) + len(spec.edge_cases)),
+                   str(len(spec.shapes.held_out)), "\n".join(f"{t.module}:{t.attr}" for t in spec.sglang_targets)]
+        except Exception as exc:  # noqa: BLE001 - any error of one spec's data
+            if kernel:
+                raise AstraError(f"{reg.paths.get(spec.name, spec.name)}: its shapes do not resolve: "
+                                 f"{type(exc).__name__}: {exc}") from None
+            unlisted.append(f"{reg.paths.get(spec.name, spec.name)}: skipped, its shapes do not resolve: "
+                            f"{type(exc).__name__}: {exc}")
+            continue
+        table.add_row(*row)
     Console(width=max(Console().width, 160)).print(table)
     for op, path in sorted(reg.overrides.items()):
         if not kernel or op == kernel:
             click.echo(f"note: {op}: the user spec {path} replaces the package's")
     if not kernel:
-        for line in reg.errors.values():
+        for line in [*reg.errors.values(), *unlisted]:
             click.echo(f"error: {line}", err=True)
 
 
@@ -57,7 +66,8 @@ def kernels(kernel: str | None) -> None:
 @click.option("--shapes", default="quick", show_default=True,
               help="Shape set (quick, paper, models, edge, held_out, all, gate, served; join with '+'), a list like "
                    "16x4096,32x8192, or an `astra-sglang profile` JSON (the shapes the server ran).")
-@click.option("--dtypes", default="bfloat16,float16", show_default=True, help="Comma-separated dtypes.")
+@click.option("--dtypes", help="Comma-separated dtypes (default: bfloat16 and float16 where the spec has them, else "
+              "its first dtype).")
 @click.option("-D", "defines", multiple=True, help="Compile-time knob for the candidate, NAME=VALUE (repeatable).")
 @click.option("--no-check", is_flag=True, help="Time only (skip the correctness trials; every timed launch's "
               "output is still compared with the reference after timing).")
@@ -113,6 +123,14 @@ def bench(kernel, candidate, baseline, shapes, dtypes, defines, no_check, no_tim
     if no_check and no_time:
         raise AstraError("--no-check and --no-time leave nothing to do")
     spec = get_spec(kernel)
+    if spec.onboard is not None and not spec.onboard.gpu_check and _has_gpu():
+        from astra_sglang.onboard.gpu_check import first_gpu_run
+        from astra_sglang.specs.registry import registry, reload
+
+        first_gpu_run(spec, registry().paths[kernel], click.echo)  # what `onboard` left for a GPU
+        reload()
+        spec = get_spec(kernel)
+    dtypes = dtypes or ",".join([d for d in ("bfloat16", "float16") if d in spec.dtypes] or spec.dtypes[:1])
     if per_call and ncu:
         raise AstraError("--per-call and --ncu are two runs: ask for one at a time")
     if per_call or ncu:

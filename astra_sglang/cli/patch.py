@@ -32,6 +32,9 @@ def _errors(fn):
     return wrapper
 
 
+KIND_LABELS = {"triton-config": " (configs)", "triton-launch": " (launch configs)", "triton-source": " (source variant)"}
+
+
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     fmt = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
@@ -66,10 +69,9 @@ def list_cmd(patches):
     rows = []
     for e in store.entries():
         speed, defer = e.speedup_geomean(), e.manifest.defer
-        method = e.manifest.provenance.method + {"triton-config": " (configs)", "triton-launch": " (launch configs)"}.get(
-            e.manifest.kind, "")
+        method = e.manifest.provenance.method + KIND_LABELS.get(e.manifest.kind, "")
         source = f"{e.origin} (over {e.shadows})" if e.shadows else e.origin
-        rows.append([e.op, "yes" if e.enabled else "no", method, ",".join(e.manifest.dtypes),
+        rows.append([e.op, ("yes" if e.enabled else "no") + (" (yours)" if e.overridden else ""), method, ",".join(e.manifest.dtypes),
                      f"{speed:.2f}x" if speed else "-", defer.describe() if defer else "-",
                      e.manifest.sglang_versions, " ".join(map(str, e.targets)), source])
     if not rows:
@@ -79,8 +81,11 @@ def list_cmd(patches):
 
 
 def _set(patches, op, enabled):
+    from astra_sglang.patchset.store import state_path
+
     entry = PatchStore(patches).set_enabled(op, enabled)
-    click.echo(f"{entry.op}: {'enabled' if enabled else 'disabled'} ({entry.folder})")
+    where = f"the shipped patch, by the override in {state_path()}" if entry.overridden else str(entry.folder)
+    click.echo(f"{entry.op}: {'enabled' if enabled else 'disabled'} ({where})")
 
 
 @patch_group.command("enable")
@@ -88,7 +93,9 @@ def _set(patches, op, enabled):
 @PATCHES_OPTION
 @_errors
 def enable_cmd(op, patches):
-    """Enable patch OP (sets `enabled` in its manifest).  Example: astra-sglang patch enable rmsnorm"""
+    """Enable patch OP (its manifest's `enabled`; for a shipped patch, an override in the user folder).
+
+    Example: astra-sglang patch enable rmsnorm"""
     _set(patches, op, True)
 
 
@@ -187,6 +194,11 @@ def verify_cmd(op, patches, shapes, no_time, sanitize):
         from astra_sglang.triton.moe.patch import verify_requests
 
         reqs = [r.model_copy(update={"time": not no_time}) for r in verify_requests(entry.folder, entry.manifest, tokens)]
+    elif entry.manifest.kind == "triton-source":  # each file's variants (config and knobs) against SGLang's pick
+        from astra_sglang.triton.moe.source_patch import verify_requests as source_requests
+
+        tokens = [int(t) for t in shapes.split(",")] if shapes[:1].isdigit() else None
+        reqs = [r.model_copy(update={"time": not no_time}) for r in source_requests(entry.folder, entry.manifest, tokens)]
     elif entry.manifest.kind == "triton-launch":  # each table against SGLang's own pick at its measured shapes
         from astra_sglang.triton.attention.patch import verify_requests as launch_requests
 

@@ -10,7 +10,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.triton.attention.space import AttnShape
 from astra_sglang.triton.attention.targets import TARGETS
 
-# Every decode batch size at a short and a long kv length: one config serves both (attn_tune.AttnTuner.chosen).
+# Every decode batch size at a short and a long kv length: one config serves both (BucketTuner.chosen).
 DEFAULT_BUCKETS = {"decode_attention": "1x512,1x4096,8x512,8x4096,32x512,32x4096,64x512,64x4096",
                    "extend_attention": "512x0,2048x0,4096x0,1024x4096"}
 DEFAULT_LENGTHS = {"decode_attention": "512,4096", "extend_attention": "0"}

@@ -28,6 +28,16 @@ def default_out_dir(kernel: str, kind: str) -> Path:
     return Path("work") / "extract" / f"{kernel}-{kind}"
 
 
+def extracted(spec) -> tuple[Path, str] | None:
+    """An earlier `extract` of the op into its default folder (kernel.cu, the source kind), the first of the
+    spec's sources that has one."""
+    for kind in spec.sources:
+        path = default_out_dir(spec.name, kind) / "kernel.cu"
+        if path.is_file():
+            return path, kind
+    return None
+
+
 def extract(kernel: str, source: str | None = None, out_dir: Path | None = None, check: bool = False) -> Extraction:
     """`check`: compile kernel.cu with nvcc (cached, as the harness builds it) and fail naming the original
     file behind the first error; the outputs stay written for inspection."""

@@ -67,7 +67,7 @@ class Checker:
         self.arena, self._taken = arena, 0
 
     def expected(self, args: OpArgs) -> OpArgs:
-        ref = args.upcast()
+        ref = args.for_reference(self.spec)
         self.reference(*ref.call_args(self.spec))
         return ref
 

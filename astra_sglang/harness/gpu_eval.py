@@ -192,7 +192,9 @@ class GpuSession:
         row.baseline_err_rms = base_verdict.rms
         if not verdict.ok:
             return
-        worse = precision_verdict(verdict, base_verdict)
+        # against an oracle (the original op itself) the original's own error is its run-to-run noise: the
+        # tolerance the first GPU run derived stands in for the precision comparison
+        worse = precision_verdict(verdict, base_verdict) if self.spec.reference_dtype != "op" else ""
         if worse:
             row.correct, row.reason = False, worse
             return

@@ -61,6 +61,11 @@ class OpArgs:
         return OpArgs([t.double() if t.dtype.is_floating_point else t.clone() for t in self.tensors],
                       list(self.scalars), dims=self.dims)
 
+    def for_reference(self, spec: KernelSpec) -> "OpArgs":
+        """The copies the spec's reference computes on: fp64 (`upcast`), or, where the reference is the original
+        op itself (`reference_dtype = "op"`, an onboarded op's oracle), in the op's own dtypes."""
+        return self.clone() if spec.reference_dtype == "op" else self.upcast()
+
     def call_args(self, spec: KernelSpec) -> list:
         """Positional arguments in the op's full argument order (tensors and scalars interleaved)."""
         tensors, scalars = iter(self.tensors), iter(self.scalars)

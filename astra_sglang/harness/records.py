@@ -107,8 +107,8 @@ class SandwichTiming(BaseModel):
     op_baseline_us: float
     """The op's share: the sandwich minus the GEMMs alone, medians of the per-round differences."""
     speedup: float | None
-    """Median over rounds of the baseline's share over the candidate's (None: no round left the candidate's
-    share positive, the GEMMs' spread swallowing the op)."""
+    """Median over rounds of the baseline's share over the candidate's (None: more than
+    sandwich.UNRESOLVED_ROUNDS of the rounds left either share not positive, the GEMMs' spread swallowing the op)."""
     saved_us: float
     """Median over rounds of the baseline's sandwich minus the candidate's: the time a call saves in place."""
 

@@ -120,7 +120,7 @@ class TimedSets:
         flags = []
         for k in launched:
             inputs = self.expected_inputs(k)
-            ref = inputs.upcast()
+            ref = inputs.for_reference(self.spec)
             self.reference(*ref.call_args(self.spec))
             flags.append(self._flag(self.arena.args(k), inputs, ref) | outside[k])
         bad = torch.nonzero(torch.stack(flags)) if flags else torch.empty(0)
@@ -148,7 +148,7 @@ class TimedSets:
         for i, arg in enumerate(self.spec.tensor_args):
             if arg.role == "in" and not torch.equal(bits(args.tensors[i]), bits(inputs.tensors[i])):
                 return f"{arg.name}: wrote into an input-only argument"
-        ref = inputs.upcast()
+        ref = inputs.for_reference(self.spec)
         self.reference(*ref.call_args(self.spec))
         verdict = compare(self.spec, self.dtype, args, ref, before=self._before(k, inputs),
                           held=prestate.HELD[self.kind] if self.kind != "stale" else "the previous launch's results")
@@ -159,7 +159,7 @@ class TimedSets:
         before: list[torch.Tensor | None] = [None] * len(inputs.tensors)
         prior = None
         if self.kind == "stale":  # the results of the previous preparation's inputs
-            prior = self.expected_inputs(k, self.previous).upcast()
+            prior = self.expected_inputs(k, self.previous).for_reference(self.spec)
             self.reference(*prior.call_args(self.spec))
         for i, arg in enumerate(self.spec.tensor_args):
             if arg.role == "inplace":

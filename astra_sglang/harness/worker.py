@@ -18,6 +18,10 @@ from astra_sglang.specs.registry import get_spec
 
 
 def default_baseline(kernel: str) -> KernelSource:
+    """Our first kernel for the op; for an onboarded op, which has none, SGLang's op through its adapter."""
+    spec = get_spec(kernel)
+    if spec.onboard is not None and spec.onboard.call:
+        return KernelSource(path=f"py:{spec.onboard.call}")
     path, defines = first_kernel(kernel)
     return KernelSource(path=str(path), defines=defines)
 

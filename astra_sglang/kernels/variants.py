@@ -45,10 +45,14 @@ def materialize(source: Path, defines: dict[str, str], label: str) -> Path:
         return source
     head = "".join(f"#define {k} {v}\n" for k, v in sorted(defines.items()))
     text = f"// {label}: {source.name} built with {' '.join(f'{k}={v}' for k, v in sorted(defines.items()))}\n"
-    text += head + source.read_text()
-    folder = cache_dir() / "variants"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{label}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.cu"
+    return cached_source(text + head + source.read_text(), label)
+
+
+def cached_source(text: str, label: str, folder: str = "variants") -> Path:
+    """`text` as a .cu file in the build cache, named by `label` and its hash (written once)."""
+    where = cache_dir() / folder
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"{label}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.cu"
     if not path.is_file():
         path.write_text(text)
     return path

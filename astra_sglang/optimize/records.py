@@ -103,6 +103,9 @@ class RunConfig(BaseModel):
     baseline: str = ""
     """What speedups are measured against: a .cu file or py:MODULE:FUNCTION (e.g. SGLang's own op);
     empty = the start kernel S0, as in the paper."""
+    from_nothing: bool = False
+    """S0 is a skeleton that declines every shape (an onboarded op with no kernel): the original the run measures
+    and the agents see timed is `baseline` (SGLang's op), and the coder writes the kernel from the spec."""
     rounds: int = 5
     """Optimization rounds R (the paper used 5)."""
     shapes: str = "paper"

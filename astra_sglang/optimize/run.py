@@ -63,19 +63,23 @@ def load_settings(path: str | Path) -> tuple[dict, dict]:
 def llm_run(op: str, run_dir: Path, pool, llm_config: LLMConfig, opts: RunOptions, echo) -> RunOutcome:
     from astra_sglang.optimize.agents.loop import run
     from astra_sglang.optimize.agents.models import Models
+    from astra_sglang.optimize.starts import FROM_NOTHING
     from astra_sglang.specs.registry import get_spec
 
     spec = get_spec(op)
     start = start_source(spec, opts.start)
+    nothing = FROM_NOTHING in start.read_text()  # an onboarded op's skeleton: SGLang's op is the original
+    baseline = opts.baseline or (f"py:{spec.onboard.call}" if nothing else "")
     fields = {"rounds": 5, "shapes": opts.shapes, **opts.settings}  # the settings file over the defaults
-    fields.update({k: v for k, v in dict(rounds=opts.rounds, baseline=opts.baseline,
+    fields.update({k: v for k, v in dict(rounds=opts.rounds, baseline=baseline, from_nothing=nothing or None,
                                          single_agent=opts.single_agent or None,
                                          compile_only=opts.compile_only or None).items() if v})
     if opts.shapes != RunConfig.model_fields["shapes"].default:
         fields["shapes"] = opts.shapes  # the command line over the file, where it names shapes
     config = RunConfig(kernel=spec.name, start_source=str(start), llm=llm_config, **fields)
     models = Models.from_config(llm_config)
-    echo(f"optimizing {spec.name} from {start} with {models.describe()}: {config.population} candidates a round, "
+    origin = "nothing (SGLang's op is the original)" if nothing else str(start)
+    echo(f"optimizing {spec.name} from {origin} with {models.describe()}: {config.population} candidates a round, "
          f"{config.islands} island(s); run dir {run_dir}")
     return run(config, run_dir, pool, models, profiler=profiler(spec, opts.compile_only), echo=echo)
 
@@ -86,6 +90,13 @@ def tuner_run(op: str, run_dir: Path, pool, opts: RunOptions, echo) -> RunOutcom
 
     spec = get_spec(op)
     echo("no LLM configured (--llm / OPENAI_API_KEY / OPENAI_BASE_URL): running the built-in tuner")
+    from astra_sglang.optimize.pool.pool import harness_evaluate
+
+    if (getattr(pool, "evaluator", None) is harness_evaluate and not opts.compile_only
+            and not getattr(pool, "gpus", None)):
+        # every variant would be built only to hear that nothing can check or time it
+        raise AstraError("the built-in tuner checks and times its variants on a GPU: no CUDA GPU here "
+                         "(--compile-only builds them)")
     baseline = opts.baseline
     if baseline and not baseline.startswith("py:"):
         baseline = str(Path(baseline).resolve())
@@ -102,7 +113,10 @@ def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, po
     from astra_sglang.harness.records import KernelSource
     from astra_sglang.optimize.tuner.cuda_tune import run_tuner
 
-    if baseline is None and importlib.util.find_spec("sgl_kernel") is not None:
+    if baseline is None and spec.onboard is not None:
+        baseline = f"py:{spec.onboard.call}"  # an onboarded op: SGLang's op as the adapter `onboard` wrote calls it
+        echo(f"baseline: {baseline} (SGLang's own op, {spec.onboard.entry})")
+    elif baseline is None and importlib.util.find_spec("sgl_kernel") is not None:
         from astra_sglang.baselines.adapters import sglang_baseline
 
         baseline = sglang_baseline(spec)  # a serving machine: the winner must beat what SGLang runs today

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
-from astra_sglang.kernels.variants import first_kernel, materialize
+from astra_sglang.kernels.variants import cached_source, first_kernel, materialize
 from astra_sglang.patchset.store import PatchStore
 from astra_sglang.specs.records import KernelSpec
 
@@ -21,10 +21,33 @@ AUTO = "auto"
 KNOB = "astra:knob"
 
 
+FROM_NOTHING = "astra:from-nothing"
+"""Marks the skeleton an onboarded op's LLM run starts from: it declines every shape."""
+
+
+def from_nothing(spec: KernelSpec) -> Path:
+    """The start of an onboarded op that has no kernel: a skeleton describing the spec that declines every shape
+    (so SGLang's op serves them all until the agents write one); cached by its text."""
+    import jinja2
+
+    from astra_sglang.paths import templates_dir
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "onboard")),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    text = env.get_template("from_nothing.cu.j2").render(spec=spec, entry=spec.onboard.entry if spec.onboard else "")
+    return cached_source(text, spec.name, "from-nothing")
+
+
 def start_source(spec: KernelSpec, given: str | None) -> Path:
-    """--from FILE, --from DIR (its kernel.cu, or its only .cu file), or our own first kernel."""
+    """--from FILE, --from DIR (its kernel.cu, or its only .cu file), our own first kernel, or, for an onboarded
+    op, its extracted original, else the skeleton the agents write a kernel into (`from_nothing`)."""
     if given is None:
         path, defines = first_kernel(spec.name)
+        if not path.is_file() and spec.onboard is not None:
+            from astra_sglang.extraction.pipeline import extracted
+
+            found = extracted(spec)  # its original, where `onboard` (or `extract`) extracted it
+            return found[0] if found else from_nothing(spec)
         if not path.is_file():
             raise AstraError(f"no built-in kernel for {spec.name}: pass --from DIR|FILE (see `extract`)")
         return materialize(path, defines, spec.name)  # a sibling op's kernel: its defines written in
@@ -62,6 +85,10 @@ def tuner_start(spec: KernelSpec, start: str | None, extracted: str | None = Non
     own, defines = first_kernel(spec.name)
     if own.is_file() and KNOB in own.read_text():
         return materialize(own, defines, spec.name)
+    if spec.onboard is not None and not spec.sources:
+        raise AstraError(f"no kernel with knobs for {spec.name} to tune, and onboard found no source of its "
+                         f"original to extract: `optimize {spec.name} --llm MODEL` writes kernels from the spec, "
+                         "or pass --from FILE")
     echo(f"no hand-written kernel with knobs for {spec.name}: tuning its extracted original")
     return extracted_start(spec, work, None, echo)
 

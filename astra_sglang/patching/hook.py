@@ -151,7 +151,7 @@ def plugin_available() -> bool:
 
     if importlib.util.find_spec("sglang") is None:
         return False
-    from astra_sglang.patching.targets import module_source
+    from astra_sglang.extraction.static_targets import module_source
 
     if module_source("sglang.srt.plugins.hook_registry") is None:
         return False

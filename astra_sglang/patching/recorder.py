@@ -61,7 +61,7 @@ def merge_call(path: Path, call: CallRecord, limit: int) -> int:
             f.seek(0)
             text = f.read()
             calls = json.loads(text) if text.strip() else []
-            record = call.model_dump()
+            record = call.dump()
             if record not in calls and len(calls) < limit:
                 calls.append(record)
                 # onboard names the dims after the first call: the one giving the most tensors goes first
@@ -86,11 +86,12 @@ class CallRecorder:
     seen: set = field(default_factory=set)
     _names: list[str] | None = None
 
-    def record(self, fn: Callable, args: tuple, kwargs: dict) -> None:
+    def record(self, fn: Callable, args: tuple, kwargs: dict, result: Any = None) -> None:
+        """Add the call (made with `args`, `kwargs`, having returned `result`) unless seen before."""
         if self.full:
             return
         try:
-            key, call = self._describe(fn, args, kwargs)
+            key, call = self._describe(fn, args, kwargs, result)
             if key is None or key in self.seen:
                 return
             self.seen.add(key)
@@ -99,9 +100,9 @@ class CallRecorder:
             self.full = True
             log.warning("astra-sglang: recording %s stopped: %s", self.target, exc)
 
-    def _describe(self, fn: Callable, args: tuple, kwargs: dict):
-        """(key, CallRecord) of one call: tensors by shape and dtype, bool/int/float by value; the key is built
-        from plain tuples so that a call seen before costs no record objects."""
+    def _describe(self, fn: Callable, args: tuple, kwargs: dict, result: Any = None):
+        """(key, CallRecord) of one call: tensors by shape and dtype, bool/int/float by value, the tensors it
+        returned; the key is built from plain tuples so that a call seen before costs no record objects."""
         if self._names is None:
             try:
                 self._names = [p for p in inspect.signature(fn).parameters if p != "self"]
@@ -119,23 +120,48 @@ class CallRecorder:
         if not tensors:
             return None, None
         key = (tuple(tensors), tuple(scalars))
-        call = CallRecord(tensors={n: TensorCall(shape=list(s), dtype=d) for n, s, d in tensors},
-                          scalars=dict(scalars))
+        if key in self.seen:
+            return key, None
+        values = {name: value for name, value in bound.items() if torch is not None and isinstance(value, torch.Tensor)}
+        returned = result if isinstance(result, (tuple, list)) else (result,)
+        call = CallRecord(tensors={n: _tensor_call(values[n], torch) for n, _, _ in tensors}, scalars=dict(scalars),
+                          returns=[_tensor_call(t, torch) for t in returned
+                                   if torch is not None and isinstance(t, torch.Tensor)])
         return key, call
 
     def wrap(self, original: Callable) -> Callable:
         @functools.wraps(original)
         def recorded(*args, **kwargs):
-            self.record(original, args, kwargs)
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
+            self.record(original, args, kwargs, result)
+            return result
 
         recorded.__astra_recorder__ = self
         return recorded
 
     def around(self, original: Callable, *args, **kwargs):
         """SGLang HookRegistry AROUND hook."""
-        self.record(original, args, kwargs)
-        return original(*args, **kwargs)
+        result = original(*args, **kwargs)
+        self.record(original, args, kwargs, result)
+        return result
+
+
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
+RANGE_MAX_ELEMENTS = 1 << 20
+"""Integer tensors up to this size get their value range recorded (one small reduction, once per distinct call)."""
+
+
+def _tensor_call(t, torch) -> TensorCall:
+    dtype = str(t.dtype).removeprefix("torch.")
+    span = None
+    if dtype in INT_DTYPES and 0 < t.numel() <= RANGE_MAX_ELEMENTS and not _capturing(t, torch):
+        span = (int(t.min()), int(t.max()))
+    return TensorCall(shape=list(t.shape), dtype=dtype, range=span)
+
+
+def _capturing(t, torch) -> bool:
+    """Inside CUDA-graph capture reading a value would break the capture: ranges are left out there."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 class Recording:

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Callable
 
 from astra_sglang.errors import AstraError
+from astra_sglang.extraction.static_targets import package_installed
 from astra_sglang.patching.stats import ENV_STATS_DIR, StatsWriter
-from astra_sglang.patching.targets import package_installed, rebind, resolve
+from astra_sglang.patching.targets import rebind, resolve
 from astra_sglang.patchset.store import ENV_PATCHES, PatchEntry, PatchStore
 
 log = logging.getLogger("astra_sglang.patching")
@@ -110,6 +111,12 @@ class Runtime:
             self.ops[key] = LaunchPatch(original, kernel_of(entry.op), entry.manifest.launches,
                                         self.stats.op(entry.op), target.module if target else "",
                                         target.attr if target else "")
+        if key not in self.ops and entry.manifest.kind == "triton-source":  # SGLang's kernel's variant at its launcher
+            from astra_sglang.patching.triton_source import SourcePatch, current_device
+
+            self.ops[key] = SourcePatch(original, entry.folder, entry.manifest.variant, entry.manifest.configs,
+                                        self.stats.op(entry.op), target.module if target else "",
+                                        target.attr if target else "", device=current_device())
         if key not in self.ops:
             if entry.op not in self._launchers:
                 self._launchers[entry.op] = _launcher_factory(entry, self.store)

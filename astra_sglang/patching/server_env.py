@@ -10,8 +10,8 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 
 from astra_sglang.errors import AstraError
+from astra_sglang.extraction.static_targets import static_check
 from astra_sglang.patching import fastcall, hook
-from astra_sglang.patching.targets import static_check
 from astra_sglang.paths import check_writable
 from astra_sglang.patchset.store import PatchStore
 
@@ -107,7 +107,12 @@ def patched_server(patches: Path | None, verify_rate: float = 0.0, stats_dir: Pa
     recording = Recording(recorded, (record_out or config.stats_dir / "calls.json").resolve()) if recorded else None
     if recording:
         env.update(recording.to_env())
-    configs = [e for e in entries if e.manifest.kind == "triton-config"]
+    for entry in entries:  # a source variant is made from the installed SGLang source: refused here if it changed
+        if entry.manifest.kind == "triton-source":
+            from astra_sglang.patching.triton_source import load_variant
+
+            load_variant(entry.manifest.variant, entry.op)
+    configs = [e for e in entries if e.manifest.kind in ("triton-config", "triton-source")]
     if configs:  # SGLang reads its Triton configs from a folder holding its own files and the patches' over them
         from astra_sglang.patching.triton_config import ENV, base_dir, build_config_dir
 

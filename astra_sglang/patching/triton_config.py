@@ -45,8 +45,9 @@ def _link(src: Path, dst: Path) -> None:
 
 
 def build_config_dir(entries: list[PatchEntry], out: Path, base: Path) -> Path:
-    """`out` with `configs/<every version folder of base>` linked, the entries' files copied over them and the
-    down-projection files of their expert shapes left out. Returns `out`, the value for $SGLANG_MOE_CONFIG_DIR."""
+    """`out` with `configs/<every version folder of base>` linked, the entries' files copied over them (a
+    triton-source patch's without its knob keys) and the down-projection files of their expert shapes left out.
+    Returns `out`, the value for $SGLANG_MOE_CONFIG_DIR."""
     if out.exists():
         shutil.rmtree(out)
     root = out / "configs"
@@ -64,7 +65,12 @@ def build_config_dir(entries: list[PatchEntry], out: Path, base: Path) -> Path:
             dst.parent.mkdir(parents=True, exist_ok=True)
             if dst.is_symlink() or dst.exists():
                 dst.unlink()
-            shutil.copyfile(src, dst)
+            if entry.manifest.kind == "triton-source":  # its entries' knob keys are for its launcher, not SGLang
+                from astra_sglang.patching.triton_source import write_stripped
+
+                write_stripped(src, dst)
+            else:
+                shutil.copyfile(src, dst)
             down = dst.name.removesuffix(".json") + "_down.json"
             for folder in root.glob("triton_*"):
                 if (folder / down).is_symlink() or (folder / down).exists():

@@ -12,9 +12,8 @@ replays do not pass through Python: a decode graph counts once, at capture, with
 """
 from __future__ import annotations
 
-import sys
-
 from astra_sglang.errors import AstraError
+from astra_sglang.patching.bound import BoundPatch
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.patchset.manifest import LaunchTable
 from astra_sglang.triton.attention.launch import ConfiguredKernel, LaunchInfo
@@ -44,27 +43,14 @@ class LaunchChoice:
         return configs[min(keys, key=lambda k: (abs(k - info.size), k))]
 
 
-class LaunchPatch:
+class LaunchPatch(BoundPatch):
     """One patched kernel global: `fn` is what the patch layer binds in its place."""
 
     def __init__(self, original, kernel: str, tables: list[LaunchTable], stats: OpStats, module: str, attr: str):
-        self.original, self.stats, self.module, self.attr = original, stats, module, attr
+        super().__init__(original, stats, module, attr)
         self.fn = ConfiguredKernel(original, kernel, LaunchChoice([t for t in tables if t.kernel == kernel]),
-                                   self._count)
+                                   self.count)
         self.fn.__astra_op__ = self
-
-    def _count(self, applied: bool) -> None:
-        self.stats.calls += 1
-        if applied:
-            self.stats.kernel_calls += 1
-        else:
-            self.stats.fallbacks += 1
-
-    def restore(self) -> None:
-        """SGLang's own kernel back in its module (where the patch is still the one bound there)."""
-        module = sys.modules.get(self.module)
-        if module is not None and getattr(module, self.attr, None) is self.fn:
-            setattr(module, self.attr, self.original)
 
 
 def kernel_of(op: str) -> str:

@@ -108,7 +108,8 @@ class Defer(BaseModel):
 
 
 class ConfigFile(BaseModel):
-    """A tuned Triton config file in SGLang's layout inside the patch folder (kind "triton-config")."""
+    """A tuned Triton config file in SGLang's layout inside the patch folder (kinds "triton-config" and
+    "triton-source")."""
 
     path: str
     """Relative to the patch folder: configs/triton_<version>/E=..,N=..,device_name=...json, as SGLang names it."""
@@ -145,6 +146,20 @@ class LaunchTable(BaseModel):
     """The largest key measured: a launch above 2x it keeps SGLang's pick (no config was measured there)."""
 
 
+class SourceVariant(BaseModel):
+    """The kernel of a "triton-source" patch: a variant of SGLang's own Triton kernel, generated from the installed
+    SGLang source wherever the patch loads (third-party code: never stored in the patch), and served only where
+    that source is the one it was measured on."""
+
+    name: str = "splitk"
+    """The variant (astra_sglang.triton.moe.sources): "splitk", SGLang's fused_moe_kernel with a SPLIT_K knob."""
+    transform_version: int
+    kernel_file: str
+    """The SGLang file it is generated from, relative to the sglang package."""
+    source_hash: str
+    """The hash of that file's kernel, helpers and launcher when the patch was measured: another is refused."""
+
+
 class InPlace(BaseModel):
     """An op's kernel time per step in a patched server against an unpatched one under the same load, at the
     server's own shapes (`astra-sglang profile --report PATCHED --compare BASE --verdict`)."""
@@ -162,12 +177,16 @@ class InPlace(BaseModel):
 class PatchManifest(BaseModel):
     op: str
     """Kernel spec name (extract/<op>.toml)."""
-    kind: Literal["cuda", "triton-config", "triton-launch"] = "cuda"
+    kind: Literal["cuda", "triton-config", "triton-launch", "triton-source"] = "cuda"
     """cuda: a kernel (`kernel`, C ABI) replacing SGLang's op at `targets`; triton-config: tuned config files for
     SGLang's own Triton kernel (`configs`), which `launch` points SGLang at ($SGLANG_MOE_CONFIG_DIR), its
     `targets` wrapped only to count the lookups that read them; triton-launch: tuned launch configs of SGLang's
-    own Triton kernel (`launches`), put at its launch where `targets` names the kernel."""
+    own Triton kernel (`launches`), put at its launch where `targets` names the kernel; triton-source: a source
+    variant of SGLang's Triton kernel (`variant`) put in the place of its launcher (`targets`), with config files
+    (`configs`) whose entries carry the variant's knobs as extra keys (SPLIT_K_UP, SPLIT_K_DOWN): SGLang reads
+    them without those keys, the launcher takes the knobs at the same batch-size key."""
     configs: list[ConfigFile] = Field(default_factory=list)
+    variant: SourceVariant | None = None
     launches: list[LaunchTable] = Field(default_factory=list)
     """triton-launch: tuned launch configs put at the launch of SGLang's own kernel (its `targets`: the kernel's
     module global, which SGLang's launcher looks up at every call)."""
@@ -196,6 +215,12 @@ class PatchManifest(BaseModel):
     """The in-place verdict's figures, one per phase the patch served (profile --verdict)."""
     off_reason: str = ""
     """Why the patch is disabled, where a command disabled it (profile --verdict); `launch` prints it."""
+
+    @model_validator(mode="after")
+    def _variant_of_source_patches(self) -> "PatchManifest":
+        if (self.kind == "triton-source") != (self.variant is not None):
+            raise ValueError("a triton-source patch names its variant, and no other kind does")
+        return self
 
     @classmethod
     def load(cls, folder: str | Path) -> "PatchManifest":

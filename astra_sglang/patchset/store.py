@@ -4,9 +4,14 @@ By default the set is the package's shipped `patches/` with the user folder's `p
 patch of the same op wins). A folder given (`--patches DIR` or ASTRA_SGLANG_PATCHES) is exactly that one
 folder. ASTRA_SGLANG_PATCHES may also join several roots with os.pathsep, the later winning: that is how
 `launch` hands the resolved set to the SGLang processes it spawns.
+
+Nothing in the installed package is written: enabling or disabling a shipped patch writes an override into the
+user folder (HOME/patch-state.json, `{"op": {"enabled": false}}`), which every store reads over the shipped
+manifests, in the server's processes too (they inherit HOME).
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,7 +19,7 @@ from typing import Callable, Sequence
 
 from astra_sglang.errors import AstraError
 from astra_sglang.patchset.manifest import MANIFEST, PatchManifest, Target
-from astra_sglang.paths import patches_dir, user_patches_dir
+from astra_sglang.paths import home_dir, patches_dir, user_patches_dir
 from astra_sglang.specs.records import KernelSpec
 from astra_sglang.specs.registry import get_spec
 
@@ -34,6 +39,8 @@ class PatchEntry:
     """Where the patch comes from: "shipped", "user" (HOME/patches) or its root folder."""
     shadows: str = ""
     """The origin of a patch of the same op that this one replaces, if any."""
+    overridden: bool = False
+    """A shipped patch whose `enabled` the user folder's override sets (`patch enable/disable`)."""
 
     @property
     def enabled(self) -> bool:
@@ -86,6 +93,35 @@ def default_roots() -> list[Path]:
         return env
     user = user_patches_dir()
     return [patches_dir(), user] if user.is_dir() else [patches_dir()]
+
+
+STATE_FILE = "patch-state.json"
+
+
+def state_path() -> Path:
+    """The user folder's overrides of shipped manifests."""
+    return home_dir() / STATE_FILE
+
+
+def _overrides() -> dict[str, dict]:
+    path = state_path()
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise AstraError(f"{path}: not JSON ({exc}); remove it to return to the shipped manifests") from None
+    return {op: v for op, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+
+def _override(op: str, enabled: bool) -> None:
+    state = _overrides()
+    state[op] = {**state.get(op, {}), "enabled": enabled}
+    path = state_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(path.name + ".new")
+    scratch.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
+    scratch.replace(path)
 
 
 def origin_of(root: Path) -> str:
@@ -152,9 +188,13 @@ class PatchStore:
         return entry
 
     def set_enabled(self, op: str, enabled: bool) -> PatchEntry:
-        """Edits the winning patch's manifest: the one a server would load."""
+        """Enables or disables the winning patch (the one a server would load): a shipped one through the user
+        folder's override, any other in its own manifest."""
         entry = self.get(op)
         manifest = entry.manifest.model_copy(update={"enabled": enabled, **({"off_reason": ""} if enabled else {})})
+        if entry.origin == "shipped":
+            _override(op, enabled)
+            return replace(entry, manifest=manifest, overridden=True)
         manifest.save(entry.folder)
         return replace(entry, manifest=manifest)
 
@@ -185,4 +225,8 @@ class PatchStore:
         stray = [d for d in (manifest.defer.dtypes if manifest.defer else []) if d not in manifest.dtypes]
         if stray:
             raise AstraError(f"patch {manifest.op}: defer dtypes {stray} not in the patch's {manifest.dtypes}")
-        return PatchEntry(manifest.op, folder, manifest, spec, origin)
+        override = _overrides().get(manifest.op, {}) if origin == "shipped" else {}
+        if "enabled" in override:
+            on = bool(override["enabled"])
+            manifest = manifest.model_copy(update={"enabled": on, **({"off_reason": ""} if on else {})})
+        return PatchEntry(manifest.op, folder, manifest, spec, origin, overridden="enabled" in override)

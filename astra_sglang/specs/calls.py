@@ -23,6 +23,9 @@ CHECKED = {"checked": True}
 class TensorCall(BaseModel):
     shape: list[int]
     dtype: str
+    range: tuple[int, int] | None = None
+    """An integer tensor's smallest and largest value (positions, top-k counts, expert ids): `onboard` draws
+    its values in that range. Recorded outside CUDA-graph capture only (reading values synchronizes)."""
 
     @field_validator("shape")
     @classmethod
@@ -38,12 +41,28 @@ class TensorCall(BaseModel):
         # A server may pass dtypes no spec knows (e8m0 scales): recorded as they are, refused only on reading.
         return dt.canonical(value) if info.context and info.context.get("checked") else value
 
+    @field_validator("range")
+    @classmethod
+    def _range(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is not None and value[0] > value[1]:
+            raise ValueError(f"range [{value[0]}, {value[1]}]: the smallest value is above the largest")
+        return value
+
 
 class CallRecord(BaseModel):
-    """One recorded call: tensor arguments by name (shape, dtype); scalars by value."""
+    """One recorded call: tensor arguments by name (shape, dtype); scalars by value; the tensors it returned,
+    in order (an out-of-place op's results, which `onboard` makes output arguments)."""
 
     tensors: dict[str, TensorCall]
     scalars: dict[str, Any] = {}
+    returns: list[TensorCall] = []
+
+    def dump(self) -> dict:
+        """The JSON form: tensors and scalars always, returns and ranges where there are some."""
+        out = self.model_dump(exclude_none=True)
+        if not self.returns:
+            out.pop("returns")
+        return out
 
 
 CALLS = TypeAdapter(list[CallRecord])

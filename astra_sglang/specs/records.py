@@ -204,6 +204,26 @@ class SGLangTarget(_Record):
     note: str = ""
 
 
+class Onboarded(_Record):
+    """What `onboard` wrote a user spec from, and what it leaves for the first GPU run (`[onboard]`)."""
+
+    entry: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """The op onboarded, "module:function"."""
+    call: str = Field(default="", pattern=r"^([A-Za-z_][\w.]*:[A-Za-z_]\w*)?$")
+    """The adapter calling the op with the spec's arguments ("module:function"): SGLang's op as the harness's
+    baseline and first kernel, and the oracle where the reference is the op itself."""
+    proposed: str = Field(default="", pattern=r"^([A-Za-z_][\w.]*:[A-Za-z_]\w*)?$")
+    """A torch reference (fp64) waiting for the GPU check: it becomes `reference` once it agrees with the op on
+    the GPU at the recorded shapes; until then the op itself is the reference."""
+    proposed_note: str = ""
+    """Where the proposed reference comes from (the tool's, SGLang's forward_native, the user's)."""
+    gpu_check: str = ""
+    """"" until the first GPU run has checked the op (its tolerance, the proposed reference); then what it found,
+    with the GPU and the date."""
+    measured: dict[str, str] = Field(default_factory=dict)
+    """Per dtype: the op's own run-to-run and upcast differences the tolerance was derived from."""
+
+
 class KernelSpec(_Record):
     name: str = Field(pattern=r"^[A-Za-z_]\w*$")
     summary: str
@@ -222,6 +242,12 @@ class KernelSpec(_Record):
     reference: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     """Dotted path "module:function" of the torch reference (computes in fp64, mutates in place); called
     with every argument positionally in spec order."""
+    reference_dtype: Literal["float64", "op"] = "float64"
+    """float64: the reference gets fp64 copies of the floating arguments (a torch reference). op: it gets the
+    arguments in the op's own dtypes: the reference is the original op itself on the GPU (an oracle), and the
+    tolerance carries the op's own run-to-run and upcast differences (`onboard`, docs/specs.md)."""
+    onboard: Onboarded | None = None
+    """Set in specs `onboard` wrote (user specs)."""
     shapes: ShapeSets
     edge_cases: list[EdgeCase] = Field(default_factory=list)
     constraints: list[str] = Field(default_factory=list)
@@ -268,6 +294,9 @@ class KernelSpec(_Record):
                     self._names_known(f"arguments.{i}.init.{field}", bound, known)
         if self.sandwich:
             self._sandwich_args()
+        stray = [d for d in self.shapes.model_dims if d not in self.dims]
+        if stray:
+            raise ValueError(f"shapes.model_dims: {stray[0]!r} is not one of the dims {self.dims}")
         needed = {arg.dtype_for(d) for arg in self.tensor_args if arg.role != "in" for d in self.dtypes}
         missing = sorted(d for d in needed if d in dt.FLOATS and d not in self.tolerance)
         if missing:

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from astra_sglang.triton.screen_records import ScreenStats
+
 Verdict = Literal["tuned", "sglang-best", "no-valid-config", "not-measured"]
 
 
@@ -33,6 +35,13 @@ class BucketResult(BaseModel):
     """`chosen` against SGLang's pick in the final evaluation (full checks, a new process)."""
     final_us: float | None = None
     pick_us: float | None = None
+    screened: int = 0
+    """Configs the screening tier measured here (its cache's included); 0: no screening."""
+    screen_best: str | None = None
+    screen_us: float | None = None
+    """The best screened config's time (kernel time of one call, CUDA-graph replay)."""
+    screen_pick_us: float | None = None
+    """SGLang's pick's screened time."""
 
 
 class TuneResult(BaseModel):
@@ -60,6 +69,8 @@ class TuneResult(BaseModel):
     """The file written in SGLang's layout (relative to the patch folder), empty when nothing beat SGLang."""
     command: str = ""
     notes: list[str] = Field(default_factory=list)
+    screen: list[ScreenStats] = Field(default_factory=list)
+    """The screening tier's figures per batch size (empty: the search ran without it)."""
 
     def geomean(self) -> float | None:
         values = [b.final_speedup for b in self.buckets if b.final_speedup]

@@ -55,7 +55,7 @@ OPS=$FAMILIES SETS=$SETS CHECK_SETS=${CHECK_SETS:-edge+quick+held_out} \
 echo "== record"
 DATE=$(date -u +%F)
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+COMMIT=${COMMIT:-${ASTRA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}}
 python3 benchmarks/families_record.py "$OUT" "$GPU" "$DATE" \
   "$GPU, $DATE, commit $COMMIT, \`bash benchmarks/gpu/families.sh OUT\`" $FAMILIES
 rm -rf "$OUT/patches"

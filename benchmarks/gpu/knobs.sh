@@ -37,7 +37,7 @@ python3 -c "import clang.cindex, ziglang" 2>/dev/null && echo "libclang: importa
   || echo "libclang: not importable; only ops with .stage/knobbed/OP/knobbed.cu can run"
 DATE=$(date -u +%F)
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+COMMIT=${COMMIT:-${ASTRA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}}
 
 names=()
 for item in $OPS; do

@@ -55,7 +55,7 @@ export ASTRA_SGLANG_HOME="$OUT/home"
 source benchmarks/gpu/setup.sh
 DATE=$(date -u +%F)
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+COMMIT=${COMMIT:-${ASTRA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}}
 SOFTWARE=$(python3 - <<'PY'
 import subprocess
 from importlib import metadata

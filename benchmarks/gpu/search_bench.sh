@@ -14,7 +14,7 @@ set -u
 OUTDIR=${1:-${OUT:-/tmp/search-bench}}; mkdir -p "$OUTDIR"
 source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt" 2>&1
 { nvidia-smi --query-gpu=index,name,clocks.max.sm,memory.total --format=csv
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%Y-%m-%dT%H:%MZ)"; } >> "$OUTDIR/env.txt"
+  echo "commit ${ASTRA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(date -u +%Y-%m-%dT%H:%MZ)"; } >> "$OUTDIR/env.txt"
 cat "$OUTDIR/env.txt"
 export ASTRA_SGLANG_CACHE=$(mktemp -d /tmp/search-cache.XXXX)  # empty build cache: every candidate's nvcc runs
 WORK=$(mktemp -d /tmp/search-work.XXXX)

@@ -98,3 +98,15 @@ def test_the_ops_share_is_the_sandwich_less_the_gemms_alone():
     assert timing.op_candidate_us == pytest.approx(2.0) and timing.op_baseline_us == pytest.approx(4.0)
     assert timing.speedup == pytest.approx(2.0) and timing.saved_us == pytest.approx(2.0)
     assert timing.gemms_us == Timing(median_us=50.0, p10_us=timing.gemms_us.p10_us, p90_us=timing.gemms_us.p90_us)
+
+
+def test_an_op_the_gemms_spread_swallows_has_no_in_place_speedup():
+    """A 0.7 us op beside a 75 us GEMM pair: rounds where the share comes out negative would leave a biased few
+    (an H200 run printed "7.9x" from a -0.33 us median share); no figure rather than that one."""
+    sandwich = _sandwich()
+    alone = [75.0, 76.0, 74.0, 75.5, 74.5, 75.0, 76.5, 74.0, 75.0, 75.2]
+    cand = [74.8, 76.2, 74.1, 75.1, 74.9, 74.6, 76.9, 73.7, 75.4, 75.0]
+    base = [75.7, 76.6, 74.8, 76.2, 75.1, 75.8, 77.0, 74.9, 75.6, 75.9]
+    timing = sandwich.figures({"candidate": cand, "baseline": base, "gemms": alone}, 4)
+    assert timing.speedup is None
+    assert timing.saved_us > 0  # the difference of the two sandwiches stays a figure

@@ -82,7 +82,7 @@ def test_harness_draws_and_checks_the_spec(shape, dtype):
 
 
 def test_spec_targets_name_sglangs_binding():
-    from astra_sglang.patching.targets import static_check
+    from astra_sglang.extraction.static_targets import static_check
     from astra_sglang.patchset.manifest import Target
 
     if importlib.util.find_spec("sglang") is None:

@@ -117,12 +117,24 @@ def test_recording_is_bounded_and_a_broken_file_stops_it_not_the_call(tmp_path):
         wrapped(torch.zeros(t, 4), scale=float(t))
     assert rec.full and len(json.loads((tmp_path / "calls.json").read_text())) == 3
     assert json.loads((tmp_path / "calls.json").read_text())[1] == {
-        "tensors": {"x": {"shape": [2, 4], "dtype": "float32"}}, "scalars": {"scale": 2.0}}
+        "tensors": {"x": {"shape": [2, 4], "dtype": "float32"}}, "scalars": {"scale": 2.0},
+        "returns": [{"shape": [2, 4], "dtype": "float32"}]}  # what it returned: onboard's output arguments
     bad = CallRecorder(Target.parse("m:f"), tmp_path / "bad.json")
     (tmp_path / "bad.json").write_text("{not json")
     assert torch.equal(bad.wrap(fn)(torch.ones(2)), torch.ones(2)) and bad.full
     assert CallRecorder(Target.parse("m:f"), tmp_path / "none.json").wrap(fn)(3, 2) == 6  # no tensor: nothing
     assert not (tmp_path / "none.json").exists()
+
+
+@pytest.mark.parametrize("dtype, values", [(torch.int32, [3, 1, 7]), (torch.int64, [0]), (torch.uint8, [9, 2])])
+def test_integer_tensors_carry_their_range_and_floats_none(tmp_path, dtype, values):
+    rec = CallRecorder(Target.parse("m:f"), tmp_path / "calls.json")
+    rec.wrap(lambda probs, top_k: (probs * 2, top_k + 1))(torch.zeros(len(values), 5), torch.tensor(values, dtype=dtype))
+    call = json.loads((tmp_path / "calls.json").read_text())[0]
+    assert call["tensors"]["top_k"]["range"] == [min(values), max(values)]
+    assert "range" not in call["tensors"]["probs"]
+    assert [r["dtype"] for r in call["returns"]] == ["float32", str(dtype).removeprefix("torch.")]
+    assert call["returns"][1]["range"] == [min(values) + 1, max(values) + 1]
 
 
 def test_several_functions_get_a_file_each():

@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from astra_sglang.errors import AstraError
-from astra_sglang.patching.targets import rebind, resolve, static_check
+from astra_sglang.extraction.static_targets import static_check
+from astra_sglang.patching.targets import rebind, resolve
 from astra_sglang.patchset.manifest import Target
 from astra_sglang.patchset.store import PatchStore
 from astra_sglang.paths import patches_dir

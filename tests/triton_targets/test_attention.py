@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
-from astra_sglang.optimize.tuner.attention_tune import AttnSetup, AttnTuner
+from astra_sglang.optimize.tuner.attention_tune import AttnSetup, attn_tuner
 from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions
 from astra_sglang.patching.stats import OpStats
 from astra_sglang.patching.triton_launch import LaunchChoice, LaunchPatch
@@ -312,7 +312,7 @@ class KvLandscape(Landscape):
 def _kv_tuner(land, buckets):
     setup = AttnSetup("decode_attention", LLAMA3, buckets, {b: DECODE_PICK for b in buckets}, FACTS.gpu,
                       FACTS.triton, FACTS.source_hash)
-    return AttnTuner(setup, land, echo=lambda _: None, width=400)
+    return attn_tuner(setup, land, echo=lambda _: None, width=400)
 
 
 def test_one_config_serves_every_kv_length_of_a_batch_size():
@@ -352,7 +352,7 @@ def test_a_key_whose_config_loses_one_final_bucket_keeps_sglangs_pick_at_all(tmp
 def test_tuner_proposals_skip_sglangs_pick_and_filtered_configs():
     setup = AttnSetup("decode_attention", LLAMA3, [(8, 1024)], {(8, 1024): DECODE_PICK}, FACTS.gpu, FACTS.triton,
                       FACTS.source_hash)
-    tuner = AttnTuner(setup, Landscape(), echo=lambda _: None, width=50)
+    tuner = attn_tuner(setup, Landscape(), echo=lambda _: None, width=50)
     proposed = tuner.propose((8, 1024), first=True)
     assert DECODE_PICK not in proposed and len(proposed) == 50
     assert all(not rejected(c, LLAMA3) for c in proposed)

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from astra_sglang.profile.records import KernelRow, Phase, Profile
 from astra_sglang.triton.moe.shapes import MoeShape, from_config
 from astra_sglang.triton.results import BucketResult, TuneResult
@@ -53,20 +55,25 @@ def _running(pid: int) -> bool:
     return stat.is_file() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def test_a_stage_past_its_time_leaves_no_process(bench_script, tmp_path):
+@pytest.mark.parametrize("sigint", ["ignored", "fatal"])
+def test_a_stage_past_its_time_leaves_no_process(bench_script, tmp_path, sigint):
     run = bench_script("moe_run")
     run.GRACE_S = 1.0
-    # a stage whose child starts a grandchild in a session of its own (as a server or an evaluation does)
-    script = ("import subprocess, sys, time\n"
-              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
-              "open(sys.argv[1], 'w').write(str(p.pid))\n"
-              "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    # a stage whose child starts a grandchild in a session of its own (as a server or an evaluation does), then
+    # outlives SIGINT or dies of it (orphaning the grandchild); the pid is written whole, and the limit leaves a
+    # loaded machine's interpreter time to get there: the check below needs the grandchild started
+    script = ("import os, signal, subprocess, sys, time\n"
+              + ("signal.signal(signal.SIGINT, signal.SIG_IGN)\n" if sigint == "ignored" else "")
+              + "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+              "open(sys.argv[1] + '.tmp', 'w').write(str(p.pid))\n"
+              "os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
               "time.sleep(60)\n")
     pid_file = tmp_path / "grandchild"
-    stage = run.Stage("slow", [sys.executable, "-c", script, str(pid_file)], limit_s=1)
+    stage = run.Stage("slow", [sys.executable, "-c", script, str(pid_file)], limit_s=8)
     start = time.monotonic()
     rc = run.run_stage(stage, tmp_path, deadline=time.monotonic() + 60)
     assert rc == 124 and time.monotonic() - start < 30
+    assert pid_file.is_file(), "the stage's child did not start its grandchild within the limit"
     assert not _running(int(pid_file.read_text()))
     skipped = run.run_stage(run.Stage("late", ["true"], 5, needs=[str(tmp_path / "nothing")]), tmp_path, 0)
     assert skipped == -1

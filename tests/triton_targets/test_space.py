@@ -26,7 +26,8 @@ def test_default_config_leaves_launch_options_to_triton():
 
 def test_shared_memory_pruning():
     big = MoeConfig(256, 256, 256, 1, 8, 5)
-    assert big.smem_bytes() == 5 * (256 * 256 + 256 * 256) * 2 and not fits(big)
+    assert big.smem_bytes() == 4 * (256 * 256 + 256 * 256) * 2 and not fits(big)
+    assert fits(MoeConfig(16, 128, 256, 1, 4, 4))  # SGLang's H100 file for E=16 N=2048 holds it: it ran
     assert fits(MoeConfig(64, 64, 64, 1, 4, 3))
     assert all(fits(c) for c in space(4096, 128, 8))
 

@@ -8,7 +8,7 @@ import pytest
 from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
 from astra_sglang.optimize.tuner.cache import TuneCache
 from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions, file_table, tune_fused_moe
-from astra_sglang.optimize.tuner.moe_tune import WIN_MARGIN, MoeTuner, Setup
+from astra_sglang.optimize.tuner.moe_tune import WIN_MARGIN, Setup, moe_tuner
 from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.patchset.store import PatchStore
 from astra_sglang.triton.moe import configs as moe_configs
@@ -76,7 +76,7 @@ def _setup(buckets=(1, 64)):
 
 def test_every_evaluation_tries_one_config_at_every_batch_size():
     land = Landscape()
-    tuner = MoeTuner(_setup(), land, echo=lambda _: None, width=3)
+    tuner = moe_tuner(_setup(), land, echo=lambda _: None, width=3)
     assert tuner.search(rounds=1) == 3
     assert all([s[0] for s in req.shapes] == [1, 64] for req in land.requests)
     assert all(req.baseline.path.endswith(":sglang_pick") for req in land.requests)
@@ -85,8 +85,8 @@ def test_every_evaluation_tries_one_config_at_every_batch_size():
 
 def test_the_search_climbs_to_the_best_config():
     land = Landscape()
-    tuner = MoeTuner(_setup(), land, echo=lambda _: None, width=4)
-    tuner.search(rounds=8)
+    tuner = moe_tuner(_setup(), land, echo=lambda _: None, width=4)
+    tuner.search(rounds=12)
     for tokens in (1, 64):
         assert tuner.best(tokens).config == TARGET[tokens].code()
         assert tuner.chosen()[tokens] == TARGET[tokens]
@@ -96,7 +96,7 @@ def test_the_search_climbs_to_the_best_config():
 
 def test_sglangs_pick_stays_where_nothing_beats_it():
     land = Landscape(peak=1.0 + (WIN_MARGIN - 1) / 2)  # the best is faster, but by less than the margin
-    tuner = MoeTuner(_setup(), land, echo=lambda _: None, width=4)
+    tuner = moe_tuner(_setup(), land, echo=lambda _: None, width=4)
     tuner.search(rounds=3)
     assert tuner.chosen() == {1: PICK, 64: PICK}
     final = land([tuner.request(tuner.chosen(), "final", final=True)])[0]
@@ -105,7 +105,7 @@ def test_sglangs_pick_stays_where_nothing_beats_it():
 
 def test_a_config_slower_in_the_final_evaluation_is_dropped():
     land = Landscape(final_factor=0.7)
-    tuner = MoeTuner(_setup(), land, echo=lambda _: None, width=4)
+    tuner = moe_tuner(_setup(), land, echo=lambda _: None, width=4)
     tuner.search(rounds=2)
     table = tuner.chosen()
     assert table[1] != PICK
@@ -118,7 +118,7 @@ def test_a_config_slower_in_the_final_evaluation_is_dropped():
 
 def test_a_crash_fails_the_config_it_happened_in_only():
     land = Landscape(crash_at=64)
-    tuner = MoeTuner(_setup((1, 64, 256)), land, echo=lambda _: None, width=2)
+    tuner = moe_tuner(_setup((1, 64, 256)), land, echo=lambda _: None, width=2)
     tuner.search(rounds=1)
     assert all(m.ok or MoeConfig.from_code(m.config).block_n == 256 for m in tuner.measured[1].values())
     assert all(not m.ok and "SIGSEGV" in m.reason for m in tuner.measured[64].values())
@@ -127,18 +127,18 @@ def test_a_crash_fails_the_config_it_happened_in_only():
 
 def test_the_cache_spares_evaluations(tmp_path):
     cache = TuneCache("fused_moe", tmp_path)
-    first = MoeTuner(_setup(), Landscape(), cache=cache, echo=lambda _: None, width=3)
+    first = moe_tuner(_setup(), Landscape(), cache=cache, echo=lambda _: None, width=3)
     first.search(rounds=1)
-    again = MoeTuner(_setup(), Landscape(), cache=cache, echo=lambda _: None, width=3)
+    again = moe_tuner(_setup(), Landscape(), cache=cache, echo=lambda _: None, width=3)
     assert again.cached == 6 and again.measured == first.measured
     assert not {c.code() for c in again.propose(1, first=True)} & set(first.measured[1])
     other_gpu = Setup(**{**_setup().__dict__, "gpu": "NVIDIA H200"})
-    assert MoeTuner(other_gpu, Landscape(), cache=cache, echo=lambda _: None).cached == 0
+    assert moe_tuner(other_gpu, Landscape(), cache=cache, echo=lambda _: None).cached == 0
 
 
 def test_the_budget_cuts_rounds():
     land = Landscape()  # every evaluation takes 30 s
-    tuner = MoeTuner(_setup(), land, echo=lambda _: None, width=4)
+    tuner = moe_tuner(_setup(), land, echo=lambda _: None, width=4)
     assert tuner.search(rounds=3, budget_s=100.0) == 0  # the first evaluation, assumed 60 s, and the final: no
     assert tuner.search(rounds=1, budget_s=200.0) == 2  # two of the four configs fit beside the final
     assert all(len(m) == 2 for m in tuner.measured.values())

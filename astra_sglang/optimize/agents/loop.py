@@ -76,8 +76,10 @@ class Optimizer(Steps):
     def prepare(self) -> EvalResult:
         """The baseline first (no LLM spending when it cannot be evaluated), then the TestingAgent."""
         shapes, trials = self.suite()
+        # from nothing: S0 declines every shape, so the original measured is the baseline op itself
+        subject = self.config.baseline if self.config.from_nothing else self.baseline
         rec = self.step(0, "eval", lambda _: LogRecord(round=0, role="eval", candidate=str(self.baseline), payload=(
-            self.trim(self.pool.submit(self.request(self.baseline, "baseline", shapes, trials)).result())
+            self.trim(self.pool.submit(self.request(subject, "baseline", shapes, trials)).result())
             .model_dump(mode="json"))))
         result = EvalResult.model_validate(rec.payload)
         self.db.add(entry_from(ORIGINAL, 0, str(self.baseline), self.baseline.read_text(), result))

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
-from astra_sglang.optimize.tuner.attention_tune import AttnSetup, AttnTuner, Bucket
+from astra_sglang.optimize.tuner.attention_tune import AttnSetup, Bucket, attn_tuner
+from astra_sglang.optimize.tuner.bucket import Batch
 from astra_sglang.optimize.tuner.cache import TuneCache
 from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions, search_then_check, write_outputs
-from astra_sglang.optimize.tuner.moe_tune import Batch
 from astra_sglang.triton.attention.space import SMEM_BYTES, AttnShape, space
 from astra_sglang.triton.attention.targets import sglang_pick, target
 from astra_sglang.triton.moe import configs as moe_configs
@@ -46,7 +46,7 @@ def tune_attention(kernel: str, shape: AttnShape, buckets: list[Bucket], run_dir
     setup = AttnSetup(kernel=kernel, shape=shape, buckets=buckets, picks=picks, gpu=facts.gpu, triton=facts.triton,
                       source_hash=facts.source_hash, smem=facts.smem)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tuner = AttnTuner(setup, batch, TuneCache(kernel) if options.use_cache else None, run_id=run_dir.name,
+    tuner = attn_tuner(setup, batch, TuneCache(kernel) if options.use_cache else None, run_id=run_dir.name,
                       echo=echo, width=options.width, timeout_s=options.timeout_s)
     evaluations, table, final = search_then_check(tuner, options, started, batch, run_dir, echo, "bucket")
     result = TuneResult(kernel=kernel, date=dt.date.today().isoformat(), gpu=facts.gpu, triton=facts.triton,

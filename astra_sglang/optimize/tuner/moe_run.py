@@ -5,12 +5,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
+from astra_sglang.optimize.tuner.bucket import Batch, BucketTuner, Finalists
 from astra_sglang.optimize.tuner.cache import TuneCache
-from astra_sglang.optimize.tuner.moe_tune import Batch, MoeTuner, Setup
+from astra_sglang.optimize.tuner.moe_knob_tune import keyed_hash, knob_tuner, write_patch
+from astra_sglang.optimize.tuner.moe_tune import Setup, moe_tuner
+from astra_sglang.optimize.tuner.moe_two_tier import ScreenOptions
 from astra_sglang.optimize.tuner.report import write_report
 from astra_sglang.triton.moe import configs as moe_configs
 from astra_sglang.triton.moe.shapes import MoeShape
@@ -58,6 +61,11 @@ class TuneOptions:
     use_cache: bool = True
     patches_dir: Path | None = None
     command: str = ""
+    screen: ScreenOptions | None = None
+    """The screening tier ahead of the strict one (its finalists are the search's only proposals)."""
+    source_knob: str = ""
+    """A source variant of SGLang's kernel searched beside the configs ("splitk", or a registered agent's
+    "agent-<hash>"): written as a source patch (kind triton-source) instead of a config patch."""
 
 
 def file_table(shape: MoeShape, chosen: dict[int, MoeConfig], picks_at) -> dict[int, MoeConfig]:
@@ -75,7 +83,7 @@ def file_table(shape: MoeShape, chosen: dict[int, MoeConfig], picks_at) -> dict[
     return dict(sorted(table.items()))
 
 
-def search_then_check(tuner: MoeTuner, options: TuneOptions, started: float, batch: Batch, run_dir: Path, echo,
+def search_then_check(tuner: BucketTuner, options: TuneOptions, started: float, batch: Batch, run_dir: Path, echo,
                       unit: str):
     """The search under the options' rounds and budget, then one final evaluation (a new process, every check)
     of the chosen table against SGLang's pick, kept as run_dir/final.json: (evaluations, table, final)."""
@@ -90,7 +98,7 @@ def search_then_check(tuner: MoeTuner, options: TuneOptions, started: float, bat
     return evaluations, table, final
 
 
-def write_outputs(result: TuneResult, tuner: MoeTuner, run_dir: Path, bucket_name=str) -> None:
+def write_outputs(result: TuneResult, tuner: BucketTuner, run_dir: Path, bucket_name=str) -> None:
     """run_dir/tune.json, measurements.json (every config measured, per bucket) and the report tune.md."""
     (run_dir / "tune.json").write_text(result.model_dump_json(indent=1))
     (run_dir / "measurements.json").write_text(json.dumps(
@@ -99,7 +107,7 @@ def write_outputs(result: TuneResult, tuner: MoeTuner, run_dir: Path, bucket_nam
 
 
 def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: TuneOptions, batch: Batch,
-                   facts: Facts | None = None, picks_at=None, echo=print) -> TuneResult:
+                   facts: Facts | None = None, picks_at=None, echo=print, progress=None) -> TuneResult:
     started = time.perf_counter()
     facts = facts or facts_here()
     if picks_at is None:
@@ -112,8 +120,22 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
     setup = Setup(shape=shape, buckets=buckets, picks=picks, gpu=facts.gpu, triton=facts.triton,
                   source_hash=facts.source_hash, seeds=seeds, smem=facts.smem)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tuner = MoeTuner(setup, batch, TuneCache("fused_moe") if options.use_cache else None, run_id=run_dir.name,
-                     echo=echo, width=options.width, timeout_s=options.timeout_s)
+    provider, proposer, screens = None, None, {}
+    if options.source_knob:  # configs with the variant's knobs, through the same evaluator
+        from astra_sglang.triton.moe.provider import KernelSourceProvider
+
+        provider = KernelSourceProvider(options.source_knob)
+    if options.screen:
+        from astra_sglang.optimize.tuner.moe_two_tier import screen_moe
+
+        screen_hash = facts.source_hash if provider is None else keyed_hash(facts.source_hash, provider)
+        chosen, screens = screen_moe(shape, {t: p.config for t, p in picks.items()}, facts.gpu, facts.triton,
+                                     screen_hash, facts.smem, replace(options.screen, knob=provider), run_dir,
+                                     options.use_cache, echo, progress)
+        proposer, options = Finalists(chosen), replace(options, rounds=1, width=options.screen.finalists)
+    cache = TuneCache("fused_moe") if options.use_cache else None
+    kw = dict(proposer=proposer, run_id=run_dir.name, echo=echo, width=options.width, timeout_s=options.timeout_s)
+    tuner = knob_tuner(provider, setup, batch, cache, **kw) if provider else moe_tuner(setup, batch, cache, **kw)
     evaluations, table, final = search_then_check(tuner, options, started, batch, run_dir, echo, "batch size")
     result = TuneResult(date=dt.date.today().isoformat(), gpu=facts.gpu, triton=facts.triton, sglang=facts.sglang,
                         source_hash=facts.source_hash, shape={"experts": shape.experts, "inter": shape.inter,
@@ -121,9 +143,19 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
                                                               "dtype": shape.dtype},
                         buckets=tuner.finish(final, table), evaluations=evaluations + 1, cached=tuner.cached,
                         seconds=time.perf_counter() - started, final_ok=final.ok, final_reason=final.reason,
-                        command=options.command)
-    tuned = {b.tokens: MoeConfig.from_code(b.chosen) for b in result.buckets if b.verdict == "tuned"}
-    if tuned and options.patches_dir:
+                        command=options.command, screen=[s.stats for s in screens.values()])
+    for b in result.buckets:
+        if b.tokens in screens:
+            s = screens[b.tokens]
+            best = s.ranked()[:1]
+            b.screened = sum(r.stage != "unscreened" for r in s.results)
+            b.screen_best, b.screen_us = (best[0].config, best[0].us) if best else (None, None)
+            b.screen_pick_us = s.pick_us(b.pick)
+    tuned = {b.tokens: tuner.op.from_code(b.chosen) for b in result.buckets if b.verdict == "tuned"}
+    if tuned and options.patches_dir and provider:
+        result.config_file = write_patch(options.patches_dir, result, shape, file_table(shape, tuned, picks_at),
+                                         provider, run_dir.name)
+    elif tuned and options.patches_dir:
         from astra_sglang.triton.moe.patch import write_config_patch
 
         folder = write_config_patch(options.patches_dir, result, file_table(shape, tuned, picks_at), facts.gpu,
@@ -132,5 +164,8 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
                                  moe_configs.file_name(shape.experts, shape.inter, facts.gpu))
     elif not tuned:
         result.notes.append("SGLang's own pick is the best measured at every batch size: no file written")
+    untuned = sorted(set(file_table(shape, {}, picks_at)) - set(buckets))
+    if untuned:
+        result.notes.append(f"batch-size keys left at SGLang's pick (not tuned): {', '.join(map(str, untuned))}")
     write_outputs(result, tuner, run_dir)
     return result

@@ -7,7 +7,7 @@ import jinja2
 from rich.console import Console
 from rich.table import Table
 
-from astra_sglang.optimize.tuner.moe_tune import WIN_MARGIN
+from astra_sglang.optimize.tuner.bucket import WIN_MARGIN
 from astra_sglang.paths import templates_dir
 from astra_sglang.triton.results import TuneResult
 

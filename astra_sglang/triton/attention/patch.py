@@ -5,7 +5,7 @@ re-check one.
 key measured with its config, SGLang's own pick ("") where nothing beat it. Decode buckets (batch, kv length)
 collapse to batch sizes (a CUDA graph fixes the batch size at capture, not the kv length), extend buckets to
 extend lengths (the prefix length is on the GPU at launch time): the tuner chose one config per such key, on all
-of its buckets (attn_tune.AttnTuner.chosen).
+of its buckets (optimize/tuner/bucket.py: BucketTuner.chosen).
 """
 from __future__ import annotations
 

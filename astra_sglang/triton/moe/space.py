@@ -2,8 +2,16 @@
 
 A config is what `fused_moe_kernel` takes through its `**config` splat (BLOCK_SIZE_M/N/K, GROUP_SIZE_M) plus
 Triton's num_warps and num_stages; SGLang's default config leaves the last two to Triton (None here). The
-kernel has no split-K. The values are those SGLang's own tuning script searches, plus the default config's
-(BLOCK_SIZE_K 32, GROUP_SIZE_M 8); configs that cannot fit in shared memory are dropped before any is run.
+kernel has no split-K.
+
+`SGLANG_VALUES` is the grid SGLang's own tuning script searches (benchmark/kernels/fused_moe_triton/
+common_utils.py, get_configs_compute_bound: 4 x 5 x 4 x 3 x 2 x 4 = 1,920 configs on CUDA); `VALUES` adds the
+default config's BLOCK_SIZE_K 32 and GROUP_SIZE_M 8 (3,200). Of what Triton 3.6 adds to a launch, `maxnreg`
+(ptxas's register cap per thread: more blocks per SM for register-bound tiles) applies to fused_moe_kernel: it is
+a Triton option, so SGLang's `**config` splat passes it to the launch and its config files can hold it
+(`MAXNREG`: the wide space's values). `num_ctas` > 1 (Hopper thread-block clusters) does not: it pays through
+TMA multicast, and this kernel gathers A's rows through pointers. `launch_pdl` needs the kernel to wait on
+its predecessor (gdc_wait), which SGLang's kernel does not: a source change, not a config.
 """
 from __future__ import annotations
 
@@ -22,13 +30,22 @@ VALUES = {
     "warps": (4, 8),
     "stages": (2, 3, 4, 5),
 }
+SGLANG_VALUES = {
+    "block_m": (16, 32, 64, 128, 256),
+    "block_n": (32, 64, 128, 256),
+    "block_k": (64, 128, 256),
+    "group_m": (1, 16, 32, 64),
+    "warps": (4, 8),
+    "stages": (2, 3, 4, 5),
+}
+MAXNREG = (None, 128)
 SGLANG_KEYS = {"block_m": "BLOCK_SIZE_M", "block_n": "BLOCK_SIZE_N", "block_k": "BLOCK_SIZE_K",
-               "group_m": "GROUP_SIZE_M", "warps": "num_warps", "stages": "num_stages"}
+               "group_m": "GROUP_SIZE_M", "warps": "num_warps", "stages": "num_stages", "maxnreg": "maxnreg"}
 TRITON_DEFAULTS = {"warps": 4, "stages": 3}
 """What Triton launches with where a config leaves num_warps / num_stages out (CUDA)."""
 SMEM_BYTES = 227 * 1024
 """Shared memory a block may opt into on an H100/H200; the tuner reads the real GPU's where it has one."""
-_CODE = re.compile(r"^m(\d+)n(\d+)k(\d+)g(\d+)w(\d+|d)s(\d+|d)$")
+_CODE = re.compile(r"^m(\d+)n(\d+)k(\d+)g(\d+)w(\d+|d)s(\d+|d)(?:r(\d+))?$")
 
 
 @dataclass(frozen=True, order=True)
@@ -39,6 +56,8 @@ class MoeConfig:
     group_m: int
     warps: int | None = None
     stages: int | None = None
+    maxnreg: int | None = None
+    """Triton's register cap per thread (None: ptxas chooses)."""
 
     @classmethod
     def from_sglang(cls, config: dict) -> "MoeConfig":
@@ -46,7 +65,7 @@ class MoeConfig:
         down-projection file, are not part of this space)."""
         try:
             return cls(*(int(config[SGLANG_KEYS[f]]) for f in ("block_m", "block_n", "block_k", "group_m")),
-                       warps=config.get("num_warps"), stages=config.get("num_stages"))
+                       warps=config.get("num_warps"), stages=config.get("num_stages"), maxnreg=config.get("maxnreg"))
         except (KeyError, TypeError, ValueError) as exc:
             raise AstraError(f"not a fused MoE config: {config!r} ({exc})") from None
 
@@ -58,7 +77,8 @@ class MoeConfig:
         """A compact name, e.g. m64n64k32g8wdsd (d: Triton's default), usable in a Python identifier."""
         w = "d" if self.warps is None else self.warps
         s = "d" if self.stages is None else self.stages
-        return f"m{self.block_m}n{self.block_n}k{self.block_k}g{self.group_m}w{w}s{s}"
+        r = f"r{self.maxnreg}" if self.maxnreg else ""
+        return f"m{self.block_m}n{self.block_n}k{self.block_k}g{self.group_m}w{w}s{s}{r}"
 
     @classmethod
     def from_code(cls, text: str) -> "MoeConfig":
@@ -66,12 +86,24 @@ class MoeConfig:
         if not m:
             raise AstraError(f"not a fused MoE config code: {text!r} (e.g. m64n64k32g8w4s3)")
         w, s = (None if v == "d" else int(v) for v in m.group(5, 6))
-        return cls(*map(int, m.group(1, 2, 3, 4)), warps=w, stages=s)
+        return cls(*map(int, m.group(1, 2, 3, 4)), warps=w, stages=s, maxnreg=int(m.group(7)) if m.group(7) else None)
 
     def smem_bytes(self, element: int = 2) -> int:
-        """Shared memory of the software pipeline: one A and one B tile per stage."""
+        """Shared memory of the software pipeline, from below: an A and a B tile for each stage but the one being
+        computed on. The lower bound, so that nothing that runs is dropped: SGLang ships bf16 configs tuned on
+        an H100 (227 KiB a block) whose num_stages tiles would take 288 KiB (m16n128k256 with 4 stages, E=16
+        N=2048); one past the real limit fails at load (OutOfResources) instead, costing only its compile."""
         stages = self.stages or TRITON_DEFAULTS["stages"]
-        return stages * (self.block_m * self.block_k + self.block_k * self.block_n) * element
+        return max(stages - 1, 1) * (self.block_m * self.block_k + self.block_k * self.block_n) * element
+
+
+def grid(values: dict = SGLANG_VALUES, maxnreg: tuple = (None,)) -> list[MoeConfig]:
+    """Every config of a grid of values (no filtering): SGLang's tuning space by default."""
+    return [MoeConfig(*v, maxnreg=r) for v in itertools.product(*values.values()) for r in maxnreg]
+
+
+SPACES = {"sglang": lambda: grid(), "wide": lambda: grid(VALUES, MAXNREG)}
+"""Named spaces: SGLang's tuning grid (1,920), and with the default config's values and maxnreg 128 (6,400)."""
 
 
 def fits(config: MoeConfig, smem: int = SMEM_BYTES) -> bool:

@@ -1,0 +1,81 @@
+"""The two tiers: the screening tier measures each bucket's ordered space fast, its finalists go to the strict
+isolated evaluator (bucket.py), and only the strict tier decides what is written: a screening figure never
+ships on its own.
+
+`screen_buckets` runs a screener (a host's ScreenPool, or RayScreener past one host) over the buckets in turn,
+sharing a budget: each bucket gets an equal share of what is left, so time a quick bucket leaves goes to the
+ones after it. Results already in the screen cache (same GPU, Triton, kernel source, shape) are not screened
+again, except the op's own pick, screened in every run: the finalists are the configs that screened at least as
+fast as it (within FINALIST_SLACK), fastest first.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Protocol
+
+from astra_sglang.triton.screen_records import Screened, ScreenStats
+
+FINALIST_SLACK = 1.01
+"""A finalist screened no slower than the pick x this (screening is one process and a few replays: a config
+within 1% of the pick may still beat it under the strict evaluator)."""
+KEEP = ("done", "slow", "compile", "load", "launch", "check", "crash", "hang")
+"""Screening ends the cache keeps: the config's own outcome (not a budget's, nor a worker lost to staleness)."""
+
+
+class Screener(Protocol):
+    def screen(self, bucket, configs: list[str], budget_s: float | None = None, deadline: float | None = None,
+               on_result: Callable[[Screened], None] | None = None) -> tuple[list[Screened], ScreenStats]: ...
+
+
+@dataclass
+class BucketScreen:
+    results: list[Screened]
+    """Every config of the order (cached ones included), in order."""
+    stats: ScreenStats
+    reused: int = 0
+    pruned: dict[str, str] = field(default_factory=dict)
+
+    def ranked(self) -> list[Screened]:
+        return sorted((r for r in self.results if r.ok), key=lambda r: r.us)
+
+    def pick_us(self, pick: str) -> float | None:
+        return next((r.us for r in self.results if r.config == pick and r.ok), None)
+
+
+def finalists(screen: BucketScreen, pick: str, count: int, slack: float = FINALIST_SLACK) -> list[str]:
+    """Up to `count` configs that screened as fast as the pick (or the fastest, where the pick did not screen),
+    fastest first."""
+    bar = screen.pick_us(pick)
+    out = [r.config for r in screen.ranked() if r.config != pick and (bar is None or r.us <= bar * slack)]
+    return out[:count]
+
+
+def screen_buckets(screener: Screener, orders: dict[Hashable, list[str]], picks: dict[Hashable, str],
+                   budget_s: float | None = None, deadline: float | None = None, cache=None,
+                   key: Callable[[Hashable], object] | None = None, pruned: dict | None = None,
+                   on_bucket: Callable[[Hashable, int], None] | None = None,
+                   on_result: Callable[[Screened], None] | None = None) -> dict[Hashable, BucketScreen]:
+    started = time.time()
+    out: dict[Hashable, BucketScreen] = {}
+    buckets = list(orders)
+    for i, bucket in enumerate(buckets):
+        share = None
+        if budget_s is not None:
+            share = max(0.0, (budget_s - (time.time() - started)) / (len(buckets) - i))
+        known = {c: m for c, m in (cache.lookup(key(bucket)) if cache else {}).items() if c != picks[bucket]}
+        todo = [c for c in orders[bucket] if c not in known]
+        if on_bucket:
+            on_bucket(bucket, len(todo))
+        if todo:
+            results, stats = screener.screen(bucket, todo, budget_s=share, deadline=deadline, on_result=on_result)
+        else:  # everything known: no worker needs to prepare the bucket
+            results, stats = [], ScreenStats.of(bucket, [], [], gpus=[], wall_s=0.0)
+        if cache:
+            cache.add_many(key(bucket), [r for r in results if r.stage in KEEP])
+        by = {r.config: r for r in results}
+        reused = {c: m.model_copy(update={"worker": "cache"}) for c, m in known.items()}
+        merged = [by.get(c) or reused[c] for c in orders[bucket]]
+        out[bucket] = BucketScreen(results=merged, stats=stats, reused=len(set(known) & set(orders[bucket])),
+                                   pruned=(pruned or {}).get(bucket, {}))
+    return out

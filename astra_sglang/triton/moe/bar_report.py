@@ -1,0 +1,82 @@
+"""The bar's results: one summary per batch size (SGLang's pick, SGLang tuner's best and its ratio to the pick, the
+split-K knob's and ours against the tuner's best), SGLang's tuner's cost, and bar.md (jinja2)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+from pydantic import BaseModel
+
+from astra_sglang.paths import templates_dir
+from astra_sglang.triton.moe.bar import BarRow
+from astra_sglang.triton.moe.sglang_tuner_run import TunerRun
+from astra_sglang.triton.moe.space import MoeConfig
+
+
+class BatchSummary(BaseModel):
+    tokens: int
+    pick: str
+    pick_source: str
+    tuner_best: str | None
+    tuner_vs_pick: float | None = None
+    splitk: str | None = None
+    """The split variant of the tuner's best config that won, confirmed (final) or the first round's best."""
+    splitk_vs_tuner: float | None = None
+    splitk_confirmed: bool = False
+    splitk_note: str = ""
+    ours_vs_tuner: float | None = None
+    tuner_mode: str = ""
+    tuner_given: int = 0
+    tuner_ranked: int = 0
+    tuner_tried: int = 0
+    tuner_space: int = 0
+    tuner_seconds: float = 0.0
+    mean_config_s: float | None = None
+    estimate_s: float | None = None
+    estimate_half_s: float | None = None
+
+
+def _row(rows: list[BarRow], tokens: int, comparison: str) -> BarRow | None:
+    return next((r for r in rows if r.tokens == tokens and r.comparison == comparison), None)
+
+
+def summarize(picks: dict, tuner: TunerRun, rows: list[BarRow]) -> list[BatchSummary]:
+    """`picks`: tokens -> moe_configs.Pick."""
+    out = []
+    for batch in tuner.batches:
+        t = batch.tokens
+        s = BatchSummary(tokens=t, pick=picks[t].config.code(), pick_source=picks[t].describe(),
+                         tuner_best=None, tuner_mode=batch.mode, tuner_given=batch.given, tuner_ranked=batch.ranked,
+                         tuner_tried=len(batch.costs), tuner_space=batch.space, tuner_seconds=batch.seconds,
+                         mean_config_s=sum(batch.costs) / len(batch.costs) if batch.costs else None)
+        if batch.best:
+            s.tuner_best = MoeConfig.from_sglang(batch.best).code()
+        estimate = batch.estimate()
+        if estimate:
+            s.estimate_s, s.estimate_half_s = estimate
+        vs_pick, ours = _row(rows, t, "tuner-vs-pick"), _row(rows, t, "ours-vs-tuner")
+        s.tuner_vs_pick = vs_pick.speedup if vs_pick else None
+        s.ours_vs_tuner = ours.speedup if ours else None
+        final = _row(rows, t, "splitk-final")
+        tried = [r for r in rows if r.tokens == t and r.comparison.startswith("splitk-") and r.comparison != "splitk-final"]
+        if final is not None:
+            s.splitk, s.splitk_vs_tuner, s.splitk_confirmed = final.candidate, final.speedup, True
+        elif tried:
+            good = [r for r in tried if r.speedup]
+            best = max(good, key=lambda r: r.speedup) if good else None
+            s.splitk, s.splitk_vs_tuner = (best.candidate, best.speedup) if best else (None, None)
+            s.splitk_note = (f"best of {len(tried)} splits, not confirmed" if best and best.speedup > 1.0 else
+                             f"{len(tried)} splits, none faster" if best else f"{len(tried)} splits, none passed")
+        else:
+            s.splitk_note = "no split worth trying (enough output blocks)"
+        out.append(s)
+    return out
+
+
+def write_report(path: Path, header: dict, summaries: list[BatchSummary], tuner: TunerRun) -> Path:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")), trim_blocks=True,
+                             lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    estimates = [s.estimate_s for s in summaries if s.estimate_s is not None]
+    total = sum(estimates) / max(1, len(tuner.gpus)) if len(estimates) == len(summaries) else None
+    path.write_text(env.get_template("moe_bar.md.j2").render(h=header, rows=summaries, tuner=tuner, total_s=total))
+    return path

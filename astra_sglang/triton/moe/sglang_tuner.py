@@ -1,0 +1,153 @@
+"""SGLang's own fused MoE tuner (`benchmark/kernels/fused_moe_triton/` of an SGLang source checkout), as the bar
+our tuning is measured against: the files it needs, checked against the installed SGLang, and what it runs with.
+
+The user gives the checkout's folder; nothing of it is copied into this project. `TunerScript.open(folder)`
+checks it: the tuner script and its common_utils.py are there, every SGLang name they import exists in the
+installed SGLang (read with `ast`, nothing imported: a script of another SGLang release is refused, naming the
+first missing name), the script defines what the runner calls; and records both files' hashes. Ray is served in
+the process (ray_local), through a `ray` package that `shim_dir` writes. SGLang's tuner reads the expert shape from
+a model's config.json: `model_dir` writes one (Mixtral's architecture, which its common_utils reads by default).
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from astra_sglang.errors import AstraError
+from astra_sglang.triton.moe.shapes import MoeShape
+
+SCRIPT = "tuning_fused_moe_triton.py"
+COMMON = "common_utils.py"
+DEFINES = {SCRIPT: ("BenchmarkWorker", "benchmark_config", "main", "ServerArgs"), COMMON: ("get_configs_compute_bound",)}
+"""Module-level names the runner uses (defined or imported)."""
+
+
+@dataclass(frozen=True)
+class TunerScript:
+    folder: Path
+    hashes: dict[str, str]
+    """File name -> sha256 (first 16 hex digits) of the files run: the script, common_utils.py and any other module
+    of the folder they import."""
+    batch_sizes_flag: bool
+    """The script takes --batch-sizes (several batch sizes in one run); else one --batch-size per run."""
+
+    @property
+    def script(self) -> Path:
+        return self.folder / SCRIPT
+
+    @classmethod
+    def open(cls, folder: str | Path) -> "TunerScript":
+        folder = Path(folder)
+        hashes = {}
+        for name in DEFINES:
+            if not (folder / name).is_file():
+                raise AstraError(f"{folder} is not SGLang's benchmark/kernels/fused_moe_triton folder: no {name}")
+        for name, needed in DEFINES.items():
+            path = folder / name
+            text = path.read_text()
+            tree = ast.parse(text, filename=str(path))
+            defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            defined |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+            missing = [n for n in needed if n not in defined]
+            if missing:
+                raise AstraError(f"{path} defines no {', '.join(missing)}: not a tuner script this runner knows")
+            check_imports(path, tree)
+            hashes[name] = hashlib.sha256(text.encode()).hexdigest()[:16]
+            for local in local_imports(folder, path, tree):
+                hashes.setdefault(local.name, hashlib.sha256(local.read_bytes()).hexdigest()[:16])
+        return cls(folder, hashes, "--batch-sizes" in (folder / SCRIPT).read_text())
+
+
+def sglang_imports(tree: ast.Module) -> list[tuple[str, str]]:
+    """(module, name) of every `from sglang... import name` and (module, "") of every `import sglang...`."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang"):
+            out += [(node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(a.name, "") for a in node.names if a.name.startswith("sglang")]
+    return out
+
+
+def local_imports(folder: Path, path: Path, tree: ast.Module) -> list[Path]:
+    """The folder's own modules the file imports; AstraError for a module that is neither there, nor served
+    (ray), nor installed: the files to carry are the folder's, and only they."""
+    import importlib.util
+
+    out = []
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+        for top in {n.split(".")[0] for n in names}:
+            if (folder / f"{top}.py").is_file():
+                out.append(folder / f"{top}.py")
+            elif top != "ray" and top not in sys.stdlib_module_names and importlib.util.find_spec(top) is None:
+                raise AstraError(f"{path.name} imports {top}, which is neither in {folder} nor installed here")
+    return sorted(set(out))
+
+
+def check_imports(path: Path, tree: ast.Module) -> None:
+    """Every SGLang name the file imports is in the installed SGLang (AstraError naming the first that is not)."""
+    from astra_sglang.extraction.static_targets import module_source, static_check
+    from astra_sglang.patchset.manifest import Target
+
+    for module, name in sglang_imports(tree):
+        if not name:
+            if module_source(module) is None:
+                raise AstraError(f"{path.name} imports {module}, which the installed SGLang does not have: "
+                                 "use the tuner of the installed SGLang's release")
+            continue
+        if module_source(f"{module}.{name}") is not None:  # a submodule imported by name
+            continue
+        check = static_check(Target(module, name))
+        if check.status != "ok":
+            raise AstraError(f"{path.name} imports {name} from {module}: {check.detail}; use the tuner of the "
+                             "installed SGLang's release")
+
+
+def shim_dir(root: Path) -> Path:
+    """`root/ray-local`, holding a `ray` package that serves Ray's API in-process (ray_local): put it first on
+    the tuner's path."""
+    import jinja2
+
+    from astra_sglang.paths import templates_dir
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "ray_local")),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    out = Path(root) / "ray-local"
+    (out / "ray" / "experimental").mkdir(parents=True, exist_ok=True)
+    (out / "ray" / "__init__.py").write_text(env.get_template("ray_init.py.j2").render())
+    (out / "ray" / "experimental" / "__init__.py").write_text("")
+    (out / "ray" / "experimental" / "tqdm_ray.py").write_text(env.get_template("tqdm_ray.py.j2").render())
+    return out
+
+
+def model_dir(shape: MoeShape, root: Path) -> Path:
+    """A model folder whose config.json gives SGLang's tuner this expert shape at tensor-parallel size 1."""
+    out = Path(root) / f"moe-{shape.experts}x{shape.inter}x{shape.hidden}x{shape.topk}"
+    out.mkdir(parents=True, exist_ok=True)
+    config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": shape.hidden,
+              "intermediate_size": shape.inter, "num_local_experts": shape.experts,
+              "num_experts_per_tok": shape.topk, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "num_hidden_layers": 1, "vocab_size": 32000, "torch_dtype": shape.dtype}
+    (out / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    return out
+
+
+def key(config: dict) -> tuple:
+    return tuple(sorted((k, int(v)) for k, v in config.items()))
+
+
+def subset(space: list[dict], ranked: list[dict], sample: int, seed: int) -> tuple[list[dict], int]:
+    """(configs, how many of them are ranked ones): the ranked configs that are in SGLang's space, in their
+    order, then `sample` others drawn from the rest of it with `seed`."""
+    known = {key(c): c for c in space}
+    first = list({key(c): known[key(c)] for c in ranked if key(c) in known}.values())
+    taken = {key(c) for c in first}
+    rest = [c for c in space if key(c) not in taken]
+    return first + random.Random(seed).sample(rest, min(sample, len(rest))), len(first)

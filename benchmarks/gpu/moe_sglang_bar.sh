@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# SGLang's own fused MoE tuner as the bar, in one GPU command of at most ~9 minutes (benchmarks/moe_sglang_bar.py):
+# SGLang's pick, SGLang's tuner (bounded: its own tune loop over our ranked configs first, then SAMPLE configs of its
+# space drawn at random, a process per GPU, Ray served in-process), then the strict evaluator on every GPU: the
+# tuner's best against SGLang's pick, split-K on the tuner's best config against it (then the winners again), ours
+# (OURS, a config file in SGLang's format) against it.
+# Needs, carried: .stage/ (the SGLang runtime kit, see setup.sh) and TUNER_DIR (default .bar/fused_moe_triton):
+# tuning_fused_moe_triton.py and common_utils.py of SGLang's benchmark/kernels/fused_moe_triton/ at the installed
+# SGLang's release tag (v0.5.17), never committed.
+# Usage (GPU machine, repo root): bash benchmarks/gpu/moe_sglang_bar.sh [OUTDIR]
+# env: PRESET (mixtral-8x7b-tp2 | qwen3-30b-a3b | deepseek-v2-lite), BATCH_SIZES (1,4,16,64), SAMPLE (24), SEED (0),
+#      DEADLINE (400 s for the python part), GPUS (every visible), RANKED (JSON {batch: [codes]}), OURS, FULL=1
+# OUTDIR (default $OUT, else /tmp/moe-bar) gets env.txt, bar.log, tuner.json, bar.jsonl, bar.md (printed last).
+set -u
+OUTDIR=${1:-${OUT:-/tmp/moe-bar}}; mkdir -p "$OUTDIR"
+source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt" 2>&1
+{ nvidia-smi --query-gpu=index,name,clocks.max.sm,memory.total --format=csv
+  echo "commit ${ASTRA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(date -u +%Y-%m-%dT%H:%MZ)"; } >> "$OUTDIR/env.txt"
+cat "$OUTDIR/env.txt"
+TUNER_DIR=${TUNER_DIR:-.bar/fused_moe_triton}
+[ -f "$TUNER_DIR/tuning_fused_moe_triton.py" ] || { echo "no SGLang tuner in $TUNER_DIR (carry it: see this script's head)"; exit 2; }
+export ASTRA_SGLANG_CACHE=${ASTRA_SGLANG_CACHE:-/tmp/astra-cache}
+DEADLINE=${DEADLINE:-400}
+# Its own process group: an interrupted run leaves no tuner or evaluation child behind.
+setsid timeout --kill-after=10 $((DEADLINE + 40)) python3 benchmarks/moe_sglang_bar.py --tuner-dir "$TUNER_DIR" \
+  --out "$OUTDIR" --preset "${PRESET:-mixtral-8x7b-tp2}" --batch-sizes "${BATCH_SIZES:-1,4,16,64}" \
+  --sample "${SAMPLE:-24}" --seed "${SEED:-0}" --deadline "$DEADLINE" ${GPUS:+--gpus "$GPUS"} \
+  ${RANKED:+--ranked "$RANKED"} ${OURS:+--ours "$OURS"} ${FULL:+--full} > "$OUTDIR/bar.log" 2>&1 &
+PID=$!
+trap 'kill -- -$PID 2>/dev/null' EXIT INT TERM
+wait $PID; rc=$?
+grep -E "Error|error|SGLang's tuner" "$OUTDIR/bar.log" | tail -20
+if [ $rc -eq 0 ]; then cat "$OUTDIR/bar.md"
+else echo "moe_sglang_bar.py exit code $rc"; tail -40 "$OUTDIR/bar.log"; ls "$OUTDIR"/tuner/*.log 2>/dev/null | head -4 | xargs -r tail -5
+fi
+exit $rc

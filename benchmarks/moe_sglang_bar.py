@@ -1,0 +1,145 @@
+"""SGLang's own fused MoE tuner as the bar, in one GPU command (benchmarks/gpu/moe_sglang_bar.sh runs it):
+
+  picks     what SGLang picks itself at each batch size (its config file for this GPU and shape, else its default)
+  tuner     SGLang's tuner from the checkout folder given (astra_sglang.triton.moe.sglang_tuner_run): bounded by
+            default (its own tune loop over our ranked configs first, then a seeded random sample of its space,
+            stopped at its share of the deadline), in full with --full; per-config costs, wall time, its picks
+  evaluate  isolated evaluations spread over the GPUs (LocalPool): SGLang tuner's best against SGLang's pick, the
+            split-K variants of the tuner's best config against it, ours (--ours) against it; then the splits that
+            won, timed again (astra_sglang.triton.moe.bar)
+  report    OUT/bar.jsonl (a header line, the tuner's batch sizes, every comparison row), OUT/tuner.json, OUT/bar.md
+
+Ranked configs (--ranked FILE, JSON {batch size: [config codes]}, e.g. our screening's order) go first in the
+bounded subset; without it, the configs SGLang ships for this expert shape on other GPUs. Only configs inside
+SGLang's space count: SGLang's tuner could not have picked any other.
+Usage: python3 benchmarks/moe_sglang_bar.py --tuner-dir DIR --out OUT [--preset mixtral-8x7b-tp2 | --shape ExNxHxK]
+       [--batch-sizes 1,4,16,64] [--gpus 0,1] [--sample 24] [--seed 0] [--deadline 400] [--tuner-share 0.45]
+       [--ranked FILE] [--ours FILE] [--full]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.moe.bar import PRESETS, final_request, requests, rows
+from astra_sglang.triton.moe.bar_report import summarize, write_report
+from astra_sglang.triton.moe.sglang_tuner import TunerScript
+from astra_sglang.triton.moe.sglang_tuner_run import run_bounded, run_full
+from astra_sglang.triton.moe.shapes import MoeShape, parse_buckets
+from astra_sglang.triton.moe.space import MoeConfig
+
+EVAL_TIMEOUT_S = 300.0
+FINAL_NEEDS_S = 90.0
+"""Seconds left that a final evaluation needs (a process start with SGLang's import, compiles, checks, timing)."""
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tuner-dir", required=True, type=Path, help="SGLang's benchmark/kernels/fused_moe_triton folder")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--preset", choices=sorted(PRESETS), default="mixtral-8x7b-tp2")
+    p.add_argument("--shape", help="EXPERTSxNxHIDDENxTOPK instead of --preset")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    p.add_argument("--batch-sizes", default="1,4,16,64")
+    p.add_argument("--gpus", help="e.g. 0,1 (default: every visible GPU)")
+    p.add_argument("--sample", type=int, default=24, help="random configs of SGLang's space per batch size")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--deadline", type=float, default=400.0, help="seconds for the whole run")
+    p.add_argument("--tuner-share", type=float, default=0.45, help="of the deadline, for SGLang's tuner")
+    p.add_argument("--ranked", type=Path)
+    p.add_argument("--ours", type=Path, help="a config file in SGLang's format to compare with the tuner's best")
+    p.add_argument("--full", action="store_true", help="SGLang's tuner over its whole space (no deadline)")
+    return p.parse_args(argv)
+
+
+def shape_of(args) -> MoeShape:
+    if args.shape:
+        experts, inter, hidden, topk = (int(x) for x in args.shape.lower().split("x"))
+        return MoeShape(experts, inter, hidden, topk, args.dtype)
+    base = PRESETS[args.preset]
+    return MoeShape(base.experts, base.inter, base.hidden, base.topk, args.dtype)
+
+
+def ranked_configs(path: Path | None, shape: MoeShape, tokens: list[int]) -> dict[int, list[dict]]:
+    """Per batch size, the configs to put first, as SGLang's dicts."""
+    if path:
+        codes = {int(k): v for k, v in json.loads(path.read_text()).items()}
+        return {t: [MoeConfig.from_code(c).sglang() for c in codes[moe_configs.nearest(codes, t)]] for t in tokens}
+    return {t: [c.sglang() for c in moe_configs.shipped_configs(shape.experts, shape.inter, t)] for t in tokens}
+
+
+def header(args, shape: MoeShape, gpus: list[str]) -> dict:
+    import torch
+
+    from astra_sglang.triton.moe.sources import sglang_version
+
+    from provenance import commit
+
+    return {"kind": "header", "date": dt.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "gpus": gpus,
+            "commit": commit(), "sglang": sglang_version(), "triton": moe_configs.triton_version(),
+            "shape": shape.describe(), "command": shlex.join(["python3", "benchmarks/moe_sglang_bar.py", *sys.argv[1:]])}
+
+
+def evaluate(gpus: list[str], comparisons) -> list:
+    from astra_sglang.optimize.pool.pool import LocalPool
+
+    with LocalPool(gpus) as pool:
+        return pool.map([c.request for c in comparisons])
+
+
+def append(path: Path, found: list) -> list:
+    with open(path, "a") as fh:
+        for row in found:
+            fh.write(json.dumps({"kind": "comparison", **row.model_dump()}) + "\n")
+    return found
+
+
+def main(argv=None) -> Path:
+    args = parse(argv)
+    started = time.time()
+    args.out.mkdir(parents=True, exist_ok=True)
+    shape, tokens = shape_of(args), parse_buckets(args.batch_sizes)
+    from astra_sglang.optimize.pool.devices import visible_gpus
+
+    gpus = visible_gpus(args.gpus)
+    script = TunerScript.open(args.tuner_dir)
+    head = header(args, shape, gpus)
+    picks = {p.tokens: p for p in moe_configs.sglang_picks(shape.experts, shape.inter, shape.hidden, shape.topk,
+                                                             tokens)}
+    print(f"{shape.describe()} on {head['gpu']} x{len(gpus)}: SGLang picks {picks[tokens[0]].describe()}", flush=True)
+    if args.full:
+        tuner = run_full(script, shape, tokens, gpus, args.out / "tuner")
+    else:
+        tuner = run_bounded(script, shape, tokens, gpus, args.out / "tuner", ranked_configs(args.ranked, shape, tokens),
+                            args.sample, args.seed, args.tuner_share * args.deadline - (time.time() - started))
+    (args.out / "tuner.json").write_text(tuner.model_dump_json(indent=1))
+    print(f"SGLang's tuner: {tuner.mode}, {tuner.wall_s:.0f} s", flush=True)
+    jsonl = args.out / "bar.jsonl"  # written as the stages end: a run cut short keeps what it measured
+    with open(jsonl, "w") as fh:
+        fh.write(json.dumps(head) + "\n")
+        for batch in tuner.batches:
+            fh.write(json.dumps({"kind": "tuner", **batch.model_dump()}) + "\n")
+    best = {b.tokens: MoeConfig.from_sglang(b.best) for b in tuner.batches if b.best}
+    ours = None
+    if args.ours:
+        ours = {m: MoeConfig.from_sglang(c) for m, c in moe_configs.read(args.ours).items()}
+    left = args.deadline - (time.time() - started)
+    comparisons = requests(shape, best, ours, timeout_s=min(EVAL_TIMEOUT_S, left)) if best else []
+    found = append(jsonl, rows(shape, best, comparisons, evaluate(gpus, comparisons))) if comparisons else []
+    left = args.deadline - (time.time() - started)
+    final = final_request(shape, best, found, timeout_s=min(EVAL_TIMEOUT_S, left)) if left > FINAL_NEEDS_S else None
+    if final:
+        found += append(jsonl, rows(shape, best, [final], evaluate(gpus[:1], [final])))
+    report = write_report(args.out / "bar.md", head, summarize(picks, tuner, found), tuner)
+    print(report.read_text())
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""Fused MoE's screening launch on a GPU with SGLang: SGLang's real fused_moe_kernel compiled ahead on the CPU
+processes is found by the worker's launch (every compile a hit), each config is checked against the fp32 reference
+and timed, at two batch sizes (some specializations change with the batch size), and a kernel variant plugs in by
+name. Needs SGLang importable (the runtime kit on the GPU machine)."""
+from __future__ import annotations
+
+import pytest
+
+from astra_sglang.optimize.tuner.screen_pool import ScreenPool
+from astra_sglang.optimize.tuner.screen_worker_handle import WorkerSettings
+
+pytestmark = pytest.mark.gpu
+CONFIGS = ["m16n64k64g1w4s3", "m16n128k128g1w4s4", "m32n64k128g16w4s3", "m64n128k64g1w8s3", "m16n32k64g1wdsd",
+           "m64n64k32g8wdsd", "m16n64k64g1w4s3+same:SPLIT_K=1"]
+
+
+def test_real_kernel_compiled_ahead_checked_and_timed(tmp_path):
+    pytest.importorskip("sglang")
+    settings = WorkerSettings(target="astra_sglang.optimize.tuner.moe_screen:MoeScreenLaunch", options={
+        "experts": 8, "inter": 256, "hidden": 512, "topk": 2,
+        "variants": {"same": "variant_same:fused_experts_same"}})
+    with ScreenPool(settings, ["0"], tmp_path / "triton", compile_workers=4) as pool:
+        first, stats1 = pool.screen(1, CONFIGS)
+        second, stats2 = pool.screen(64, CONFIGS)
+    for results, stats in ((first, stats1), (second, stats2)):
+        assert all(r.ok and r.error < 1.0 for r in results[:-1]), [(r.config, r.stage, r.reason) for r in results]
+        assert stats.compile_failed == 0 and stats.misses == 0  # the worker only loaded what the pool compiled
+    assert stats1.compile_jobs >= 2 * 6 and stats1.hits >= stats1.compile_jobs
+    assert first[-1].stage in ("done", "slow") and first[-1].reason == ""  # the variant ran, its knob passed

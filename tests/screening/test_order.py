@@ -1,0 +1,94 @@
+"""The screening order: SGLang's pick first, the configs SGLang ships anywhere next, then the cost model's order;
+what cannot fit or is hopeless is dropped with the reason. The cost model is held to SGLang's own tuning: the
+configs its files hold for an H200 (each the winner of a full 1,920-config sweep there) come early in the order."""
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+import torch
+
+from astra_sglang.optimize.tuner.order import order
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.optimize.tuner.moe_order import (expected_blocks, gpu_model, infeasible, ordered, predict_us,
+                                           shipped_seeds)
+from astra_sglang.triton.moe.shapes import MoeShape
+from astra_sglang.triton.moe.space import SPACES, MoeConfig
+
+H200 = gpu_model("NVIDIA H200")
+MIXTRAL = MoeShape(8, 14336, 4096, 2)
+QWEN3 = MoeShape(128, 768, 2048, 8)
+
+
+def test_generic_order_first_seeds_then_cost_with_reasons():
+    space = list(range(20))
+    out = order(first=[7], seeds=[3, 7, 99, 5], space=space, cost=lambda c: abs(c - 10) + 1,
+                infeasible=lambda c: "too big" if c in (99, 19, 7) else None, code=str, prune_factor=5.0)
+    assert out.configs[:3] == [7, 3, 5] and out.seeds == 2  # the first is screened even where the rules say no
+    assert out.pruned["99"] == "too big" and out.pruned["19"] == "too big"
+    rest = out.configs[3:]
+    assert rest == sorted(rest, key=lambda c: (abs(c - 10) + 1, str(c)))
+    assert "0" in out.pruned and "cost model: 11.0x" in out.pruned["0"]  # 11 vs the best 1: past 5x
+    assert len(out.configs) + len(out.pruned) == 21  # every config screened or dropped, none twice
+
+
+@pytest.mark.parametrize("tokens,experts,topk", [(1, 8, 2), (16, 8, 2), (64, 128, 8), (333, 60, 4), (4096, 128, 8)])
+@pytest.mark.parametrize("block_m", [16, 64, 256])
+def test_expected_blocks_match_random_routing(tokens, experts, topk, block_m):
+    gen = torch.Generator().manual_seed(tokens * 7 + block_m)
+    counts = []
+    for _ in range(200):
+        ids = torch.rand(tokens, experts, generator=gen).topk(topk, dim=1).indices.flatten()
+        rows = torch.bincount(ids, minlength=experts)
+        counts.append(float(((rows + block_m - 1) // block_m).float().mean()))
+    assert expected_blocks(tokens, experts, topk, block_m) == pytest.approx(statistics.mean(counts), rel=0.03, abs=0.01)
+
+
+def test_cost_model_sense():
+    small, big = MoeConfig(16, 64, 128, 1, 4, 3), MoeConfig(256, 64, 128, 1, 4, 3)
+    assert predict_us(small, 1, QWEN3, H200) < predict_us(big, 1, QWEN3, H200)  # padded rows at decode
+    tiled, thin = MoeConfig(128, 256, 64, 16, 8, 4), MoeConfig(16, 32, 64, 1, 4, 2)
+    assert predict_us(tiled, 4096, MIXTRAL, H200) < predict_us(thin, 4096, MIXTRAL, H200) / 2  # compute-bound
+    assert infeasible(MoeConfig(256, 256, 256, 1, 8, 5), H200).startswith("shared memory")
+    assert infeasible(MoeConfig(16, 128, 256, 1, 4, 4), H200) is None
+
+
+@pytest.mark.parametrize("shape,name", [(MIXTRAL, "triton_3_1_0/E=8,N=14336,device_name=NVIDIA_H200.json"),
+                                        (QWEN3, "triton_3_6_0/E=128,N=768,device_name=NVIDIA_H200.json")])
+def test_sglangs_h200_winners_come_early_in_the_cost_order(shape, name):
+    table = moe_configs.read(moe_configs.default_config_dir() / "configs" / name)
+    ranks = []
+    for tokens in moe_configs.BATCH_SIZES:
+        out = order([], [], SPACES["sglang"](), cost=lambda c: predict_us(c, tokens, shape, H200),
+                    infeasible=lambda c: infeasible(c, H200), code=MoeConfig.code)
+        winner = MoeConfig.from_sglang(table[moe_configs.nearest(table, tokens)]).code()
+        ranks.append(out.codes.index(winner) / len(out.codes))
+    assert statistics.median(ranks) < 0.1  # a random order puts them at 0.5
+    assert sum(r < 0.25 for r in ranks) >= 14
+
+
+def test_moe_order_starts_with_the_pick_then_this_shapes_shipped_configs():
+    pick = MoeConfig(64, 64, 32, 8)
+    out = ordered(MIXTRAL, 64, pick, H200)
+    assert out.configs[0] == pick and out.seeds > 50
+    same_shape = set()
+    for path in (moe_configs.default_config_dir() / "configs").glob("triton_*/E=8,N=14336,*.json"):
+        table = moe_configs.read(path)  # every GPU and quantization of this expert shape
+        same_shape.add(MoeConfig.from_sglang(table[moe_configs.nearest(table, 64)]))
+    same_shape = {c for c in same_shape if not infeasible(c, H200)} - {pick}
+    assert len(same_shape) >= 3 and set(out.configs[1:1 + len(same_shape)]) == same_shape
+    assert all(why.startswith("shared memory") or why.startswith("cost model") for why in out.pruned.values())
+    assert len(set(out.codes)) == len(out.codes)
+    sglang = {c.code() for c in SPACES["sglang"]()}
+    assert sglang <= set(out.codes) | set(out.pruned)  # the whole of SGLang's space: screened or dropped with why
+
+
+def test_seeds_hold_every_shipped_file_at_its_nearest_key():
+    seeds = set(shipped_seeds(1, QWEN3))
+    root = moe_configs.default_config_dir() / "configs"
+    files = list(root.glob("triton_*/E=*.json"))
+    sample = random.Random(0).sample(files, 20)
+    for path in sample:
+        table = moe_configs.read(path)
+        assert MoeConfig.from_sglang(table[moe_configs.nearest(table, 1)]) in seeds, path.name

@@ -1,0 +1,87 @@
+"""Fused MoE through both tiers on CPU: the screening tier on two simulated GPUs (the cost model standing in for
+the GPU's times), its finalists through a fake strict evaluator that agrees with it, the final evaluation, the
+written file; the screen cache on a second run; finalists only where a config screened as fast as the pick."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moe_fakes import ARGS, FACTS, LANDSCAPE, PICK, SHAPE, Strict, us_of
+
+from astra_sglang.optimize.tuner.moe_run import TuneOptions, tune_fused_moe
+from astra_sglang.optimize.tuner.moe_two_tier import ScreenOptions
+from astra_sglang.optimize.tuner.two_tier import BucketScreen, finalists
+from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.moe.configs import Pick
+from astra_sglang.triton.moe.space import MoeConfig
+from astra_sglang.triton.screen_records import Screened, ScreenStats
+
+def _picks(sizes):
+    return [Pick(t, PICK, "default") for t in sizes]
+
+
+def _options(tmp_path, **screen):
+    launch = {"landscape": LANDSCAPE, "landscape_args": ARGS,
+              "compile_s": 0.0, "call_s": 0.0005, "faults": screen.pop("faults", {})}
+    return TuneOptions(use_cache=screen.pop("use_cache", False), patches_dir=tmp_path / "patches",
+                       screen=ScreenOptions(gpus=["0", "1"], finalists=2, compile_workers=2, config_timeout_s=10,
+                                            target="astra_sglang.optimize.tuner.screen_simulate:SimulatedLaunch",
+                                            launch_options=launch, **screen))
+
+
+def test_screening_finalists_go_through_the_strict_tier_which_writes(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path / "cache"))
+    strict = Strict()
+    faults = {MoeConfig(16, 64, 128, 1, 4, 3).code(): "segv"}
+    result = tune_fused_moe(SHAPE, [1, 256], tmp_path / "run", _options(tmp_path, faults=faults), strict, facts=FACTS,
+                            picks_at=_picks, echo=lambda _: None)
+    # one strict evaluation per finalist rank (both batch sizes at once), then the final one
+    assert result.evaluations == 3 and len(strict.requests) == 3
+    assert [s.bucket for s in result.screen] == [1, 256] and all(s.screened == s.configs for s in result.screen)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "screen.jsonl").read_text().splitlines()]
+    assert {r["stage"] for r in rows} >= {"done", "crash", "pruned"}
+    for b in result.buckets:
+        screened = [r for r in rows if r["bucket"] == b.tokens and r["stage"] == "done"]
+        best = min(screened, key=lambda r: r["us"])
+        assert b.screen_best == best["config"] and b.verdict == "tuned"
+        assert b.chosen == best["config"]  # the strict tier agrees here, so the screened best is written
+        assert b.final_speedup == pytest.approx(us_of(PICK, b.tokens) / best["us"])
+    written = moe_configs.read(tmp_path / "patches" / "fused_moe" / result.config_file.split("fused_moe/")[1])
+    assert set(moe_configs.BATCH_SIZES) <= set(written)  # every key SGLang reads
+    assert any("left at SGLang's pick (not tuned)" in n for n in result.notes)
+    assert "Two tiers" in (tmp_path / "run" / "tune.md").read_text()
+
+
+def test_a_second_run_reuses_the_screen_cache_but_screens_the_pick_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path / "cache"))
+    tune_fused_moe(SHAPE, [16], tmp_path / "a", _options(tmp_path, use_cache=True), Strict(), facts=FACTS,
+                   picks_at=_picks, echo=lambda _: None)
+    again = tune_fused_moe(SHAPE, [16], tmp_path / "b", _options(tmp_path, use_cache=True), Strict(), facts=FACTS,
+                           picks_at=_picks, echo=lambda _: None)
+    assert again.screen[0].configs == again.screen[0].screened == 1  # the pick alone; the rest came from the cache
+    first = json.loads((tmp_path / "a" / "screen.json").read_text())[0]
+    assert again.buckets[0].screened == first["screened"] > 1000
+    assert again.buckets[0].screen_best is not None
+
+
+def test_the_screen_budget_leaves_configs_unscreened(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRA_SGLANG_CACHE", str(tmp_path / "cache"))
+    result = tune_fused_moe(SHAPE, [1, 64], tmp_path / "run", _options(tmp_path, budget_s=2.0), Strict(),
+                            facts=FACTS, picks_at=_picks, echo=lambda _: None)
+    assert sum(s.screened for s in result.screen) < sum(s.configs for s in result.screen)
+    assert sum(s.wall_s for s in result.screen) < 2.0 + 1.5  # a config already started finishes
+    rows = [json.loads(line) for line in (tmp_path / "run" / "screen.jsonl").read_text().splitlines()]
+    assert {r["reason"] for r in rows if r["stage"] == "unscreened"} == {"the screening budget ran out first"}
+
+
+def _screen(times: dict[str, float | None]) -> BucketScreen:
+    results = [Screened(config=c, bucket=1, stage="done" if us else "check", us=us) for c, us in times.items()]
+    return BucketScreen(results=results, stats=ScreenStats.of(1, list(times), results, gpus=["gpu0"], wall_s=1.0))
+
+
+def test_finalists_are_configs_as_fast_as_the_pick_fastest_first():
+    screen = _screen({"pick": 100.0, "a": 90.0, "b": 100.5, "c": 102.0, "d": None, "e": 95.0})
+    assert finalists(screen, "pick", 5) == ["a", "e", "b"]  # b within 1% of the pick; c is not
+    assert finalists(screen, "pick", 2) == ["a", "e"]
+    assert finalists(_screen({"pick": None, "a": 120.0, "b": 110.0}), "pick", 1) == ["b"]  # no bar: the fastest

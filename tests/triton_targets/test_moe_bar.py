@@ -1,0 +1,114 @@
+"""The bar's CPU-side parts: which evaluations compare what, the rows and the final round drawn from their results,
+the summary and bar.md, and the GPU script's orchestration with its GPU stages stood in for."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from moe_standins import timed_row
+
+from astra_sglang.harness.records import EvalResult
+from astra_sglang.triton.moe import bar
+from astra_sglang.triton.moe.bar_report import summarize, write_report
+from astra_sglang.triton.moe.configs import Pick
+from astra_sglang.triton.moe.knobs import Variant
+from astra_sglang.triton.moe.op import parse_table
+from astra_sglang.triton.moe.sglang_tuner_run import TunerBatch, TunerRun
+from astra_sglang.triton.moe.source_op import parse
+from astra_sglang.triton.moe.space import MoeConfig
+
+SHAPE = bar.PRESETS["mixtral-8x7b-tp2"]
+BEST = {1: MoeConfig(16, 64, 128, 1, 4, 4), 64: MoeConfig(16, 128, 64, 1, 8, 3), 1024: MoeConfig(64, 128, 64, 16, 8, 3)}
+
+
+def result_for(comparison, speedups: dict[int, float]) -> EvalResult:
+    out = EvalResult(kernel="fused_moe", candidate=comparison.request.candidate.name(), ok=True, stage="done")
+    for shape in comparison.request.shapes:
+        out.shapes.append(timed_row(shape, speedups.get(shape[0], 1.0), baseline_us=50.0))
+    return out
+
+
+def test_the_first_round_compares_against_the_tuners_best():
+    ours = {1: MoeConfig(16, 32, 256, 1, 4, 5), 4096: MoeConfig(128, 128, 64, 16, 8, 3)}
+    comparisons = bar.requests(SHAPE, BEST, ours)
+    names = [c.name for c in comparisons]
+    assert names[0] == "tuner-vs-pick" and names[-1] == "ours-vs-tuner" and "splitk-1" in names
+    first = comparisons[0].request
+    assert parse_table(first.candidate.path.rsplit(":", 1)[1]) == BEST and first.baseline.path.endswith("sglang_pick")
+    split = comparisons[1].request
+    _, table = parse(split.candidate.path.rsplit(":", 1)[1])
+    assert set(table) == {1} and table[1].config == BEST[1] and table[1].split.down > 1  # only batch 1 has few blocks
+    assert parse_table(split.baseline.path.rsplit(":", 1)[1]) == {1: BEST[1]}
+    assert [s[0] for s in split.shapes] == [1] and not split.edge_cases
+    assert comparisons[-1].variants == {t: ours[1].code() for t in BEST}  # SGLang's nearest key: 1 for 1024 too
+
+
+def test_the_splits_that_won_are_timed_again():
+    comparisons = bar.requests(SHAPE, BEST)
+    splits = [c for c in comparisons if c.name.startswith("splitk-")]
+    results = [result_for(c, {1: 1.08 if c.name == "splitk-2" else 0.97}) for c in comparisons]
+    first = bar.rows(SHAPE, BEST, comparisons, results)
+    assert {r.comparison for r in first} == {"tuner-vs-pick", *(c.name for c in splits)}
+    final = bar.final_request(SHAPE, BEST, first)
+    assert final.name == "splitk-final" and final.variants == {1: splits[1].variants[1]}
+    lost = [r.model_copy(update={"speedup": 0.9}) for r in first]
+    assert bar.final_request(SHAPE, BEST, lost) is None
+
+
+def _tuner() -> TunerRun:
+    batches = [TunerBatch(tokens=t, mode="bounded", space=1920, given=30, ranked=6, costs=[1.0] * 6 + [1.5, 2.5] * 12,
+                          seconds=50.0, best=BEST[t].sglang()) for t in sorted(BEST)]
+    return TunerRun(files={"tuning_fused_moe_triton.py": "ab" * 8, "common_utils.py": "cd" * 8}, mode="bounded",
+                    batches=batches, wall_s=120.0, gpus=["0", "1"], sample=24, seed=0)
+
+
+def test_the_summary_and_the_report(tmp_path):
+    comparisons = bar.requests(SHAPE, BEST)
+    results = [result_for(c, {1: 1.1, 64: 1.05} if c.name == "tuner-vs-pick" else {1: 1.04}) for c in comparisons]
+    found = bar.rows(SHAPE, BEST, comparisons, results)
+    final = bar.final_request(SHAPE, BEST, found)
+    found += bar.rows(SHAPE, BEST, [final], [result_for(final, {1: 1.02})])
+    picks = {t: Pick(t, MoeConfig(64, 64, 32, 8), "default") for t in BEST}
+    summary = summarize(picks, _tuner(), found)
+    one = summary[0]
+    assert one.tuner_vs_pick == pytest.approx(1.1) and one.splitk_confirmed and one.splitk_vs_tuner == pytest.approx(1.02)
+    assert Variant.from_code(one.splitk).config == BEST[1]
+    assert summary[2].splitk_note.startswith("no split worth trying")
+    assert one.estimate_s == pytest.approx(2.0 * 1920) and one.mean_config_s == pytest.approx(1.8)
+    header = {"date": "2026-11-28", "gpu": "NVIDIA H100 80GB HBM3", "commit": "abc1234", "sglang": "0.5.17",
+              "triton": "3.6.0", "shape": SHAPE.describe(), "command": "python3 benchmarks/moe_sglang_bar.py"}
+    text = write_report(tmp_path / "bar.md", header, summary, _tuner()).read_text()
+    assert "| 1 | `m64n64k32g8wdsd` (SGLang's default config" in text and "1.100x" in text and "1.020x" in text
+    assert "64.0 +- " in text and "own tune loop over our ranked configs first, then 24 drawn at random" in text
+    assert "over these 3 batch sizes on 2 GPU(s): 96 min (estimated)" in text
+
+
+def test_the_gpu_script_end_to_end_with_its_gpu_stages_stood_in_for(bench_script, tmp_path, monkeypatch):
+    script = bench_script("moe_sglang_bar")
+    folder = tmp_path / "fused_moe_triton"
+    folder.mkdir()
+    monkeypatch.setattr(script.TunerScript, "open", classmethod(lambda cls, f: cls(f, {}, True)))
+    monkeypatch.setattr(script, "header", lambda args, shape, gpus: {"kind": "header", "date": "d", "gpu": "G",
+                                                                      "commit": "c", "sglang": "0.5.17", "triton": "3.6.0",
+                                                                      "shape": shape.describe(), "command": "cmd"})
+    monkeypatch.setattr(script.moe_configs, "sglang_picks", lambda e, n, h, k, sizes: [
+        Pick(t, MoeConfig(64, 64, 32, 8), "default") for t in sizes])
+    seen = {}
+
+    def bounded(tuner_script, shape, tokens, gpus, work, ranked, sample, seed, seconds):
+        seen.update(tokens=tokens, gpus=gpus, ranked=ranked, sample=sample, seconds=seconds)
+        run = _tuner()
+        return run.model_copy(update={"batches": [b for b in run.batches if b.tokens in tokens]})
+
+    monkeypatch.setattr(script, "run_bounded", bounded)
+    monkeypatch.setattr(script, "evaluate", lambda gpus, comparisons: [result_for(c, {1: 1.05}) for c in comparisons])
+    ranked = tmp_path / "ranked.json"
+    ranked.write_text(json.dumps({"1": ["m16n64k128g1w4s4"], "64": ["m16n128k64g1w8s3", "m32n64k64g1w4s3"]}))
+    report = script.main(["--tuner-dir", str(folder), "--out", str(tmp_path / "out"), "--batch-sizes", "1,64",
+                          "--gpus", "0,1", "--ranked", str(ranked), "--deadline", "400"])
+    assert seen["tokens"] == [1, 64] and seen["gpus"] == ["0", "1"] and 170 < seen["seconds"] <= 180
+    assert seen["ranked"][64] == [MoeConfig(16, 128, 64, 1, 8, 3).sglang(), MoeConfig(32, 64, 64, 1, 4, 3).sglang()]
+    lines = [json.loads(x) for x in (tmp_path / "out" / "bar.jsonl").read_text().splitlines()]
+    assert [x["kind"] for x in lines][:3] == ["header", "tuner", "tuner"]
+    assert {x["comparison"] for x in lines if x["kind"] == "comparison"} >= {"tuner-vs-pick", "splitk-1", "splitk-final"}
+    assert report.is_file() and (tmp_path / "out" / "tuner.json").is_file()

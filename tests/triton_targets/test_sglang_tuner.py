@@ -1,0 +1,207 @@
+"""SGLang's own tuner as the bar, on CPU: the runner against a stand-in tuner folder written here (SGLang's script
+needs a GPU and is never part of this project). The stand-in has the interface the runner relies on: a Ray-decorated
+worker whose `tune` loops over `tqdm(search_space)` timing each config (a synthetic time here) and keeps the
+fastest, its `main` writing the config file, `common_utils.get_configs_compute_bound`."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from astra_sglang.errors import AstraError
+from astra_sglang.triton.moe import ray_local, sglang_tuner
+from astra_sglang.triton.moe.sglang_tuner import TunerScript, subset
+from astra_sglang.triton.moe.sglang_tuner_run import TunerBatch, run_bounded, run_full
+from astra_sglang.triton.moe.shapes import MoeShape
+
+SHAPE = MoeShape(8, 96, 64, 2)
+COMMON = '''
+def get_configs_compute_bound():
+    return [{"BLOCK_SIZE_M": m, "BLOCK_SIZE_N": n, "BLOCK_SIZE_K": k, "GROUP_SIZE_M": 1, "num_warps": 4,
+             "num_stages": 3} for m in (16, 32, 64) for n in (32, 64, 128) for k in (64, 128)]
+'''
+SCRIPT = '''
+import argparse
+import json
+import time
+
+import ray
+from common_utils import get_configs_compute_bound
+from ray.experimental.tqdm_ray import tqdm
+
+
+class ServerArgs:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+def benchmark_config(config, num_tokens, **kwargs):
+    """Synthetic: fastest at BLOCK_SIZE_M 16 and BLOCK_SIZE_N 64; {SLEEP} s per config."""
+    time.sleep({SLEEP})
+    return 10.0 + abs(config["BLOCK_SIZE_M"] - 16) + abs(config["BLOCK_SIZE_N"] - 64) / 8 + config["BLOCK_SIZE_K"] / 1000
+
+
+@ray.remote(num_gpus=1)
+class BenchmarkWorker:
+    def __init__(self, seed, server_args):
+        self.device_id = int(ray.get_gpu_ids()[0])
+
+    def tune(self, num_tokens, num_experts, shard_intermediate_size, hidden_size, topk, dtype, use_fp8_w8a8,
+             use_int8_w8a8, use_int8_w8a16, use_int4_w4a16, per_channel_quant, block_shape, search_space):
+        best_config, best_time = None, float("inf")
+        for config in tqdm(search_space):
+            kernel_time = benchmark_config(config, num_tokens)
+            if kernel_time < best_time:
+                best_time, best_config = kernel_time, config
+        assert best_config is not None
+        return best_config
+
+
+def override():
+    """Never called here: SGLang's real script imports this at the top (the runner's static check reads it)."""
+    from sglang.srt.layers.moe.fused_moe_triton import override_config
+
+    return override_config
+
+
+def main(args):
+    ray.init()
+    workers = [BenchmarkWorker.remote(args.seed, ServerArgs()) for _ in range(int(ray.available_resources()["GPU"]))]
+    configs = ray.get([workers[0].tune.remote(b, 8, 192, 64, 2, None, False, False, False, False, False, None,
+                                              get_configs_compute_bound()) for b in args.batch_sizes])
+    with open("E=8,N=96,device_name=CPU.json", "w") as fh:
+        json.dump({{str(b): c for b, c in zip(args.batch_sizes, configs)}}, fh)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model")
+    parser.add_argument("--tp-size", type=int)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tune", action="store_true")
+    parser.add_argument("--batch-sizes", type=int, nargs="+")
+    main(parser.parse_args())
+'''
+
+
+def tuner_folder(root, sleep=0.0, script=SCRIPT):
+    folder = root / "fused_moe_triton"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "common_utils.py").write_text(COMMON)
+    (folder / "tuning_fused_moe_triton.py").write_text(script.replace("{SLEEP}", repr(sleep)).replace("{{", "{")
+                                                       .replace("}}", "}"))
+    return folder
+
+
+def test_the_folder_is_checked_and_hashed(tmp_path):
+    script = TunerScript.open(tuner_folder(tmp_path))
+    assert set(script.hashes) == {"tuning_fused_moe_triton.py", "common_utils.py"} and script.batch_sizes_flag
+
+
+@pytest.mark.parametrize("change, expect", [
+    (("def benchmark_config(", "def bench("), "defines no benchmark_config"),
+    (("import override_config", "import override_configs"),
+     "imports override_configs from sglang.srt.layers.moe.fused_moe_triton"),
+])
+def test_a_tuner_of_another_release_is_refused(tmp_path, change, expect):
+    folder = tuner_folder(tmp_path, script=SCRIPT.replace(*change))
+    with pytest.raises(AstraError, match=expect):
+        TunerScript.open(folder)
+
+
+def test_a_folder_without_common_utils_is_refused(tmp_path):
+    folder = tuner_folder(tmp_path)
+    (folder / "common_utils.py").unlink()
+    with pytest.raises(AstraError, match="not SGLang's benchmark/kernels/fused_moe_triton folder: no common_utils.py"):
+        TunerScript.open(folder)
+
+
+def test_the_subset_puts_ranked_configs_of_sglangs_space_first(tmp_path):
+    space = [{"BLOCK_SIZE_M": m} for m in range(20)]
+    ranked = [{"BLOCK_SIZE_M": 3}, {"BLOCK_SIZE_M": 99}, {"BLOCK_SIZE_M": 3}, {"BLOCK_SIZE_M": 7}]
+    configs, first = subset(space, ranked, 5, seed=1)
+    assert first == 2 and configs[:2] == [{"BLOCK_SIZE_M": 3}, {"BLOCK_SIZE_M": 7}] and len(configs) == 7
+    assert configs == subset(space, ranked, 5, seed=1)[0] and len({c["BLOCK_SIZE_M"] for c in configs}) == 7
+
+
+def test_bounded_runs_sglangs_loop_over_the_subset_on_every_gpu(tmp_path):
+    script = TunerScript.open(tuner_folder(tmp_path, sleep=0.01))
+    ranked = {16: [{"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+                    "num_stages": 3}]}
+    run = run_bounded(script, SHAPE, [1, 16, 64], ["0", "1"], tmp_path / "work", ranked, sample=6, seed=0,
+                      seconds=120)
+    assert [b.tokens for b in run.batches] == [1, 16, 64] and run.mode == "bounded"
+    one, sixteen = run.batches[0], run.batches[1]
+    assert (one.space, one.given, one.ranked, len(one.costs)) == (18, 6, 0, 6)
+    assert (sixteen.given, sixteen.ranked) == (7, 1) and sixteen.best == ranked[16][0]  # the optimum, ranked first
+    assert all(c >= 0.01 for c in one.costs) and one.seconds >= sum(one.costs) * 0.9
+    seconds, half = one.estimate()
+    assert seconds == pytest.approx(sum(one.costs) / 6 * 18, rel=1e-6) and half >= 0
+
+
+def test_a_deadline_stops_sglangs_loop_inside(tmp_path):
+    script = TunerScript.open(tuner_folder(tmp_path, sleep=0.5))
+    run = run_bounded(script, SHAPE, [1], ["0"], tmp_path / "work", {}, sample=16, seed=0, seconds=6.0)
+    (batch,) = run.batches
+    assert batch.given == 16 and 0 < len(batch.costs) < 16 and batch.best is not None  # the best of those it got to
+
+
+def test_full_runs_the_script_as_its_users_do(tmp_path):
+    script = TunerScript.open(tuner_folder(tmp_path))
+    run = run_full(script, SHAPE, [1, 16, 64], ["0", "1"], tmp_path / "work")
+    assert [b.tokens for b in run.batches] == [1, 16, 64] and all(len(b.costs) == 18 for b in run.batches)
+    assert all(b.best["BLOCK_SIZE_M"] == 16 and b.best["BLOCK_SIZE_N"] == 64 for b in run.batches)
+    assert run.batches[0].estimate() == (run.batches[0].seconds, 0.0)
+    assert json.loads((tmp_path / "work" / "moe-8x96x64x2" / "config.json").read_text())["num_local_experts"] == 8
+
+
+def test_a_failing_tuner_names_its_last_line(tmp_path):
+    broken = SCRIPT.replace("        best_config, best_time = None, float(\"inf\")",
+                            "        raise RuntimeError(\"CUDA out of memory\")")
+    script = TunerScript.open(tuner_folder(tmp_path, script=broken))
+    with pytest.raises(AstraError, match="SGLang's tuner loop failed on GPU 0 .*CUDA out of memory"):
+        run_bounded(script, SHAPE, [1], ["0"], tmp_path / "work", {}, sample=2, seed=0, seconds=60)
+
+
+def test_the_estimate_leaves_ranked_configs_out():
+    batch = TunerBatch(tokens=1, mode="bounded", space=1920, given=5, ranked=2, costs=[9.0, 9.0, 1.0, 2.0, 3.0])
+    seconds, half = batch.estimate()
+    assert seconds == pytest.approx(2.0 * 1920) and half == pytest.approx(1.96 * 1.0 / 3 ** 0.5 * 1920)
+    assert TunerBatch(tokens=1, mode="bounded", space=10, costs=[1.0]).estimate() is None
+
+
+def test_local_ray_serves_the_calls_in_process(tmp_path, monkeypatch):
+    @ray_local.remote(num_gpus=1)
+    class Worker:
+        def __init__(self, base):
+            self.base = base
+
+        def add(self, x):
+            return self.base + x
+
+    handle = Worker.remote(10)
+    assert ray_local.get([handle.add.remote(1), handle.add.remote(2)]) == [11, 12]
+    assert ray_local.get(ray_local.remote(lambda: 5).remote()) == 5 and Worker.cls.__name__ == "Worker"
+    log = tmp_path / "ray.log"
+    monkeypatch.setenv("ASTRA_RAY_LOG", str(log))
+    assert list(ray_local.tqdm(iter("abc"))) == ["a", "b", "c"]
+    monkeypatch.setenv("ASTRA_RAY_DEADLINE", "0")
+    assert list(ray_local.tqdm("abc")) == []
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [x.get("i") for x in lines] == [0, 1, 2, None, None] and "end" in lines[-1]
+
+
+def test_the_model_folder_names_the_shape(tmp_path):
+    folder = sglang_tuner.model_dir(MoeShape(128, 768, 2048, 8), tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["num_local_experts"], config["intermediate_size"], config["hidden_size"],
+            config["num_experts_per_tok"]) == (128, 768, 2048, 8)
+
+
+def test_the_folders_own_modules_are_recorded_and_missing_ones_named(tmp_path):
+    folder = tuner_folder(tmp_path, script=SCRIPT.replace("import ray\n", "import ray\nimport search_space\n"))
+    with pytest.raises(AstraError, match="imports search_space, which is neither in .* nor installed here"):
+        TunerScript.open(folder)
+    (folder / "search_space.py").write_text("SPACE = []\n")
+    assert "search_space.py" in TunerScript.open(folder).hashes
