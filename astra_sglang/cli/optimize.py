@@ -125,7 +125,8 @@ def llm_settings(llm, base_url, api_key, api, budget_usd, max_tokens, effort, pr
 @click.option("--out", "out", metavar="RUN_DIR", type=click.Path(file_okay=False), help="Run directory (default: "
               "runs/<kernel>-<date>; a job: one folder per op inside).")
 @click.option("--resume", "resume_dir", metavar="RUN_DIR", type=click.Path(exists=True, file_okay=False),
-              help="Continue a killed or stopped run (or every op of a job) where it left off.")
+              help="Continue a killed or stopped run (or every op of a job) where it left off; --config and the loop's "
+              "options (--population, --speed-turns, ...) set how the rest of it goes.")
 @click.option("--single-agent", is_flag=True, help="One LLM plays every role in one prompt per round (ablation).")
 @click.option("--budget-usd", type=click.FloatRange(min=0, min_open=True),
               help="Stop cleanly once this many USD are spent (estimated; per op).")
@@ -214,15 +215,15 @@ def optimize(kernels, every, profile, start, rounds, population, plans, repairs,
     pool = make_pool(ray, gpus)
     try:
         if resume_dir and not ops:
-            summary(resume_run(Path(resume_dir), pool, llm_config, rounds, click.echo), patches_dir, click.echo,
-                    over_shipped)
+            summary(resume_run(Path(resume_dir), pool, llm_config, rounds, click.echo, run_settings), patches_dir,
+                    click.echo, over_shipped)
             return
         stamp = f"{dt.datetime.now():%Y%m%d-%H%M%S}"
         root = Path(out or resume_dir or Path("runs") / (f"{ops[0]}-{stamp}" if len(ops) == 1 else f"job-{stamp}"))
 
         def one(op: str, run_dir: Path, echo) -> RunOutcome:
             if resume_dir:
-                outcome = resume_run(run_dir, pool, llm_config, rounds, echo)
+                outcome = resume_run(run_dir, pool, llm_config, rounds, echo, run_settings)
             elif use_llm:
                 outcome = llm_run(op, run_dir, pool, llm_config, config, echo)
             else:

@@ -35,6 +35,8 @@ class RunOptions:
 
 FIXED = ("kernel", "start_source", "llm")
 """RunConfig fields a settings file cannot set: the op, its start kernel, and `llm` (merged field by field)."""
+KEPT = ("shapes", "dtypes", "baseline", "from_nothing", "single_agent", "compile_only", "arch", "trials")
+"""Fields a resumed run keeps from its config.json: its candidates were measured with them."""
 
 
 def load_settings(path: str | Path) -> tuple[dict, dict]:
@@ -125,17 +127,24 @@ def run_tuner_path(spec: KernelSpec, start: Path, rounds: int, run_dir: Path, po
                      baseline=KernelSource(path=baseline) if baseline else None)
 
 
-def resume_run(run_dir: Path, pool, llm_config: LLMConfig, rounds: int | None, echo) -> RunOutcome:
+def resume_run(run_dir: Path, pool, llm_config: LLMConfig, rounds: int | None, echo,
+               settings: dict | None = None) -> RunOutcome:
+    """Continue a run; `settings` (the settings file's and the command line's RunConfig fields) change what the rest
+    of it does, except the fields its measurements depend on (KEPT)."""
     from astra_sglang.optimize.agents.journal import RunLog
     from astra_sglang.optimize.agents.loop import resume
     from astra_sglang.optimize.agents.models import Models
     from astra_sglang.specs.registry import get_spec
 
     saved = RunLog.load_config(run_dir)
+    changed = sorted(k for k, v in (settings or {}).items() if k in KEPT and getattr(saved, k) != v)
+    if changed:
+        raise AstraError(f"{run_dir}: a resumed run keeps its {', '.join(changed)} (its candidates were measured so); "
+                         "start a new run to change them")
     given = {k: v for k, v in llm_config.model_dump(exclude_defaults=True).items()}
     merged = saved.llm.model_copy(update={**given, "api_key": llm_config.api_key})
-    overrides = {"llm": merged, **({"rounds": rounds, "max_rounds": max(rounds, saved.max_rounds or 0)}
-                                   if rounds else {})}
+    overrides = {**(settings or {}), "llm": merged,
+                 **({"rounds": rounds, "max_rounds": max(rounds, saved.max_rounds or 0)} if rounds else {})}
     return resume(run_dir, pool, Models.from_config(merged),
                   profiler=profiler(get_spec(saved.kernel), saved.compile_only), echo=echo, **overrides)
 

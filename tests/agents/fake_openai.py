@@ -1,6 +1,7 @@
 """A fake OpenAI-compatible server on loopback (stdlib http.server in a thread) for the agent tests.
 
-It serves POST /v1/chat/completions and /v1/completions with scripted actions, so the real `openai`
+It serves POST /v1/chat/completions and /v1/completions with scripted actions (and GET /health and /v1/models,
+as SGLang's server does, for scripts that wait for it), so the real `openai`
 client is exercised end to end: an answer with given usage counts (cached prompt tokens included), an
 HTTP error (429 with Retry-After, 500), or a stall past the client's timeout followed by an answer. A
 `Server` describes which protocol the endpoint speaks, to play the servers the client must survive:
@@ -116,6 +117,13 @@ class FakeOpenAI:
             def log_message(self, *args) -> None:  # keep the test output clean
                 pass
 
+            def do_GET(self) -> None:  # what a script asks SGLang's server before it sends requests
+                if self.path == "/health":
+                    return self._send(200, {})
+                if self.path == "/v1/models":
+                    return self._send(200, {"object": "list", "data": [{"id": "dummy", "object": "model"}]})
+                self._send(404, {"error": {"message": "not found"}})
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
                 chat = self.path.endswith("/chat/completions")
@@ -186,7 +194,8 @@ class FakeOpenAI:
     def payload(self, body: dict, answers: list[Answer], chat: bool) -> dict:
         first = answers[0]
         prompt = first.prompt_tokens
-        completion = sum(a.completion_tokens for a in answers)
+        cap = body.get("max_completion_tokens") or body.get("max_tokens")
+        completion = sum(min(a.completion_tokens, cap or a.completion_tokens) for a in answers)  # never past the cap
         usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
                  "prompt_tokens_details": {"cached_tokens": first.cached_tokens}}
         if chat:

@@ -55,6 +55,22 @@ def test_an_unknown_model_needs_a_price_with_a_budget(fake, tmp_path):
     assert outcome.usage.cost_usd == pytest.approx(len(server.requests) * 0.004) and outcome.usage.cost_usd <= 0.01
 
 
+def test_answers_are_capped_at_what_the_budget_left_pays_for(fake, tmp_path):
+    """A model that answers up to its cap every time (a reasoning model thinking to the limit): each request's cap
+    is what is left of the budget after what is spent, what is in flight and its own prompt, so the run stops at
+    the budget and never past it, for a model the table does not know too."""
+    long = Answer(kernel("speedup=1.1"), prompt_tokens=1000, completion_tokens=100_000)
+    server = fake({"testing": [TESTS]}, {"profiling": SUMMARY, "planning": FreshPlans(), "coding": long})
+    config = llm_config(server, budget_usd=0.05, prices={"my-coder": (2.0, 4.0)}).model_copy(
+        update={"model": "my-coder"})
+    outcome = run(run_config(rounds=10, max_rounds=10), tmp_path / "r", StandIn(), Models.from_config(config))
+    assert outcome.stop_reason.startswith("budget spent") and outcome.usage.cost_usd <= 0.05
+    caps = [b["max_completion_tokens"] for b in server.requests if role_of(b) == "coding"]
+    assert caps and caps[0] < 32768 and caps == sorted(caps, reverse=True)  # what is left shrinks call by call
+    costs = (tmp_path / "r" / "llm.log").read_text().splitlines()
+    assert len(costs) == len(server.requests)
+
+
 def test_tokens_are_estimated_where_the_server_sends_no_usage(tmp_path):
     with FakeOpenAI(lambda body: Answer("x" * 400), Server(usage=False)) as server:
         models = Models.from_config(llm_config(server))

@@ -257,3 +257,16 @@ def test_a_timed_job_of_two_ops_against_a_noisy_server_resumes(tmp_path, monkeyp
         assert len(calls) > counts[op] > 0 and all(" completions" in c and "dummy" in c for c in calls)
         assert all("(unpriced model)" not in c for c in calls)
     assert "| rmsnorm | no winner |" in (job / "job.md").read_text()
+
+
+def test_a_resumed_run_keeps_what_its_measurements_depend_on(tmp_path, monkeypatch):
+    from astra_sglang.optimize.records import RunConfig
+
+    run_dir = tmp_path / "run"
+    RunLog(run_dir).save_config(RunConfig(kernel="silu_and_mul", shapes="quick", start_source="x.cu"))
+    settings = tmp_path / "s.toml"
+    settings.write_text('shapes = "paper"\nspeed_turns = 3\n')
+    result = invoke(["--resume", str(run_dir), "--config", str(settings), "--llm", "o4-mini", "--api-key", "k"],
+                    StandIn(), monkeypatch)
+    assert result.exit_code == 1 and str(result.exception) == f"{run_dir}: a resumed run keeps its shapes (its " \
+        "candidates were measured so); start a new run to change them"

@@ -5,6 +5,8 @@ helpers as declarations; the planner sees every plan whole with each candidate's
 lesson, and what earlier runs learned."""
 import json
 
+import pytest
+
 from agent_support import REFLECTION, FixtureProfiler, StandIn, fixed_answer, kernel, run_config
 
 from astra_sglang.optimize.agents.loop import run
@@ -57,6 +59,11 @@ def test_the_coders_and_the_planners_prompts(tmp_path):
     head = first[1].content.split("Parent kernel (")[0]
     assert len(head) > 8000 and second[1].content.startswith(head)
     assert "ld.global.nc.v4.u32" not in head and "load_ro(const T* p) { ... }" in head  # declarations only
+    # the planner's static prefix (its system message, the op, the GPU, the shapes timed) comes first too
+    systems = [m[0].content for m in model.calls if "PlanningAgent" in m[0].content]
+    head = planner[0][:planner[0].index("\n", planner[0].index("Shapes timed"))]
+    assert systems[0] == systems[1] and len(head) > 500 and planner[1].startswith(head)
+    assert planner[0][len(head):] != planner[1][len(head):]  # what changes comes after it
     # the planner: every plan whole, each candidate turn by turn with its lesson
     later = planner[1]
     assert LONG_PLAN.replace("\n", "\n  ") in later and "[vector-16b]" in later
@@ -64,9 +71,12 @@ def test_the_coders_and_the_planners_prompts(tmp_path):
     assert "Where warps stall" in later
 
 
-def test_lessons_reach_the_next_runs_planner(tmp_path):
+@pytest.mark.parametrize("reflect", [True, False])
+def test_lessons_reach_the_next_runs_planner(tmp_path, monkeypatch, reflect):
+    """A lineage that produced a correct kernel leaves a lesson, with the reflector's reading where it ran."""
+    monkeypatch.setenv("ASTRA_SGLANG_HOME", str(tmp_path / "home"))  # a lesson store of this test's own
     answers = {"planning": [plans_json(("r00", "vector-16b", LONG_PLAN))], "coding": [kernel("speedup=1.2")]}
-    config = run_config(rounds=1, reflect=True, memory=True)
+    config = run_config(rounds=1, reflect=reflect, memory=True)
     run(config, tmp_path / "a", StandIn(), ScriptedModel(script(answers), name="o4-mini"))
     answers = {"planning": [plans_json(("r00", "two-rows", SECOND))], "coding": [kernel("speedup=1.1")]}
     again = ScriptedModel(script(answers), name="o4-mini")
@@ -74,7 +84,7 @@ def test_lessons_reach_the_next_runs_planner(tmp_path):
     planner = next(m[-1].content for m in again.calls if "PlanningAgent" in m[0].content)
     assert "Lessons from earlier runs (op, GPU arch: the change, its gain over the kernel it started from):" in planner
     assert "- silu_and_mul (gated activation), sm_90: 1.20x: 1. Load the gate and up halves" in planner
-    assert f"-- {REFLECTION[:40]}" in planner
+    assert (f"-- {REFLECTION[:40]}" in planner) == reflect
 
 
 def test_the_device_helpers_as_declarations_cost_fewer_tokens():

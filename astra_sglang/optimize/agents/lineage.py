@@ -22,7 +22,7 @@ from astra_sglang.optimize.agents.journal import candidate_id, step_key
 from astra_sglang.optimize.agents.llm import RequestRejected
 from astra_sglang.optimize.agents.parse import ParseError, strip_code
 from astra_sglang.optimize.agents.profiling import choose_metrics, metric_changes
-from astra_sglang.optimize.agents.reflect import reflect
+from astra_sglang.optimize.agents.reflect import reflect, remember
 from astra_sglang.optimize.agents.roles import parse_kernel, single_shapes
 from astra_sglang.optimize.records import CodeResult, HistoryRow, LogRecord, Message, Shape, Transcript
 
@@ -70,6 +70,7 @@ class Lineage:
         best = max((e for e in attempts if e.ok), key=lambda e: (e.speedup or 0, -e.attempts), default=entry)
         parent = opt.db.get(self.parent)
         reflection = reflect(opt, self.round, self.slot, self.plan, parent, attempts, best)
+        remember(opt, self.plan, parent, best, reflection)
         opt.step(self.round, "cand", lambda _: LogRecord(
             round=self.round, role="cand", candidate=best.source, summary=f"{best.id} {best.status}",
             payload=HistoryRow(round=self.round, status=best.status, speedup=best.speedup, detail=best.detail,

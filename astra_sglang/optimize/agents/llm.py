@@ -124,8 +124,11 @@ class OpenAIModel:
             start = time.perf_counter()
             sent = replace(self.protocol)
             try:
-                with self.meter.admit(self.name, chars, n):  # charged before the hold on the budget ends
-                    response = self._send(messages, n, sent)
+                with self.meter.admit(self.name, chars, n) as most:  # charged before the hold on the budget ends
+                    # the answer capped at what the budget left pays for (a request alone never passes it)
+                    within = sent if most is None or (sent.cap is not None and sent.cap <= most) else \
+                        replace(sent, cap=most)
+                    response = self._send(messages, n, within)
                     return self._replies(messages, response, n, tag, time.perf_counter() - start)
             except self._openai.BadRequestError as exc:
                 adaptations += 1

@@ -39,6 +39,13 @@ class Turn(BaseModel):
     detail: str = ""
 
 
+def turns_of(attempts: list[Entry]) -> list[Turn]:
+    """A lineage's attempts, in order, as turns: a turn after a correct attempt is a speed turn, after a failed
+    one a repair."""
+    return [Turn(id=e.id, kind="draft" if i == 0 else "speed" if attempts[i - 1].ok else "repair", status=e.status,
+                 speedup=e.speedup, detail=e.detail[:300]) for i, e in enumerate(attempts)]
+
+
 class Outcome(BaseModel):
     """One candidate lineage written for a plan: its best kernel (else its last attempt) and every turn."""
 
@@ -81,10 +88,8 @@ def lineages(db: Database, log: RunLog, round: int, plan: int | None,
         attempts.sort(key=lambda e: e.attempts)
         ok = [e for e in attempts if e.ok]
         best = max(ok, key=lambda e: (e.speedup or 0, -e.attempts)) if ok else attempts[-1]
-        turns = [Turn(id=e.id, kind="draft" if i == 0 else "speed" if attempts[i - 1].ok else "repair",
-                      status=e.status, speedup=e.speedup, detail=e.detail[:300]) for i, e in enumerate(attempts)]
         reflection = log.find(round, "reflect", key)
-        out.append(Outcome(slot=slot, best=best, turns=turns,
+        out.append(Outcome(slot=slot, best=best, turns=turns_of(attempts),
                            reflection=reflection.payload.get("text", "") if reflection else ""))
     return out
 

@@ -10,7 +10,10 @@ the tokens are estimated from the characters (4 a token) and the cost line says 
 
 The stop is hard: before a request, the meter admits it only if what is spent, plus what requests
 already in flight are expected to cost, plus this one's expected cost stays within the limits
-(BudgetExceeded otherwise, which the loop turns into a clean stop).
+(BudgetExceeded otherwise, which the loop turns into a clean stop), and caps its answer at the tokens what is
+left then pays for, so no request alone passes a limit. Requests in flight together can pass it only by what
+their answers run over the mean answer so far (each holds its expected cost, not its cap, so that a budget
+leaves room for many at once).
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ from astra_sglang.optimize.records import Usage
 
 log = logging.getLogger("astra_sglang.llm")
 CHARS_PER_TOKEN = 4
+MIN_ANSWER = 64
+"""A request whose answer the limits would cap below this many tokens is not sent: no useful answer fits."""
 
 
 class Price(NamedTuple):
@@ -117,9 +122,11 @@ class UsageMeter:
         return (prompt_tokens * p.prompt + completion * p.completion) / 1e6, prompt_tokens + completion
 
     @contextmanager
-    def admit(self, model: str, prompt_chars: int, n: int = 1) -> Iterator[None]:
-        """Hold a request's expected cost while it is in flight; BudgetExceeded where it would pass a limit."""
-        cost, tokens = self._expected(model, prompt_chars // CHARS_PER_TOKEN)
+    def admit(self, model: str, prompt_chars: int, n: int = 1) -> Iterator[int | None]:
+        """Hold a request's expected cost while it is in flight; BudgetExceeded where it would pass a limit.
+        Yields the most answer tokens each of its n answers may take within the limits (None: no limit)."""
+        prompt_tokens = prompt_chars // CHARS_PER_TOKEN
+        cost, tokens = self._expected(model, prompt_tokens)
         cost, tokens = cost * n, tokens * n
         with self._lock:
             spent = self.total
@@ -134,15 +141,32 @@ class UsageMeter:
             if self.max_tokens is not None and spent.tokens + held[1] + tokens > self.max_tokens:
                 raise BudgetExceeded(f"token budget spent: {spent.tokens} of {self.max_tokens} tokens "
                                      f"({held[1]} in flight, this request ~{tokens})")
+            most = self._most(model, prompt_tokens, n, spent, held)
+            if most is not None and most < MIN_ANSWER:
+                raise BudgetExceeded(f"budget spent: what is left pays for {max(most, 0)} answer tokens a request, "
+                                     f"fewer than {MIN_ANSWER}")
             key = id(object()) ^ len(self._reserved) ^ threading.get_ident()
             while key in self._reserved:
                 key += 1
             self._reserved[key] = (cost, tokens)
         try:
-            yield
+            yield most
         finally:
             with self._lock:
                 self._reserved.pop(key, None)
+
+    def _most(self, model: str, prompt_tokens: int, n: int, spent: Usage, held: tuple[float, int]) -> int | None:
+        """The answer tokens (each of n) that what is left of the limits pays for, after what is spent, what the
+        requests in flight hold and this request's prompt."""
+        most = None
+        price = self.price(model)
+        if self.budget_usd is not None and price.completion > 0:
+            left = self.budget_usd - spent.cost_usd - held[0] - n * prompt_tokens * price.prompt / 1e6
+            most = int(left * 1e6 / price.completion / n)
+        if self.max_tokens is not None:
+            left_tokens = (self.max_tokens - spent.tokens - held[1] - n * prompt_tokens) // n
+            most = left_tokens if most is None else min(most, left_tokens)
+        return most
 
     def check(self) -> None:
         """Raise BudgetExceeded if a limit is already reached."""
