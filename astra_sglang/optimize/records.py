@@ -158,8 +158,8 @@ class RunConfig(BaseModel):
     """The adaptive budget's ceiling: a planner call that finds a new best late in the run grants more calls,
     up to this many (None = 2 x rounds)."""
     deadline_s: float | None = None
-    """Stop the rounds cleanly this many seconds after they start (each resumed part of a run gets as many);
-    the final evaluation still runs. None = no time limit."""
+    """Stop the rounds cleanly this many seconds after they start (each resumed part of a run gets as many, or
+    what `--resume` with `--config` gives it); the final evaluation still runs. None = no time limit."""
     reflect: bool = True
     """After each candidate lineage ends, the reflector writes what it teaches (the planner reads it)."""
     memory: bool = True

@@ -55,6 +55,19 @@ def test_an_unknown_model_needs_a_price_with_a_budget(fake, tmp_path):
     assert outcome.usage.cost_usd == pytest.approx(len(server.requests) * 0.004) and outcome.usage.cost_usd <= 0.01
 
 
+def test_no_round_starts_that_the_money_left_would_not_pay_for(fake, tmp_path):
+    """The adaptive budget's dollar side: a new round starts only while what is spent, plus a round's mean cost for
+    each round in flight and the new one, fits the budget; the run stops there, before the meter has to refuse."""
+    server = fake({"testing": [TESTS]},
+                  {"profiling": SUMMARY, "planning": FreshPlans(), "coding": kernel("speedup=1.1")})
+    config = llm_config(server, budget_usd=0.03, prices={"my-coder": (2.0, 4.0)}).model_copy(
+        update={"model": "my-coder"})  # $0.004 a request (1000 prompt + 500 completion tokens)
+    outcome = run(run_config(rounds=10, max_rounds=10), tmp_path / "r", StandIn(), Models.from_config(config))
+    assert outcome.rounds_done == 1 and outcome.usage.cost_usd == pytest.approx(0.02)
+    assert outcome.stop_reason == ("budget spent: $0.0200 of $0.0300 (another round would pass it: $0.0200 a round "
+                                   "so far)")
+
+
 def test_answers_are_capped_at_what_the_budget_left_pays_for(fake, tmp_path):
     """A model that answers up to its cap every time (a reasoning model thinking to the limit): each request's cap
     is what is left of the budget after what is spent, what is in flight and its own prompt, so the run stops at
