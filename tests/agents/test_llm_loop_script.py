@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from fake_openai import FakeOpenAI, Server
 
 from astra_sglang.optimize.agents.journal import RunLog
@@ -34,6 +36,7 @@ def call(out: Path, job: Path, port: int, home: Path) -> tuple[subprocess.Comple
     return done, time.time() - began
 
 
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("bash", "curl", "timeout")), reason="needs bash, curl, timeout")
 def test_two_calls_of_the_script_resume_the_job_within_their_time(tmp_path):
     job, out = tmp_path / "job", tmp_path / "out"
     with FakeOpenAI(lambda body: NOISE, Server(chat_template=False, context_len=20000)) as server:
@@ -60,3 +63,33 @@ def test_two_calls_of_the_script_resume_the_job_within_their_time(tmp_path):
         assert len(spans) == 2 and all(s > 0 for s in spans) and "no stop record" not in line, line
     assert "verdict: NOT YET" in result  # seconds of rounds here, not the GPU run's 10 minutes
     assert (out / "job.md").is_file() and (out / "optimize.log").is_file()
+
+
+def test_the_result_counts_rounds_from_the_start_or_the_resumed_calls_first_step(tmp_path, bench_script, capsys):
+    """Call 1's rounds start when round 0 closes (not at the call's start: the server and the baselines come
+    first), a resumed call's at its first step (not its start-up); each ends at its stop record. 10 minutes of
+    rounds on every op, every call exit 0 and no traceback: PASS."""
+    import datetime as dt
+
+    from astra_sglang.optimize.records import LogRecord
+
+    result = bench_script("llm_loop_result")
+    t0 = 1_800_000_000.0
+
+    def at(s: float) -> str:
+        return dt.datetime.fromtimestamp(t0 + s, dt.timezone.utc).isoformat(timespec="seconds")
+
+    job = tmp_path / "job"
+    for op in ("silu_and_mul", "rmsnorm"):
+        log = RunLog(job / op)
+        for s, role, rnd in ((150, "round", 0), (160, "plan", 1), (400, "stop", 1), (560, "plan", 9),
+                             (960, "stop", 9)):
+            log.append(LogRecord(round=rnd, role=role, time=at(s), summary="time is up" if role == "stop" else ""))
+    (job / "parts.txt").write_text(f"1 {t0:.0f} {t0 + 450:.0f} 0\n2 {t0 + 500:.0f} {t0 + 1000:.0f} 0\n")
+    (job / "optimize-1.log").write_text("r01 ...\n")
+    result.main([str(job)])
+    out = capsys.readouterr().out
+    assert "rounds call 1 250 s, call 2 400 s: 10.8 minutes" in out and "verdict: PASS" in out
+    (job / "optimize-2.log").write_text("Traceback (most recent call last):\n")
+    result.main([str(job)])
+    assert "tracebacks in optimize's output: 1" in (out := capsys.readouterr().out) and "verdict: NOT YET" in out
