@@ -20,6 +20,7 @@ Usage: python3 benchmarks/search_bench.py --out DIR [--budget 390] [--latency 5]
        python3 benchmarks/search_bench.py --simulate --out DIR   # CPU: simulated builds and GPU time
        python3 benchmarks/search_bench.py --simulate --latency 30 --sim-eval-s 12 --sim-build-s 10 \
            --arms loop-population-1gpu,loop-population-2gpu --budget 1800 --out DIR   # docs/search.md's figures
+           (and with --sim-eval-s 2 --sim-build-s 1)
 Writes DIR/search.jsonl (one row per arm) and DIR/search.md, prints the table last; the arms' candidates
 and run directories go to --work (default DIR/work). On a GPU: benchmarks/gpu/search_bench.sh.
 """
