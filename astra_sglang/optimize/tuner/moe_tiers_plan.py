@@ -10,8 +10,10 @@ batch sizes, a second unit follows the plain one: the source knob's variants (sp
 The order (`order_units`): units whose batch sizes share compiled kernels (moe_budget.specialization) run
 together, the class with the most GPU work first, so the CPU cores compile the next class while the GPUs time
 the first; within a class the dearest unit first; the knob units last. `core` batch sizes are always planned;
-`extra` ones (smallest first, the shapes taking turns) join while moe_budget's estimate of the whole run, the
-strict tier included, ends by the deadline; the rest are deferred, for a resumed run.
+`extra` ones join while moe_budget's estimate of the whole run, the strict tier included, ends by the deadline; the
+rest are deferred, for a resumed run. Extra units are tried class by class, the classes with the most batch sizes
+first (`extra_order`): on a cold Triton cache the compiles bound the run, and a class's compiles serve all its
+batch sizes; within a class the smaller batch sizes first (decode's), the shapes taking turns.
 """
 from __future__ import annotations
 
@@ -99,9 +101,10 @@ def _estimate(sp: ShapePlan, tokens: int, knob: KernelSourceProvider | None, top
     if knob is None:
         return Unit(sp.name, tokens, len(sp.todo(tokens)), specialization(shape, tokens), us)
     order = sp.orders[tokens]
-    count = len(knob_variants([Screened(config=c, bucket=tokens, stage="done", us=float(i))
-                               for i, c in enumerate(order.codes[1:top + 1])],
-                              sp.picks[tokens].config, knob, tokens, sp.shape, top))
+    codes = knob_variants([Screened(config=c, bucket=tokens, stage="done", us=float(i))
+                           for i, c in enumerate(order.codes[1:top + 1])],
+                          sp.picks[tokens].config, knob, tokens, sp.shape, top)
+    count = len([c for c in codes if c not in sp.knob_known.get(tokens, {})])
     return Unit(sp.name, tokens, count, specialization(shape, tokens), us, knob=True)
 
 
@@ -118,6 +121,21 @@ def order_units(units: list[Unit], costs: Costs) -> list[Unit]:
     return plain + [u for u in units if u.knob]
 
 
+def extra_order(units: list[Unit]) -> list[Unit]:
+    """Classes with the most batch sizes first; within, the batch sizes ascending, the shapes taking turns (a knob
+    unit right after its plain unit)."""
+    size: dict[tuple, int] = {}
+    for u in units:
+        if not u.knob:
+            size[(u.shape, u.spec)] = size.get((u.shape, u.spec), 0) + 1
+    turn: dict[str, int] = {}
+    rank = {}
+    for u in sorted((u for u in units if not u.knob), key=lambda u: (-size[(u.shape, u.spec)], u.tokens)):
+        turn[u.shape] = turn.get(u.shape, -1) + 1
+        rank[(u.shape, u.tokens)] = turn[u.shape]
+    return sorted(units, key=lambda u: (rank.get((u.shape, u.tokens), len(units)), u.shape, u.knob))
+
+
 def make_plan(shapes: dict[str, ShapePlan], core: list[int], extra: list[int], facts, gpus: int, cores: int,
               deadline_s: float, knob: KernelSourceProvider | None = None, top: int = KNOB_TOP,
               costs: Costs = Costs(), strict: Strict = Strict()) -> Plan:
@@ -130,13 +148,13 @@ def make_plan(shapes: dict[str, ShapePlan], core: list[int], extra: list[int], f
                 out.append(_estimate(sp, t, None, top, facts.gpu))
                 if knob and t in sp.knob_tokens:
                     out.append(_estimate(sp, t, knob, top, facts.gpu))
-        return [u for u in out if u.configs or u.knob]
+        return [u for u in out if u.configs]  # a knob with no split worth measuring there has no unit
 
     done = [f"{sp.name}@{t}" for sp in shapes.values() for t in sp.picks if not sp.todo(t)]
     core_units = order_units(units_at(core), costs)
     earlier = {name: sum(1 for d in done if d.startswith(name + "@")) for name in shapes}
     strict = Strict(strict.finalists, strict.knob_finalists, earlier)
-    fitted = fit(core_units, units_at(sorted(extra)), deadline_s, gpus, cores, costs, strict)
+    fitted = fit(core_units, extra_order(units_at(sorted(extra))), deadline_s, gpus, cores, costs, strict)
     chosen = order_units(fitted.chosen, costs)
     units, prefetch, classes = [], [], set()
     for u in chosen:

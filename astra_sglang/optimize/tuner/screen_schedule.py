@@ -51,8 +51,11 @@ class UnitResult:
 
 class Schedule:
     def __init__(self, pools: dict[str, ScreenPool], gpus: list[str | None], deadline: float | None = None,
-                 echo: Callable[[str], None] = print, on_result: Callable[[Screened], None] | None = None):
-        self.pools, self.gpus, self.deadline, self.echo, self.on_result = pools, list(gpus), deadline, echo, on_result
+                 echo: Callable[[str], None] = print, on_result: Callable[[str, Screened], None] | None = None,
+                 on_unit: Callable[["UnitResult"], None] | None = None):
+        """`on_result(unit name, result)` as each config's result comes; `on_unit` as each unit ends."""
+        self.pools, self.gpus, self.deadline, self.echo = pools, list(gpus), deadline, echo
+        self.on_result, self.on_unit = on_result, on_unit
         self.started = time.time()
         self._cond = threading.Condition()
         self._pending: list[ScreenUnit] = []
@@ -122,13 +125,24 @@ class Schedule:
                 configs = unit.configs(before.results if before else [])
             else:
                 configs = unit.configs
-            results, stats = self.pools[unit.op].screen(unit.bucket, configs, deadline=self.deadline,
-                                                        on_result=self.on_result, only=[gpu])
+            report = (lambda r, name=unit.name: self.on_result(name, r)) if self.on_result else None
+            if configs:
+                try:
+                    results, stats = self.pools[unit.op].screen(unit.bucket, configs, deadline=self.deadline,
+                                                                on_result=report, only=[gpu])
+                except Exception as exc:  # noqa: BLE001 - one unit's failure must not cost the others theirs
+                    self.echo(f"{unit.name} on GPU {gpu}: screening failed: {type(exc).__name__}: {exc}"[:300])
+                    results, stats = [], ScreenStats.of(unit.bucket, configs, [], gpus=[str(gpu)], wall_s=0.0,
+                                                        notes=[f"{type(exc).__name__}: {exc}"[:300]])
+            else:  # nothing left to screen (an earlier run's): no worker prepares the bucket
+                results, stats = [], ScreenStats.of(unit.bucket, [], [], gpus=[], wall_s=0.0)
             with self._cond:
                 self._running.discard(unit.name)
                 self.done[unit.name] = UnitResult(unit, configs, results, stats, gpu, start,
                                                   time.time() - self.started)
                 self._cond.notify_all()
+            if self.on_unit:
+                self.on_unit(self.done[unit.name])
             self.echo(f"{unit.name} on GPU {gpu}: screened {stats.screened} of {len(configs)} ({stats.timed} timed) "
                       f"in {stats.wall_s:.0f} s; best {stats.best or '-'} {_us(stats.best_us)}")
 
