@@ -3,8 +3,9 @@
 SGLang's whole tuning space (and the split-K source knob's variants beside it) screened for every batch size, the
 finalists judged by the strict isolated evaluator against SGLang's shipped pick (astra_sglang/optimize/tuner/
 moe_tiers.py). Results go to OUT as they come: screen/*.jsonl (every config), units.jsonl, verdicts.jsonl, strict/
-(each strict call's run folder: tune.json, tune.md, final.json, a patch where a config won), tiers.md (per batch
-size: screened / space, screened best against the pick, the verdict, what is left and why), plan.json. --resume DIR
+(each strict call's run folder: tune.json, tune.md, final.json, a patch where a config won), plan.json (the units,
+the deferred ones, the estimate), tiers.md (per batch size: screened / space, screened best against the pick, the
+verdict, what is left and why; `--table` writes it from the records alone, for a run cut short). --resume DIR
 continues an earlier OUT (its records copied into OUT first): screened batch sizes are not screened again, judged
 ones not judged again. The commit named is ASTRA_COMMIT, else git's HEAD.
 
@@ -24,7 +25,7 @@ from provenance import commit
 
 from astra_sglang.errors import AstraError
 from astra_sglang.optimize.tuner.moe_budget import Costs
-from astra_sglang.optimize.tuner.moe_tiers import TiersSetup, run_tiers
+from astra_sglang.optimize.tuner.moe_tiers import TiersSetup, run_tiers, shape_plans
 from astra_sglang.optimize.tuner.moe_tiers_records import Records
 from astra_sglang.optimize.tuner.moe_tiers_report import bucket_lines, render
 from astra_sglang.triton.moe import configs as moe_configs
@@ -60,14 +61,16 @@ def setup_of(args) -> tuple[TiersSetup, object]:
         def evaluator(shape):
             return SimulatedEvaluator(shape, SIMULATED_GPU, lambda t: picks_at(shape, [t])[0].config)
 
-        gpus = visible_gpus(args.gpus or "0,1")
-        return TiersSetup(gpus=gpus, facts=facts, evaluator=evaluator, costs=Costs(start_s=2.0),
+        gpus = visible_gpus(args.gpus) or ["0", "1"]
+        return TiersSetup(gpus=gpus, facts=facts, evaluator=evaluator, costs=Costs(start_s=2.0, compile_cpu_s=args.sim_compile_s),
                           settings=lambda s: simulated_settings(s, args.sim_compile_s, args.sim_call_s, args.sim_faults),
                           **common), None
     from astra_sglang.optimize.pool.pool import LocalPool
     from astra_sglang.optimize.tuner.moe_run import facts_here
 
     gpus = visible_gpus(args.gpus)
+    if args.table:  # the summary only: no GPU work, no pool
+        return TiersSetup(gpus=gpus, facts=facts_here(), evaluator=None, **common), None
     if not gpus:
         raise AstraError("no GPU to run on: set GPUS (e.g. 2,3) or CUDA_VISIBLE_DEVICES")
     pool = LocalPool(gpus)
@@ -92,26 +95,28 @@ def main() -> int:
     p.add_argument("--sim-compile-s", type=float, default=0.002)
     p.add_argument("--sim-call-s", type=float, default=0.0005)
     p.add_argument("--sim-faults", default="{}", help='simulated faults, JSON {config or "*": fault}')
+    p.add_argument("--table", action="store_true", help="only write tiers.md from OUT's records (a cut run's)")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     args.work = args.work or str(out / "work")
     try:
         setup, pool = setup_of(args)
-        try:
-            plan, plans = run_tiers(setup, echo=lambda text: print(f"[{dt.datetime.now():%H:%M:%S}] {text}",
-                                                                    flush=True))
-        finally:
-            if pool is not None:
-                pool.close()
+        if args.table:
+            setup.resume, plans = None, shape_plans(setup, Records(out), None)
+            deferred = set(json.loads((out / "plan.json").read_text())["deferred"]) \
+                if (out / "plan.json").is_file() else set()
+        else:
+            try:
+                plan, plans = run_tiers(setup, echo=lambda text: print(f"[{dt.datetime.now():%H:%M:%S}] {text}",
+                                                                        flush=True))
+            finally:
+                if pool is not None:
+                    pool.close()
+            deferred = {u.name for u in plan.deferred}
     except AstraError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    deferred = {u.name for u in plan.deferred}
-    (out / "plan.json").write_text(json.dumps({
-        "gpus": setup.gpus, "units": [u.name for u in plan.units], "deferred": sorted(deferred),
-        "done_earlier": plan.done, "estimate_s": {"screen": plan.fit.timeline.screen_s,
-                                                  "end": plan.fit.timeline.strict_s}}, indent=1))
     lines = bucket_lines(plans, Records(out), sorted(set(setup.core) | set(setup.extra)), deferred)
     header = (f"{dt.date.today().isoformat()}, commit {commit()}, {setup.facts.gpu} x{len(setup.gpus)} (GPUs "
               f"{','.join(setup.gpus)}){', simulated GPUs' if args.simulate else ''}: `python3 {' '.join(sys.argv)}`")

@@ -16,6 +16,7 @@ ones not judged again. The summary (moe_tiers_report) says per batch size what h
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -83,6 +84,9 @@ def run_tiers(setup: TiersSetup, echo: Callable[[str], None] = print) -> tuple[P
     plan = make_plan(plans, setup.core, [t for t in setup.extra if t not in setup.core], setup.facts,
                      len(setup.gpus), cores, deadline - time.time(), knob, costs=setup.costs, strict=strict)
     line = plan.fit.timeline
+    (setup.out / "plan.json").write_text(json.dumps({
+        "gpus": setup.gpus, "units": [u.name for u in plan.units], "deferred": sorted(u.name for u in plan.deferred),
+        "done_earlier": plan.done, "estimate_s": {"screen": line.screen_s, "end": line.strict_s}}, indent=1))
     echo(f"plan: {len(plan.units)} units on GPU(s) {','.join(setup.gpus)} ({cores} compile processes), screening "
          f"about {line.screen_s:.0f} s, the strict tier about {line.strict_s - line.screen_s:.0f} s; "
          f"{len(plan.deferred)} deferred, {len(plan.done)} screened by an earlier run")
