@@ -34,7 +34,8 @@ REFERENCE_US = {
     (8, 14336, 4096, 2): {1: 253.7, 16: 757.8, 64: 874.0, 256: 1045.9, 1024: 2176.5, 4096: 7523.8},
 }
 """SGLang's shipped pick per expert shape (experts, N, hidden, top-k; bf16) and batch size: the strict evaluator's
-median (final-qwen3.json, final-mixtral.json of the run above)."""
+median in the final evaluations of the run above (its tune-qwen3/final.json and tune-mixtral/final.json, not
+committed; the final speedups in its tiers.jsonl are theirs)."""
 BLOCK_MS = (16, 32, 64, 128, 256)
 """SGLang's tuning space's BLOCK_SIZE_M values: the padded row count depends on it."""
 
