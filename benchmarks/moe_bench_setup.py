@@ -2,6 +2,7 @@
 model's times through the simulated screening launch, for --simulate on CPU; nothing there is a measurement)."""
 from __future__ import annotations
 
+import argparse
 import json
 
 from astra_sglang.optimize.tuner.moe_simulate import landscape_us
@@ -27,3 +28,11 @@ def simulated_settings(shape: MoeShape, compile_s: float, call_s: float, faults:
     options = {"landscape": f"{landscape_us.__module__}:landscape_us", "landscape_args": args,
                "compile_s": compile_s, "call_s": call_s, "faults": json.loads(faults)}
     return WorkerSettings(target=SIMULATE, options=options, beat_s=0.2)
+
+
+def add_simulate_args(p: argparse.ArgumentParser, compile_s: float, call_s: float) -> None:
+    """--simulate and the simulated GPU's knobs (a config's compile and call seconds, its faults)."""
+    p.add_argument("--simulate", action="store_true", help="simulated GPUs: the cost model's times (CPU)")
+    p.add_argument("--sim-compile-s", type=float, default=compile_s)
+    p.add_argument("--sim-call-s", type=float, default=call_s)
+    p.add_argument("--sim-faults", default="{}", help='simulated faults, JSON {config or "*": fault}')

@@ -35,7 +35,8 @@ import sys
 import time
 from pathlib import Path
 
-from moe_bench_setup import SHAPES, SIMULATED_GPU, SIMULATED_SMEM, simulate_lookup, simulated_settings
+from moe_bench_setup import (SHAPES, SIMULATED_GPU, SIMULATED_SMEM, add_simulate_args, simulate_lookup,
+                             simulated_settings)
 from moe_screen_table import render
 from provenance import commit
 from pydantic import BaseModel
@@ -265,10 +266,7 @@ def main() -> int:
     p.add_argument("--extra", default="all", help="the tiers' batch sizes planned while the deadline allows")
     p.add_argument("--finalists", type=int, default=2, help="the tiers' plain configs per batch size")
     p.add_argument("--deadline", type=float, default=480.0, help="seconds from the start: no phase starts past it")
-    p.add_argument("--simulate", action="store_true", help="simulated GPUs: the cost model's times (CPU)")
-    p.add_argument("--sim-compile-s", type=float, default=0.005)
-    p.add_argument("--sim-call-s", type=float, default=0.002)
-    p.add_argument("--sim-faults", default="{}", help='simulated faults, JSON {config or "*": fault}')
+    add_simulate_args(p, compile_s=0.005, call_s=0.002)
     p.add_argument("--table", action="store_true", help="only write the summary of OUT/moe_screen.jsonl")
     args = p.parse_args()
     out = Path(args.out)

@@ -20,7 +20,8 @@ import json
 import sys
 from pathlib import Path
 
-from moe_bench_setup import SHAPES, SIMULATED_GPU, SIMULATED_SMEM, simulate_lookup, simulated_settings
+from moe_bench_setup import (SHAPES, SIMULATED_GPU, SIMULATED_SMEM, add_simulate_args, simulate_lookup,
+                             simulated_settings)
 from provenance import commit
 
 from astra_sglang.errors import AstraError
@@ -62,9 +63,12 @@ def setup_of(args) -> tuple[TiersSetup, object]:
             return SimulatedEvaluator(shape, SIMULATED_GPU, lambda t: picks_at(shape, [t])[0].config)
 
         gpus = visible_gpus(args.gpus) or ["0", "1"]
-        return TiersSetup(gpus=gpus, facts=facts, evaluator=evaluator, costs=Costs(start_s=2.0, compile_cpu_s=args.sim_compile_s),
-                          settings=lambda s: simulated_settings(s, args.sim_compile_s, args.sim_call_s, args.sim_faults),
-                          **common), None
+        costs = Costs(start_s=2.0, compile_cpu_s=args.sim_compile_s)  # the simulated compiles' seconds
+
+        def settings(shape):
+            return simulated_settings(shape, args.sim_compile_s, args.sim_call_s, args.sim_faults)
+
+        return TiersSetup(gpus=gpus, facts=facts, evaluator=evaluator, costs=costs, settings=settings, **common), None
     from astra_sglang.optimize.pool.pool import LocalPool
     from astra_sglang.optimize.tuner.moe_run import facts_here
 
@@ -90,11 +94,8 @@ def main() -> int:
     p.add_argument("--deadline", type=float, default=480.0, help="seconds from the start")
     p.add_argument("--finalists", type=int, default=2, help="plain configs per batch size to the strict tier")
     p.add_argument("--knob", default="splitk", help="source knob screened beside the configs ('' for none)")
-    p.add_argument("--knob-finalists", type=int, default=1, help="the knob's variants per batch size to the strict tier")
-    p.add_argument("--simulate", action="store_true", help="simulated GPUs: the cost model's times (CPU)")
-    p.add_argument("--sim-compile-s", type=float, default=0.002)
-    p.add_argument("--sim-call-s", type=float, default=0.0005)
-    p.add_argument("--sim-faults", default="{}", help='simulated faults, JSON {config or "*": fault}')
+    p.add_argument("--knob-finalists", type=int, default=1, help="the knob's variants per batch size (strict tier)")
+    add_simulate_args(p, compile_s=0.002, call_s=0.0005)
     p.add_argument("--table", action="store_true", help="only write tiers.md from OUT's records (a cut run's)")
     args = p.parse_args()
     out = Path(args.out)

@@ -30,7 +30,8 @@ MINE=$(echo "${GPUS:-${CUDA_VISIBLE_DEVICES:-0,1}}" | tr ',' '\n' | grep -c .)
 [ "$ALL" -ge "$MINE" ] || ALL=$MINE
 CORES=${CORES:-$(( $(nproc) * MINE / ALL - MINE ))}; [ "$CORES" -ge 1 ] || CORES=1
 export ASTRA_COMMIT=${ASTRA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-echo "GPUs ${GPUS:-all} of $ALL, $CORES compile processes, cpus $(nproc), commit $ASTRA_COMMIT, $(date -u +%Y-%m-%dT%H:%MZ)" \
+echo "GPUs ${GPUS:-all} of $ALL, $CORES compile processes, cpus $(nproc), commit $ASTRA_COMMIT," \
+  "$(date -u +%Y-%m-%dT%H:%MZ)" \
   >> "$OUTDIR/env.txt"
 cat "$OUTDIR/env.txt"
 WORK=${WORK:-/tmp/moe-tiers-work}; mkdir -p "$WORK"
