@@ -16,7 +16,8 @@
 #   engage    `launch --patches HOME/patches` (that patch alone), a short load, `report`: its calls and kernel calls
 # Writes OUT/log.txt, OUT/<step>.txt (each command's output), OUT/<op>.bench.jsonl, OUT/calls.json, OUT/home/ (the
 # user folder: specs with the first GPU run's figures, adapters, patches), OUT/summary.md (each command, its exit
-# code, its last line). STEPS="ops record optimize engage" (default all) runs a subset.
+# code, its last line). STEPS="ops record optimize engage" (default all) runs a subset; HOME_FROM=DIR starts from an
+# earlier run's user folder (OUT/home), so that `STEPS="optimize engage"` goes on from another call's record step.
 #
 # Usage (GPU machine, repo root, SGLang's runtime kit unpacked as .stage/: see setup.sh; no network needed):
 #   bash benchmarks/gpu/onboard_run.sh OUT
@@ -38,6 +39,9 @@ if ! python3 -c "import clang.cindex, ziglang" 2>/dev/null && ls .stage/knobs-wh
   case ":${PYTHONPATH:-}:" in *:/tmp/site:*) ;; *) export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH};; esac
 fi
 python3 -c "import clang.cindex, ziglang" 2>/dev/null && echo "libclang: importable" || echo "libclang: not importable"
+if [ -n "${HOME_FROM:-}" ] && [ ! -d "$OUT/home" ]; then  # an earlier run's user folder: its later steps go on
+  cp -r "$HOME_FROM" "$OUT/home" && echo "user folder from $HOME_FROM"
+fi
 export ASTRA_SGLANG_HOME=$OUT/home ASTRA_TUNER_MAX_CONFIGS=${CONFIGS:-5} ASTRA_TUNER_FINAL_TIMEOUT_S=${FINAL_S:-60}
 STEPS=${STEPS:-"ops record optimize engage"}
 FIX=tests/fixtures/onboard
