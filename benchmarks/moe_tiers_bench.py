@@ -25,7 +25,7 @@ from moe_bench_setup import (SHAPES, SIMULATED_GPU, SIMULATED_SMEM, add_simulate
 from provenance import commit
 
 from astra_sglang.errors import AstraError
-from astra_sglang.optimize.tuner.moe_budget import Costs
+from astra_sglang.optimize.tuner.moe_costs import Costs
 from astra_sglang.optimize.tuner.moe_tiers import TiersSetup, run_tiers, shape_plans
 from astra_sglang.optimize.tuner.moe_tiers_records import Records
 from astra_sglang.optimize.tuner.moe_tiers_report import bucket_lines, render
@@ -63,10 +63,11 @@ def setup_of(args) -> tuple[TiersSetup, object]:
             return SimulatedEvaluator(shape, SIMULATED_GPU, lambda t: picks_at(shape, [t])[0].config)
 
         gpus = visible_gpus(args.gpus) or ["0", "1"]
-        costs = Costs(start_s=2.0, compile_cpu_s=args.sim_compile_s)  # the simulated compiles' seconds
+        # the simulated workers start at once and compile processes import no SGLang; compiles take their seconds
+        costs = Costs(start_s=2.0, compile_start_s=1.0, compile_s=args.sim_compile_s)
 
         def settings(shape):
-            return simulated_settings(shape, args.sim_compile_s, args.sim_call_s, args.sim_faults)
+            return simulated_settings(shape, args.sim_compile_s, args.sim_call_s, args.sim_faults, per_bucket=True)
 
         return TiersSetup(gpus=gpus, facts=facts, evaluator=evaluator, costs=costs, settings=settings, **common), None
     from astra_sglang.optimize.pool.pool import LocalPool
@@ -87,7 +88,7 @@ def main() -> int:
     p.add_argument("--resume", help="an earlier run's OUT to continue")
     p.add_argument("--work", help="scratch folder (the Triton cache; default OUT/work)")
     p.add_argument("--shapes", default="qwen3,mixtral")
-    p.add_argument("--buckets", default="1,16,64,256,1024,4096", help="batch sizes always planned")
+    p.add_argument("--buckets", default="1,16,64,256,1024,4096", help="batch sizes tried first in the plan")
     p.add_argument("--extra", default="all", help="batch sizes planned while the deadline allows ('all': SGLang's 18)")
     p.add_argument("--gpus", help="GPU ids (default: the visible ones)")
     p.add_argument("--cores", type=int, help="compile processes (default: one per CPU core but one per GPU)")
@@ -118,7 +119,7 @@ def main() -> int:
     except AstraError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    lines = bucket_lines(plans, Records(out), sorted(set(setup.core) | set(setup.extra)), deferred)
+    lines = bucket_lines(plans, Records(out), sorted(set(setup.core) | set(setup.extra)), deferred, setup.facts.gpu)
     header = (f"{dt.date.today().isoformat()}, commit {commit()}, {setup.facts.gpu} x{len(setup.gpus)} (GPUs "
               f"{','.join(setup.gpus)}){', simulated GPUs' if args.simulate else ''}: `python3 {' '.join(sys.argv)}`")
     text = render(lines, header)
