@@ -115,7 +115,12 @@ def test_the_command_on_a_gpu_subset_then_resumed(tmp_path):
     verdicts = {v["tokens"]: v for v in _jsonl(first / "verdicts.jsonl")}
     assert set(verdicts) == {1, 64} and all(v["screened"] == len(_jsonl(first / "screen" / f"qwen3@{t}.jsonl"))
                                             for t, v in verdicts.items())
-    assert "| qwen3 | 64 |" in text and "screened / space" in text
+    assert "| qwen3 | 64 |" in text and "screened / space" in text and "(memory): " in text
+    units = {u["name"]: u for u in _jsonl(first / "units.jsonl")}
+    assert set(units) == set(plan["units"]) and all(u["complete"] for u in units.values())  # every unit planned
+    assert all(u["specializations"] == 2 * u["configs"] == u["new_specializations"] for u in units.values())
+    specs = {r["unit"]: r for r in _jsonl(first / "specializations.jsonl")}
+    assert specs["qwen3@1"]["config"] == specs["qwen3@64"]["config"]  # one config, side by side at each batch size
     # the resumed call: the folder given back; only the new batch size is screened and judged
     second, text = _tiers(tmp_path, "b", GPUS="2,3", EXTRA="1,16,64", RUNS=str(first))
     plan = json.loads((second / "plan.json").read_text())
@@ -128,7 +133,43 @@ def test_the_command_on_a_gpu_subset_then_resumed(tmp_path):
 
 
 def test_a_short_deadline_defers_batch_sizes_and_says_so(tmp_path):
-    out, text = _tiers(tmp_path, "a", EXTRA="all", DEADLINE="90")
+    out, text = _tiers(tmp_path, "a", EXTRA="all", DEADLINE="150")
     plan = json.loads((out / "plan.json").read_text())
     assert plan["deferred"] and "deferred: the budget model did not fit" in text
     assert "left untuned" in text and "a resumed run continues it" in text
+    assert plan["units"] and sorted(u["name"] for u in _jsonl(out / "units.jsonl") if u["complete"]) == \
+        sorted(plan["units"])  # what it plans, it delivers
+
+
+def test_the_gpu_runs_setting_plans_only_what_its_estimate_screens_whole(torchvision_shim, monkeypatch):
+    """RUN_B (moe_costs.py): one H200, 36 compile processes, Qwen3 and Mixtral, BUCKETS=16,64 tried first, 420 s.
+    The old model planned 6 units (the 4 batch sizes and 2 knob units) and the run screened one; now a unit
+    joins only where the whole run's estimate, its strict tier included, ends within the deadline's slack, and
+    every unit planned is screened whole in it, SGLang's pick farthest from its floor first."""
+    from astra_sglang.optimize.tuner.moe_budget import Strict
+    from astra_sglang.optimize.tuner.moe_costs import Costs
+    from astra_sglang.optimize.tuner.moe_run import Facts
+    from astra_sglang.optimize.tuner.moe_tiers_plan import make_plan, shape_plan
+    from astra_sglang.triton.moe import configs as moe_configs
+    from astra_sglang.triton.moe.shapes import MoeShape
+
+    lookup = moe_configs.sglang_module()
+    monkeypatch.setattr(lookup, "get_device_name", lambda: "NVIDIA H200")
+    lookup.get_moe_configs.cache_clear()
+    facts = Facts(gpu="NVIDIA H200", smem=232448, triton="3.6.0", sglang="0.5.17", source_hash="0" * 64)
+    knob = KernelSourceProvider("splitk")
+    shapes = {"qwen3": MoeShape(128, 768, 2048, 8), "mixtral": MoeShape(8, 14336, 4096, 2)}
+    plans = {}
+    for name, shape in shapes.items():
+        picks = {p.tokens: p for p in moe_configs.sglang_picks(shape.experts, shape.inter, shape.hidden, shape.topk,
+                                                               moe_configs.BATCH_SIZES)}
+        plans[name] = shape_plan(name, shape, picks, facts.gpu, facts.smem, facts, None, knob, list(picks))
+    lookup.get_moe_configs.cache_clear()
+    extra = [t for t in moe_configs.BATCH_SIZES if t not in (16, 64)]
+    plan = make_plan(plans, [16, 64], extra, facts, 1, 36, 420.0, knob, strict=Strict(2, 1))
+    line = plan.fit.timeline
+    assert 0 < len(plan.units) < 6 and line.end_s <= 420.0 * (1 - Costs().slack)
+    assert all(p.screened == p.unit.configs for p in line.placed)
+    gaps = [u.gap for u in plan.fit.chosen if not u.knob]
+    assert gaps == sorted(gaps, reverse=True)
+    assert all(u.lead >= 1 for u in plan.units if isinstance(u.configs, list))
