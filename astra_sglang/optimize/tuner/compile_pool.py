@@ -7,7 +7,8 @@ priority overtakes them, and one submitted again with a smaller priority than it
 screening schedule (screen_schedule.py) gives the units its GPUs are timing now the smallest and the units they
 take next the following ones, so the compile processes work for the GPU that needs them next: with one
 first-in-first-out queue, a unit started after others were queued ahead waited behind all of them (RUN_B in
-moe_costs.py: mixtral@16's second config 61 s behind 6,000 compiles of units screened later).
+moe_costs.py: mixtral@16's second config waited 61 s for what was left of 6,006 compiles queued for Qwen3's
+units, screened later).
 
 The processes run at a lower CPU priority (`NICE`) than the screening workers, whose host code (recording a
 unit's compiles, capturing a config's graph) would otherwise queue behind them.
