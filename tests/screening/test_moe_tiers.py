@@ -173,3 +173,15 @@ def test_the_gpu_runs_setting_plans_only_what_its_estimate_screens_whole(torchvi
     gaps = [u.gap for u in plan.fit.chosen if not u.knob]
     assert gaps == sorted(gaps, reverse=True)
     assert all(u.lead >= 1 for u in plan.units if isinstance(u.configs, list))
+
+
+def test_plan_only_tells_what_a_call_would_screen_without_a_gpu(tmp_path, torchvision_shim):
+    paths = [str(ROOT), *([str(torchvision_shim)] if torchvision_shim else []), *sys.path]
+    proc = subprocess.run([sys.executable, "benchmarks/moe_tiers_bench.py", "--out", str(tmp_path / "p"),
+                           "--plan-only", "NVIDIA H200", "--gpus", "0,1", "--cores", "18", "--deadline", "480",
+                           "--buckets", ""], cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    plan = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert plan["units"] and [p["unit"] for p in plan["placed"]] and plan["estimate_s"]["end"] <= 480.0
+    assert all(f"{u}: GPU " in proc.stdout for u in plan["units"]) and not list((tmp_path / "p" / "screen").glob("*"))

@@ -80,26 +80,37 @@ def run_tiers(setup: TiersSetup, echo: Callable[[str], None] = print) -> tuple[P
     records = Records(setup.out)
     if setup.resume:
         records.adopt(setup.resume)
+    plan, plans, cores = plan_tiers(setup, records, deadline - time.time(), echo)
+    line = plan.fit.timeline
+    if plan.units:
+        screen(setup, plan, records, deadline - (line.strict_s - line.screen_s), cores, echo)
+    judge(setup, plans, records, plan.knob, deadline, echo)
+    return plan, plans
+
+
+def plan_tiers(setup: TiersSetup, records: Records, left_s: float, echo: Callable[[str], None] = print
+               ) -> tuple[Plan, dict[str, ShapePlan], int]:
+    """The plan for the `left_s` seconds left (written to plan.json and told), its shapes' plans and the compile
+    processes it counts on."""
     knob = KernelSourceProvider(setup.knob) if setup.knob else None
     plans = shape_plans(setup, records, knob)
     cores = setup.cores or max(1, (os.cpu_count() or 2) - len(setup.gpus))
     strict = Strict(setup.finalists, setup.knob_finalists if knob else 0)
     plan = make_plan(plans, setup.core, [t for t in setup.extra if t not in setup.core], setup.facts,
-                     len(setup.gpus), cores, deadline - time.time(), knob, costs=setup.costs, strict=strict)
+                     len(setup.gpus), cores, left_s, knob, costs=setup.costs, strict=strict)
     line = plan.fit.timeline
     (setup.out / "plan.json").write_text(json.dumps({
         "gpus": setup.gpus, "units": [u.name for u in plan.units], "deferred": sorted(u.name for u in plan.deferred),
-        "done_earlier": plan.done, "estimate_s": {"screen": line.screen_s, "end": line.strict_s}}, indent=1))
+        "done_earlier": plan.done, "estimate_s": {"screen": line.screen_s, "end": line.strict_s},
+        "placed": [{"unit": p.unit.name, "gpu": p.gpu, "start_s": round(p.start_s, 1), "end_s": round(p.end_s, 1)}
+                   for p in line.placed]}, indent=1))
     echo(f"plan: {len(plan.units)} units on GPU(s) {','.join(setup.gpus)} ({cores} compile processes), screening "
          f"about {line.screen_s:.0f} s, the strict tier about {line.strict_s - line.screen_s:.0f} s; "
          f"{len(plan.deferred)} deferred, {len(plan.done)} screened by an earlier run")
     if plan.fit.chosen:
         echo("order (SGLang's pick at % of its floor's speed): " + ", ".join(
             f"{u.name} {100 / u.gap:.0f}%" for u in plan.fit.chosen if not u.knob))
-    if plan.units:
-        screen(setup, plan, records, deadline - (line.strict_s - line.screen_s), cores, echo)
-    judge(setup, plans, records, knob, deadline, echo)
-    return plan, plans
+    return plan, plans, cores
 
 
 def shape_plans(setup: TiersSetup, records: Records, knob: KernelSourceProvider | None) -> dict[str, ShapePlan]:
