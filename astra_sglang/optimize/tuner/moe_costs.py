@@ -40,8 +40,9 @@ class Costs:
     into a batch size, its recording and first compile included)."""
     record_s: float = 0.0012
     """Recording one config's compiles with the compile processes idle (RUN_A: the cold phase's first result 2.7 s
-    after its start, 1,504 recorded). With 36 compile processes busy on 40 CPUs, RUN_B's mixtral@16 took 29 s to
-    prepare and record 1,502: the plan records every unit before the first compile."""
+    after its start, 1,504 recorded). With 36 compile processes busy on 40 CPUs, RUN_B's mixtral@16 had its first
+    result 29 s after its start (the batch size prepared, 1,502 configs recorded, SGLang's pick timed): the plan
+    records every unit before the first compile."""
     compile_start_s: float = 22.0
     """From the first compiles queued to the first config compiled (the processes spawned, each importing the
     kernel's module): RUN_B's mixtral@64 had its second result (the first that needed a compile) 22.7 s in."""
