@@ -22,11 +22,13 @@ def simulate_lookup() -> None:
     moe_configs.sglang_module().get_device_name = lambda: SIMULATED_GPU
 
 
-def simulated_settings(shape: MoeShape, compile_s: float, call_s: float, faults: str = "{}") -> WorkerSettings:
-    """A simulated worker for `shape`: the cost model's time as each config's, `faults` JSON {config or "*": fault}."""
+def simulated_settings(shape: MoeShape, compile_s: float, call_s: float, faults: str = "{}",
+                       per_bucket: bool = False) -> WorkerSettings:
+    """A simulated worker for `shape`: the cost model's time as each config's, `faults` JSON {config or "*": fault};
+    `per_bucket`: each batch size compiles its own kernels (screen_simulate.py)."""
     args = dict(experts=shape.experts, inter=shape.inter, hidden=shape.hidden, topk=shape.topk, gpu=SIMULATED_GPU)
     options = {"landscape": f"{landscape_us.__module__}:landscape_us", "landscape_args": args,
-               "compile_s": compile_s, "call_s": call_s, "faults": json.loads(faults)}
+               "compile_s": compile_s, "call_s": call_s, "faults": json.loads(faults), "per_bucket": per_bucket}
     return WorkerSettings(target=SIMULATE, options=options, beat_s=0.2)
 
 

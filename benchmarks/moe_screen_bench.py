@@ -3,7 +3,7 @@
 One plan for a 2- or 4-GPU machine and a deadline (--deadline seconds):
   tiers   (both --shapes) in a child process (benchmarks/moe_tiers_bench.py) on the tier GPUs (GPUs 2.. on a
           4-GPU host, GPU 1 on a 2-GPU one; every GPU without scaling phases) from the start, on half of the CPU
-          cores: SGLang's whole space screened per batch size (--buckets always, SGLang's other batch sizes while
+          cores: SGLang's whole space screened per batch size (--buckets first, SGLang's other batch sizes while
           its deadline allows), the finalists through the isolated evaluator against SGLang's pick.
   scaling (--scale-shapes, qwen3 by default; bf16, batch --batch) on GPU 0 (and 1), the other half of the cores,
           one worker per GPU for the whole run (SGLang imported and the inputs built once, both GPUs prepared
@@ -262,7 +262,7 @@ def main() -> int:
     p.add_argument("--cores", type=int, help="compile processes (default: one per CPU core but one per GPU)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--warm", type=int, default=600, help="configs of the order the warm phases screen")
-    p.add_argument("--buckets", default="", help="the tiers' batch sizes always planned")
+    p.add_argument("--buckets", default="", help="the tiers' batch sizes tried first")
     p.add_argument("--extra", default="all", help="the tiers' batch sizes planned while the deadline allows")
     p.add_argument("--finalists", type=int, default=2, help="the tiers' plain configs per batch size")
     p.add_argument("--deadline", type=float, default=480.0, help="seconds from the start: no phase starts past it")

@@ -2,7 +2,7 @@
 # Fused MoE's screening tier on the GPU machine, one command of at most ~9 minutes (benchmarks/moe_screen_bench.py):
 #   tiers (Qwen3-30B-A3B 128x768x2048 top-8 and Mixtral 8x14336x4096 top-2, bf16) in their own process on GPUs 2..
 #     (4-GPU host) or GPU 1 (2-GPU host) from the start (benchmarks/moe_tiers_bench.py): SGLang's whole space per
-#     batch size (BUCKETS always, SGLang's other batch sizes while the deadline allows), the isolated evaluator
+#     batch size (BUCKETS first, SGLang's other batch sizes next, while the deadline allows), the isolated evaluator
 #     judging the finalists against SGLang's shipped pick. PHASES=tiers alone runs benchmarks/gpu/moe_tiers.sh
 #     (GPUS, RUNS: a chosen set of GPUs, a resumed run).
 #   beside them, on GPU 0 (and 1), Qwen3 at batch 64 with one worker per GPU for the whole run:
@@ -14,7 +14,7 @@
 #   ASTRA_COMMIT=<commit of the tree> bash benchmarks/gpu/moe_screen.sh [OUTDIR]
 # env: ASTRA_COMMIT (the commit the figures name; else git's HEAD, stale where .git was copied from elsewhere),
 #      DEADLINE (seconds for the bench's phases, 470), SHAPES (the tiers' shapes, qwen3,mixtral), SCALE_SHAPES
-#      (qwen3), PHASES (cold,warm1,warm2,tiers), BUCKETS (the tiers' batch sizes always planned: none), WARM (600),
+#      (qwen3), PHASES (cold,warm1,warm2,tiers), BUCKETS (the tiers' batch sizes tried first: none), WARM (600),
 #      SIMULATE=1 (no GPU), WORK (Triton caches, /tmp/moe-screen-work: emptied first, so that the cold phase is cold)
 # OUTDIR (default $OUT, else /tmp/moe-screen) gets env.txt, bench.log, moe_screen.jsonl, moe_screen.md, tune-*/,
 # tiers/ (the tiers process's log, records and tiers.md).

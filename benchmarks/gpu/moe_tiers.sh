@@ -9,12 +9,13 @@
 #   ASTRA_COMMIT=<commit> GPUS=2,3 DEADLINE=480 bash benchmarks/gpu/moe_tiers.sh OUTDIR
 #   ASTRA_COMMIT=<commit> GPUS=2,3 DEADLINE=480 RUNS=<earlier OUTDIR> bash benchmarks/gpu/moe_tiers.sh OUTDIR2
 # env: GPUS (ids of this host's GPUs; unset: all), DEADLINE (seconds, 480), SHAPES (qwen3,mixtral), BUCKETS (batch
-#      sizes always planned: none), EXTRA (planned while the deadline allows: all of SGLang's 18), KNOB (splitk; empty:
+#      sizes tried first: none), EXTRA (tried next: all of SGLang's 18; a batch size joins while the plan fits the
+#      deadline, those farthest from their floor first), KNOB (splitk; empty:
 #      none), FINALISTS (2), KNOB_FINALISTS (1), CORES (compile processes; default: this GPU share of the CPU cores,
 #      less one per GPU), RUNS (an earlier OUTDIR to continue), WORK (Triton cache, /tmp/moe-tiers-work, kept),
 #      SIMULATE=1 (no GPU: the cost model's times)
 # OUTDIR (default $OUT, else /tmp/moe-tiers) gets env.txt, bench.log, tiers.md, plan.json, units.jsonl,
-# verdicts.jsonl, screen/, strict/.
+# verdicts.jsonl, specializations.jsonl, screen/, strict/.
 set -u
 OUTDIR=${1:-${OUT:-/tmp/moe-tiers}}; mkdir -p "$OUTDIR"
 if [ -n "${GPUS:-}" ]; then  # set first: no process of this call touches another GPU (setup.sh's check included)

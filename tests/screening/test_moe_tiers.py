@@ -1,6 +1,7 @@
-"""The tiers plan for fused MoE on CPU: the budget model's split of a deadline, the schedule of units over a chosen
-set of GPUs, the finalists with a source knob's, and benchmarks/gpu/moe_tiers.sh with simulated GPUs (a GPU subset,
-records as they come, a resumed run that neither screens nor judges again what the first did)."""
+"""The tiers for fused MoE on CPU: the schedule of units over a chosen set of GPUs (compiles queued by when a GPU
+needs them, a unit started once its compiles are ahead), the finalists with a source knob's, and
+benchmarks/gpu/moe_tiers.sh with simulated GPUs (a GPU subset, records as they come, a resumed run that neither
+screens nor judges again what the first did, every planned unit delivered). The budget model: test_moe_budget.py."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from astra_sglang.optimize.tuner.graph_timing import fitted_launches
-from astra_sglang.optimize.tuner.moe_budget import Costs, Unit, fit, simulate, specialization
 from astra_sglang.optimize.tuner.moe_two_tier import finalists_by_bucket
 from astra_sglang.optimize.tuner.screen_schedule import Schedule, ScreenUnit
 from astra_sglang.optimize.tuner.two_tier import BucketScreen
@@ -23,43 +23,11 @@ from astra_sglang.triton.moe.space import MoeConfig
 from astra_sglang.triton.screen_records import Screened, ScreenStats
 
 ROOT = Path(__file__).resolve().parents[2]
-QWEN3, MIXTRAL = (128, 768, 2048, 8), (8, 14336, 4096, 2)
 
 
 @pytest.mark.parametrize("call_us, calls", [(50.0, 10), (300.0, 10), (700.0, 5), (3000.0, 1), (9000.0, 1)])
 def test_a_timed_graph_holds_about_a_replay_of_calls(call_us, calls):
     assert fitted_launches(call_us) == calls
-
-
-def test_batch_sizes_share_compiled_kernels_in_a_few_classes():
-    from astra_sglang.triton.moe.configs import BATCH_SIZES
-
-    assert len({specialization(QWEN3, t) for t in BATCH_SIZES}) == 3
-    assert len({specialization(MIXTRAL, t) for t in BATCH_SIZES}) == 2
-    assert specialization(QWEN3, 64) == specialization(QWEN3, 4096) != specialization(QWEN3, 1)
-
-
-def _unit(tokens: int, configs: int = 1500, shape: str = "qwen3", knob: bool = False) -> Unit:
-    return Unit(shape, tokens, configs, specialization(QWEN3, tokens), 400.0, knob=knob)
-
-
-def test_the_budget_keeps_the_core_and_fits_the_extras_by_the_deadline():
-    core = [_unit(64)]
-    extra = [_unit(t) for t in (24, 32, 48, 96, 128)]
-    fitted = fit(core, extra, 300.0, gpus=2, cores=30)
-    assert fitted.chosen[0] == core[0] and fitted.timeline.end_s <= 300.0
-    assert fitted.deferred and len(fitted.chosen) + len(fitted.deferred) == 6
-    more = fit(core, extra, 2000.0, gpus=2, cores=30)
-    assert not more.deferred
-    # two GPUs screen the same units sooner than one; the strict tier follows the screening
-    one, two = (simulate(fitted.chosen, g, 30) for g in (1, 2))
-    assert two.screen_s < one.screen_s and two.strict_s > two.screen_s
-    assert fit([], [_unit(1, knob=True)], 1000.0, 2, 30).deferred  # a knob unit never without its plain one
-
-
-def test_a_deadline_cuts_the_screening_in_the_estimate():
-    line = simulate([_unit(64), _unit(96)], gpus=1, cores=30, screen_until=120.0)
-    assert line.screen_s <= 120.0 + 1e-6 and sum(p.screened for p in line.placed) < 3000
 
 
 class FakePool:
@@ -71,10 +39,10 @@ class FakePool:
     def record(self, bucket, configs, only=None):
         return {c: [] for c in configs}
 
-    def submit(self, found, configs):
+    def submit(self, found, configs, priority=(0, 0)):
         return {c: [] for c in configs}
 
-    def screen(self, bucket, configs, deadline=None, on_result=None, only=None):
+    def screen(self, bucket, configs, deadline=None, on_result=None, only=None, found=None, priority=(0, 0)):
         with self.lock:
             self.calls.append((bucket, tuple(configs), only[0]))
         results = [Screened(config=c, bucket=bucket, stage="done", us=self.us.get(c, 100.0), worker=f"gpu{only[0]}")
@@ -147,7 +115,12 @@ def test_the_command_on_a_gpu_subset_then_resumed(tmp_path):
     verdicts = {v["tokens"]: v for v in _jsonl(first / "verdicts.jsonl")}
     assert set(verdicts) == {1, 64} and all(v["screened"] == len(_jsonl(first / "screen" / f"qwen3@{t}.jsonl"))
                                             for t, v in verdicts.items())
-    assert "| qwen3 | 64 |" in text and "screened / space" in text
+    assert "| qwen3 | 64 |" in text and "screened / space" in text and "(memory): " in text
+    units = {u["name"]: u for u in _jsonl(first / "units.jsonl")}
+    assert set(units) == set(plan["units"]) and all(u["complete"] for u in units.values())  # every unit planned
+    assert all(u["specializations"] == 2 * u["configs"] == u["new_specializations"] for u in units.values())
+    specs = {r["unit"]: r for r in _jsonl(first / "specializations.jsonl")}
+    assert specs["qwen3@1"]["config"] == specs["qwen3@64"]["config"]  # one config, side by side at each batch size
     # the resumed call: the folder given back; only the new batch size is screened and judged
     second, text = _tiers(tmp_path, "b", GPUS="2,3", EXTRA="1,16,64", RUNS=str(first))
     plan = json.loads((second / "plan.json").read_text())
@@ -160,7 +133,55 @@ def test_the_command_on_a_gpu_subset_then_resumed(tmp_path):
 
 
 def test_a_short_deadline_defers_batch_sizes_and_says_so(tmp_path):
-    out, text = _tiers(tmp_path, "a", EXTRA="all", DEADLINE="90")
+    out, text = _tiers(tmp_path, "a", EXTRA="all", DEADLINE="150")
     plan = json.loads((out / "plan.json").read_text())
     assert plan["deferred"] and "deferred: the budget model did not fit" in text
     assert "left untuned" in text and "a resumed run continues it" in text
+    assert plan["units"] and sorted(u["name"] for u in _jsonl(out / "units.jsonl") if u["complete"]) == \
+        sorted(plan["units"])  # what it plans, it delivers
+
+
+def test_the_gpu_runs_setting_plans_only_what_its_estimate_screens_whole(torchvision_shim, monkeypatch):
+    """RUN_B (moe_costs.py): one H200, 36 compile processes, Qwen3 and Mixtral, BUCKETS=16,64 tried first, 420 s.
+    The old model planned 6 units (the 4 batch sizes and 2 knob units) and the run screened one; now a unit
+    joins only where the whole run's estimate, its strict tier included, ends within the deadline's slack, and
+    every unit planned is screened whole in it, SGLang's pick farthest from its floor first."""
+    from astra_sglang.optimize.tuner.moe_budget import Strict
+    from astra_sglang.optimize.tuner.moe_costs import Costs
+    from astra_sglang.optimize.tuner.moe_run import Facts
+    from astra_sglang.optimize.tuner.moe_tiers_plan import make_plan, shape_plan
+    from astra_sglang.triton.moe import configs as moe_configs
+    from astra_sglang.triton.moe.shapes import MoeShape
+
+    lookup = moe_configs.sglang_module()
+    monkeypatch.setattr(lookup, "get_device_name", lambda: "NVIDIA H200")
+    lookup.get_moe_configs.cache_clear()
+    facts = Facts(gpu="NVIDIA H200", smem=232448, triton="3.6.0", sglang="0.5.17", source_hash="0" * 64)
+    knob = KernelSourceProvider("splitk")
+    shapes = {"qwen3": MoeShape(128, 768, 2048, 8), "mixtral": MoeShape(8, 14336, 4096, 2)}
+    plans = {}
+    for name, shape in shapes.items():
+        picks = {p.tokens: p for p in moe_configs.sglang_picks(shape.experts, shape.inter, shape.hidden, shape.topk,
+                                                               moe_configs.BATCH_SIZES)}
+        plans[name] = shape_plan(name, shape, picks, facts.gpu, facts.smem, facts, None, knob, list(picks))
+    lookup.get_moe_configs.cache_clear()
+    extra = [t for t in moe_configs.BATCH_SIZES if t not in (16, 64)]
+    plan = make_plan(plans, [16, 64], extra, facts, 1, 36, 420.0, knob, strict=Strict(2, 1))
+    line = plan.fit.timeline
+    assert 0 < len(plan.units) < 6 and line.end_s <= 420.0 * (1 - Costs().slack)
+    assert all(p.screened == p.unit.configs for p in line.placed)
+    gaps = [u.gap for u in plan.fit.chosen if not u.knob]
+    assert gaps == sorted(gaps, reverse=True)
+    assert all(u.lead >= 1 for u in plan.units if isinstance(u.configs, list))
+
+
+def test_plan_only_tells_what_a_call_would_screen_without_a_gpu(tmp_path, torchvision_shim):
+    paths = [str(ROOT), *([str(torchvision_shim)] if torchvision_shim else []), *sys.path]
+    proc = subprocess.run([sys.executable, "benchmarks/moe_tiers_bench.py", "--out", str(tmp_path / "p"),
+                           "--plan-only", "NVIDIA H200", "--gpus", "0,1", "--cores", "18", "--deadline", "480",
+                           "--buckets", ""], cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    plan = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert plan["units"] and [p["unit"] for p in plan["placed"]] and plan["estimate_s"]["end"] <= 480.0
+    assert all(f"{u}: GPU " in proc.stdout for u in plan["units"]) and not list((tmp_path / "p" / "screen").glob("*"))

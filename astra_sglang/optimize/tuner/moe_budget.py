@@ -1,126 +1,30 @@
-"""How long a fused MoE two-tier plan takes on a host, from measured costs, and which of its units fit a deadline.
+"""How long a fused MoE two-tier plan takes on a host (the measured costs of moe_costs.py), and which of its units
+fit a deadline.
 
-A plan is a list of units, one (shape, batch size) each, screened on one GPU (the scheduler, screen_schedule.py,
-gives each free GPU the next unit in the plan's order); a source knob's unit (split-K variants of the best configs)
-follows its batch size's plain unit. The cost has three parts:
-- compiles ahead, on the CPU cores, each specialization once. The integer arguments of fused MoE's kernel that vary
-  with the batch size (the padded row count of moe_align_block_size's buffer, the token slots) specialize on == 1
-  and divisibility by 16, so a shape's batch sizes fall into 2-3 classes (`specialization`) that share every
-  compiled kernel. Each class is compiled once, ahead of the screening, in the order its units come.
+A plan is a list of units, one (shape, batch size) each, screened on one GPU: the scheduler (screen_schedule.py)
+gives each free GPU the first unit in the plan's order whose compiles are far enough ahead (`moe_costs.lead`); a
+source knob's unit (split-K variants of the best configs) follows its batch size's plain unit. The run's order
+(`run_order`): the plain units farthest from their floor first (moe_roofline: SGLang's pick over the floor), each
+knob unit right after its plain unit. The cost has three parts:
+- recording: every plain unit's compiles are recorded before the first compile, in waves (an expert shape's units
+  over its workers, one a GPU, the shapes side by side);
+- compiles, on the CPU cores, no batch size sharing another's: the queue serves the units in the order the GPUs
+  take them, `gpus` at a time, config by config (the priorities screen_schedule gives them); a knob unit's
+  variants are compiled when it starts, ahead of the queue;
 - the GPU, per config: the check call, a warm-up and 10 timed replays of `fitted_launches` calls (graph_timing),
-  a config past 1.5x the best cut after its first replay, and a fixed overhead (the worker's round trip, the
-  capture); a config that does not fit in shared memory costs the overhead only.
-- the strict tier: per shape, one evaluation per finalist rank, all shapes' at once on the GPUs, then each shape's
-  final evaluation.
-`simulate` runs the plan's schedule on these costs (a config waits for its compiles); `fit` keeps the units in
-order while the whole plan ends by the deadline. An estimate decides only what a run attempts: the run itself
-stops screening at its own deadline and says how much of each space it screened.
-
-`Costs` and `REFERENCE_US` hold what was measured on 4x H200 (2026-11-27, commit ff157ed,
-`ASTRA_COMMIT=ff157ed DEADLINE=350 bash benchmarks/gpu/moe_screen.sh OUT`, benchmarks/results/2026-11-27-h200/
-moe-screen/); a field that is an assumption says so.
+  a config past 1.5x the best cut after its first replay, and a fixed overhead; then the strict tier: per shape,
+  one evaluation per finalist rank, all shapes' at once on the GPUs, then each shape's final evaluation.
+`simulate` runs the plan's schedule on these costs; `fit` keeps the candidates, in order, while the whole plan
+ends within the deadline less a slack. An estimate decides only what a run attempts: the run itself stops
+screening at its own deadline and says how much of each space it screened.
 """
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
-from astra_sglang.optimize.tuner.graph_timing import fitted_launches
-from astra_sglang.optimize.tuner.moe_order import gpu_model
-
-REFERENCE_GPU = "NVIDIA H200"
-REFERENCE_US = {
-    (128, 768, 2048, 8): {1: 54.1, 16: 250.0, 64: 382.7, 256: 420.3, 1024: 517.9, 4096: 1072.9},
-    (8, 14336, 4096, 2): {1: 253.7, 16: 757.8, 64: 874.0, 256: 1045.9, 1024: 2176.5, 4096: 7523.8},
-}
-"""SGLang's shipped pick per expert shape (experts, N, hidden, top-k; bf16) and batch size: the strict evaluator's
-median in the final evaluations of the run above (its tune-qwen3/final.json and tune-mixtral/final.json, not
-committed; the final speedups in its tiers.jsonl are theirs)."""
-BLOCK_MS = (16, 32, 64, 128, 256)
-"""SGLang's tuning space's BLOCK_SIZE_M values: the padded row count depends on it."""
-
-
-@dataclass(frozen=True)
-class Costs:
-    start_s: float = 36.0
-    """Workers up (SGLang imported, weights drawn) and a first batch size prepared (bench.log: 36 s)."""
-    prepare_s: float = 3.0
-    """A batch size's inputs, routings and fp32 reference on a worker (the tiers' first results came 2.4-3.6 s into
-    a batch size, its recording and first compile included)."""
-    record_s: float = 0.0012
-    """Recording one config's compiles (the cold phase's first result 2.7 s after its start: 1,504 recorded, one
-    compiled)."""
-    compile_cpu_s: float = 0.933
-    """CPU seconds a specialization (cold phase: 2,805 CPU-s for 3,006, 30 processes on a 64-core host)."""
-    jobs_per_config: int = 2
-    """Fused MoE's two GEMMs."""
-    overhead_s: float = 0.009
-    """A config's GPU-side cost besides its calls: warm1's 41 ms a config at batch 64 less 111 calls of its 291 us."""
-    done_share: float = 0.72
-    """Configs timed in full, of those timed (cold phase: 954 of 1,320; the flattest landscape, so the dearest)."""
-    load_share: float = 0.12
-    """Configs that fail at load (cold phase: 184 of 1,504 need more shared memory than the GPU has)."""
-    done_factor: float = 1.15
-    """Assumed: a config timed in full runs at this x SGLang's pick on average (it is within 1.5x of the best)."""
-    slow_factor: float = 2.0
-    """Assumed: a config cut after one replay runs at this x SGLang's pick on average (past 1.5x the best)."""
-    eval_fixed_s: float = 27.0
-    eval_bucket_s: float = 3.0
-    final_bucket_s: float = 5.0
-    """A strict evaluation: ~45 s for a round's of 6 batch sizes, 55-58 s for a final's (final-*.json wall_s);
-    the split into a fixed part and a part per batch size is assumed."""
-    replays: int = 10
-    warmup: int = 1
-
-
-def padded_rows(tokens: int, experts: int, topk: int, block_m: int) -> int:
-    """The sorted-token buffer SGLang's moe_align_block_size allocates (the kernel's EM argument)."""
-    slots = tokens * topk
-    if slots < experts + 1:
-        return slots * block_m
-    return slots + (experts + 1) * (block_m - 1)
-
-
-def _int_attrs(value: int) -> tuple[bool, bool]:
-    return value == 1, value % 16 == 0
-
-
-def specialization(shape: tuple[int, int, int, int], tokens: int) -> tuple:
-    """What Triton specializes on at this batch size (batch sizes with equal values share compiled kernels)."""
-    experts, _, _, topk = shape
-    rows = tuple(_int_attrs(padded_rows(tokens, experts, topk, m)) for m in BLOCK_MS)
-    return rows, _int_attrs(tokens * topk)
-
-
-def call_us(shape: tuple[int, int, int, int], tokens: int, gpu: str) -> float:
-    """SGLang's pick's time at `tokens`: the reference's, interpolated in log-log between its batch sizes (the end
-    slopes beyond), scaled by memory bandwidth to another GPU; a shape without a reference gets the cost model's
-    best prediction over SGLang's space."""
-    table = REFERENCE_US.get(tuple(shape))
-    if table is None:
-        from astra_sglang.optimize.tuner.moe_order import predict_us
-        from astra_sglang.triton.moe.shapes import MoeShape
-        from astra_sglang.triton.moe.space import SPACES
-
-        s = MoeShape(*shape)
-        return min(predict_us(c, tokens, s, gpu_model(gpu)) for c in SPACES["sglang"]())
-    keys = sorted(table)
-    lo = max([k for k in keys if k <= tokens] or keys[:1])
-    i = min(keys.index(lo), len(keys) - 2)
-    a, b = keys[i], keys[i + 1]
-    slope = math.log(table[b] / table[a]) / math.log(b / a)
-    us = table[a] * (tokens / a) ** slope
-    return us * gpu_model(REFERENCE_GPU).bandwidth / gpu_model(gpu).bandwidth
-
-
-def config_s(us: float, costs: Costs) -> float:
-    """Mean GPU seconds a config takes to screen where SGLang's pick runs in `us`."""
-    done_us, slow_us = us * costs.done_factor, us * costs.slow_factor
-    calls = fitted_launches(us)  # fitted once a batch size, to SGLang's pick
-    done = (1 + (costs.warmup + costs.replays) * calls) * done_us * 1e-6
-    slow = (1 + (costs.warmup + 1) * calls) * slow_us * 1e-6
-    timed = costs.done_share * done + (1 - costs.done_share) * slow
-    return costs.overhead_s + (1 - costs.load_share) * timed
+from astra_sglang.optimize.tuner.moe_costs import Costs, config_s, lead
 
 
 @dataclass(frozen=True)
@@ -129,12 +33,12 @@ class Unit:
     tokens: int
     configs: int
     """Configs to screen (those a resumed run has not screened yet)."""
-    spec: tuple
-    """The specialization class (units with one share their compiles)."""
     us: float
-    """SGLang's pick's time (call_us): what a config's GPU cost scales with."""
+    """SGLang's pick's screening time: what a config's GPU cost scales with."""
     knob: bool = False
     """A source knob's variants: compiled when the unit starts (its own kernels), after its plain unit."""
+    gap: float = 1.0
+    """SGLang's pick's time over the floor (moe_roofline): the farthest from it are screened first."""
 
     @property
     def name(self) -> str:
@@ -164,7 +68,7 @@ class Placed:
 class Timeline:
     placed: list[Placed] = field(default_factory=list)
     compile_s: float = 0.0
-    """When the last class finished compiling."""
+    """When the last plain unit's compiles end."""
     screen_s: float = 0.0
     strict_s: float = 0.0
     evaluations: int = 0
@@ -172,6 +76,39 @@ class Timeline:
     @property
     def end_s(self) -> float:
         return self.strict_s
+
+
+def run_order(units: list[Unit]) -> list[Unit]:
+    """The plain units farthest from their floor first (ties: smaller batch sizes, then the shape), each knob unit
+    right after its plain unit."""
+    plain = sorted((u for u in units if not u.knob), key=lambda u: (-u.gap, u.tokens, u.shape))
+    knobs = {(u.shape, u.tokens): u for u in units if u.knob}
+    out = []
+    for u in plain:
+        out.append(u)
+        if (u.shape, u.tokens) in knobs:
+            out.append(knobs.pop((u.shape, u.tokens)))
+    return out + list(knobs.values())
+
+
+def recording_s(units: list[Unit], gpus: int, costs: Costs) -> float:
+    """Recording every plain unit's compiles: an expert shape's units over its workers (one a GPU), in waves."""
+    plain = [u for u in units if not u.knob]
+    waves = max((math.ceil(n / gpus) for n in Counter(u.shape for u in plain).values()), default=0)
+    return waves * (costs.prepare_s + costs.record_s * max((u.configs for u in plain), default=0))
+
+
+def compile_windows(units: list[Unit], gpus: int, begin: float, per_config: float) -> dict[str, tuple[float, float]]:
+    """Per plain unit: when its first compile starts and the seconds between its compiled configs. The queue serves
+    the units `gpus` at a time in the order the GPUs take them, a wave's units config by config."""
+    plain = [u for u in units if not u.knob]
+    out, t = {}, begin
+    for i in range(0, len(plain), gpus):
+        wave = plain[i:i + gpus]
+        for u in wave:
+            out[u.name] = (t, per_config * len(wave))
+        t += per_config * sum(u.configs for u in wave)
+    return out
 
 
 def _screened_by(t0: float, a: float, b: float, c: float, n: int, until: float) -> int:
@@ -184,26 +121,14 @@ def _screened_by(t0: float, a: float, b: float, c: float, n: int, until: float) 
 
 def simulate(units: list[Unit], gpus: int, cores: int, costs: Costs = Costs(), strict: Strict = Strict(),
              screen_until: float = math.inf) -> Timeline:
-    """The plan's schedule on `gpus` GPUs and `cores` compile processes; screening stops at `screen_until`."""
-    rate = cores / costs.compile_cpu_s
-    size: dict[tuple, int] = {}
-    for u in units:
-        if not u.knob:
-            size[(u.shape, u.spec)] = max(size.get((u.shape, u.spec), 0), u.configs)
-    per_shape: dict[str, int] = {}
-    for shape, _ in size:
-        per_shape[shape] = per_shape.get(shape, 0) + 1
-    # each shape's classes recorded at once on its workers (one a GPU), the shapes side by side
-    rounds = max((math.ceil(n / gpus) for n in per_shape.values()), default=0)
-    prefetch = rounds * (costs.prepare_s + costs.record_s * max(size.values(), default=0))
-    t = costs.start_s + prefetch
-    classes: dict[tuple, tuple[float, float]] = {}
-    for key, n in size.items():  # in plan order: dicts keep the first appearance's order
-        dur = n * costs.jobs_per_config / rate
-        classes[key] = (t, dur / max(n, 1))
-        t += dur
-    timeline = Timeline(compile_s=t)
-    queue_end, free = t, [costs.start_s + prefetch] * gpus
+    """The plan's schedule (`units` in the run's order) on `gpus` GPUs and `cores` compile processes; screening
+    stops at `screen_until`."""
+    per_config = costs.config_compile_s / max(cores, 1)
+    begin = costs.start_s + recording_s(units, gpus, costs)
+    windows = compile_windows(units, gpus, begin + costs.compile_start_s, per_config)
+    timeline = Timeline(compile_s=begin + costs.compile_start_s + per_config * sum(u.configs for u in units
+                                                                                   if not u.knob))
+    free = [begin] * gpus
     ends: dict[tuple, float] = {}
     pending = list(units)
     while pending:
@@ -211,16 +136,16 @@ def simulate(units: list[Unit], gpus: int, cores: int, costs: Costs = Costs(), s
         ready = [u for u in pending if not u.knob or ends.get((u.shape, u.tokens), math.inf) <= free[g]]
         # a knob unit waits for its plain unit; a GPU with nothing else left waits for the first such
         unit = ready[0] if ready else min(pending, key=lambda u: ends.get((u.shape, u.tokens), math.inf))
-        start = max(free[g], ends.get((unit.shape, unit.tokens), 0.0) if unit.knob else 0.0)
         pending.remove(unit)
         c = config_s(unit.us, costs)
-        t0 = start + costs.prepare_s + costs.record_s * unit.configs
-        if unit.knob:
-            a = max(t0, queue_end)
-            b = costs.jobs_per_config / rate
-            queue_end = a + b * unit.configs
-        else:
-            a, b = classes[(unit.shape, unit.spec)]
+        if unit.knob:  # its variants are recorded and compiled when it starts, ahead of the queue
+            start = max(free[g], ends.get((unit.shape, unit.tokens), 0.0))
+            t0 = start + costs.prepare_s + costs.record_s * unit.configs
+            a, b = t0, per_config
+        else:  # started once enough of its configs are compiled (screen_schedule's gate)
+            a, b = windows[unit.name]
+            start = max(free[g], a + lead(unit.configs, c, b) * b)
+            t0 = start + costs.prepare_s
         n = _screened_by(t0, a, b, c, unit.configs, screen_until) if start < screen_until else 0
         end = max(t0 + n * c, a + b + n * c, a + b * n + c) if n else min(start, screen_until)
         free[g] = end
@@ -228,11 +153,11 @@ def simulate(units: list[Unit], gpus: int, cores: int, costs: Costs = Costs(), s
             ends[(unit.shape, unit.tokens)] = end
         timeline.placed.append(Placed(unit, g, start, end, n))
     timeline.screen_s = max(free)
-    _strict(timeline, units, gpus, costs, strict)
+    _strict(timeline, gpus, costs, strict)
     return timeline
 
 
-def _strict(timeline: Timeline, units: list[Unit], gpus: int, costs: Costs, strict: Strict) -> None:
+def _strict(timeline: Timeline, gpus: int, costs: Costs, strict: Strict) -> None:
     """The strict tier after the screening: every shape's round evaluations at once, longest first, then each
     shape's final evaluation once its round is done."""
     shapes: dict[str, set[int]] = {}
@@ -263,21 +188,25 @@ def _strict(timeline: Timeline, units: list[Unit], gpus: int, costs: Costs, stri
 @dataclass
 class Fit:
     chosen: list[Unit]
+    """In the run's order."""
     deferred: list[Unit]
     timeline: Timeline
 
 
-def fit(core: list[Unit], extra: list[Unit], deadline_s: float, gpus: int, cores: int, costs: Costs = Costs(),
+def fit(candidates: list[Unit], deadline_s: float, gpus: int, cores: int, costs: Costs = Costs(),
         strict: Strict = Strict()) -> Fit:
-    """The core units and as many of `extra` (in order; a knob unit only with its plain unit) as end by
-    `deadline_s`, all screening stopped where the strict tier's estimate must start."""
-    chosen, deferred = list(core), []
-    for unit in extra:
-        trial = chosen + [unit]
+    """As many of `candidates` (tried in their order; a knob unit only with its plain unit) as end, run in the
+    run's order with the strict tier after them, within `deadline_s` less the slack: every unit planned is
+    screened whole by the estimate."""
+    budget = deadline_s * (1.0 - costs.slack)
+    chosen: list[Unit] = []
+    deferred: list[Unit] = []
+    for unit in candidates:
         if unit.knob and not any(u.shape == unit.shape and u.tokens == unit.tokens for u in chosen):
             deferred.append(unit)
-        elif simulate(trial, gpus, cores, costs, strict).end_s <= deadline_s:
-            chosen = trial
+        elif simulate(run_order(chosen + [unit]), gpus, cores, costs, strict).end_s <= budget:
+            chosen.append(unit)
         else:
             deferred.append(unit)
+    chosen = run_order(chosen)
     return Fit(chosen, deferred, simulate(chosen, gpus, cores, costs, strict))

@@ -2,11 +2,13 @@
 
 1. The plan (moe_tiers_plan.make_plan): per shape and batch size, SGLang's whole tuning space in screening order
    (and, at batch sizes where a split is worth measuring, the source knob's variants of the best configs), less
-   what the output folder holds from an earlier run; the `core` batch sizes always, the `extra` ones while the
-   budget model's estimate of the whole run (moe_budget) ends by the deadline, the rest deferred.
-2. The screening tier: one ScreenPool per shape with a worker on each GPU (one compile pool for all), the units
-   scheduled one per GPU (screen_schedule), stopped where the strict tier's estimate must start; every result is
-   appended to the folder as it comes (moe_tiers_records).
+   what the output folder holds from an earlier run; the units farthest from their floor first, the `core` batch
+   sizes tried before the `extra` ones, each joining while the budget model's estimate of the whole run
+   (moe_budget) ends by the deadline, the rest deferred.
+2. The screening tier: one ScreenPool per shape with a worker on each GPU (one compile pool for all); every
+   unit's compiles recorded and queued by when a GPU needs them, the units scheduled one per GPU once their
+   compiles are far enough ahead (screen_schedule), stopped where the strict tier's estimate must start; every
+   result is appended to the folder as it comes (moe_tiers_records).
 3. The strict tier: per shape, the batch sizes whose space is screened whole and not judged yet; where a config
    (or a knob variant) screened as fast as SGLang's pick, its finalists go through the isolated evaluator
    (moe_run.tune_fused_moe with the screening given), all shapes at once over the GPUs; elsewhere SGLang's pick is
@@ -28,8 +30,9 @@ from typing import Callable
 from astra_sglang.errors import AstraError
 from astra_sglang.harness.records import EvalResult
 from astra_sglang.optimize.tuner.bucket import Batch
-from astra_sglang.optimize.tuner.compile_ahead import CompilePool
-from astra_sglang.optimize.tuner.moe_budget import Costs, Strict
+from astra_sglang.optimize.tuner.compile_pool import CompilePool
+from astra_sglang.optimize.tuner.moe_budget import Strict
+from astra_sglang.optimize.tuner.moe_costs import Costs
 from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions, tune_fused_moe
 from astra_sglang.optimize.tuner.moe_tiers_plan import Plan, ShapePlan, make_plan, shape_plan
 from astra_sglang.optimize.tuner.moe_tiers_records import Records, UnitRow, VerdictRow, unit_name
@@ -77,23 +80,37 @@ def run_tiers(setup: TiersSetup, echo: Callable[[str], None] = print) -> tuple[P
     records = Records(setup.out)
     if setup.resume:
         records.adopt(setup.resume)
+    plan, plans, cores = plan_tiers(setup, records, deadline - time.time(), echo)
+    line = plan.fit.timeline
+    if plan.units:
+        screen(setup, plan, records, deadline - (line.strict_s - line.screen_s), cores, echo)
+    judge(setup, plans, records, plan.knob, deadline, echo)
+    return plan, plans
+
+
+def plan_tiers(setup: TiersSetup, records: Records, left_s: float, echo: Callable[[str], None] = print
+               ) -> tuple[Plan, dict[str, ShapePlan], int]:
+    """The plan for the `left_s` seconds left (written to plan.json and told), its shapes' plans and the compile
+    processes it counts on."""
     knob = KernelSourceProvider(setup.knob) if setup.knob else None
     plans = shape_plans(setup, records, knob)
     cores = setup.cores or max(1, (os.cpu_count() or 2) - len(setup.gpus))
     strict = Strict(setup.finalists, setup.knob_finalists if knob else 0)
     plan = make_plan(plans, setup.core, [t for t in setup.extra if t not in setup.core], setup.facts,
-                     len(setup.gpus), cores, deadline - time.time(), knob, costs=setup.costs, strict=strict)
+                     len(setup.gpus), cores, left_s, knob, costs=setup.costs, strict=strict)
     line = plan.fit.timeline
     (setup.out / "plan.json").write_text(json.dumps({
         "gpus": setup.gpus, "units": [u.name for u in plan.units], "deferred": sorted(u.name for u in plan.deferred),
-        "done_earlier": plan.done, "estimate_s": {"screen": line.screen_s, "end": line.strict_s}}, indent=1))
+        "done_earlier": plan.done, "estimate_s": {"screen": line.screen_s, "end": line.strict_s},
+        "placed": [{"unit": p.unit.name, "gpu": p.gpu, "start_s": round(p.start_s, 1), "end_s": round(p.end_s, 1)}
+                   for p in line.placed]}, indent=1))
     echo(f"plan: {len(plan.units)} units on GPU(s) {','.join(setup.gpus)} ({cores} compile processes), screening "
          f"about {line.screen_s:.0f} s, the strict tier about {line.strict_s - line.screen_s:.0f} s; "
          f"{len(plan.deferred)} deferred, {len(plan.done)} screened by an earlier run")
-    if plan.units:
-        screen(setup, plan, records, deadline - (line.strict_s - line.screen_s), cores, echo)
-    judge(setup, plans, records, knob, deadline, echo)
-    return plan, plans
+    if plan.fit.chosen:
+        echo("order (SGLang's pick at % of its floor's speed): " + ", ".join(
+            f"{u.name} {100 / u.gap:.0f}%" for u in plan.fit.chosen if not u.knob))
+    return plan, plans, cores
 
 
 def shape_plans(setup: TiersSetup, records: Records, knob: KernelSourceProvider | None) -> dict[str, ShapePlan]:
@@ -131,19 +148,25 @@ def screen(setup: TiersSetup, plan: Plan, records: Records, until: float, cores:
 
     def ended(result: UnitResult) -> None:
         s = result.stats
+        queued, new = schedule.queued.get(result.unit.name, (None, None))
         records.unit(UnitRow(name=result.unit.name, shape=result.unit.op, tokens=result.unit.bucket,
                              knob=result.unit.after is not None, configs=len(result.configs), screened=s.screened,
                              timed=s.timed, wall_s=s.wall_s, gpu=result.gpu,
-                             complete=s.screened == len(result.configs), best=s.best, best_us=s.best_us))
+                             complete=s.screened == len(result.configs), best=s.best, best_us=s.best_us,
+                             start_s=result.start_s, specializations=queued, new_specializations=new))
 
+    started = time.time()
     try:
         with ThreadPoolExecutor(len(names)) as ex:  # each pool's workers import SGLang and draw weights at once
             for name, pool in zip(names, ex.map(start, names)):
                 pools[name] = pool
         schedule = Schedule(pools, list(setup.gpus), deadline=until, echo=echo, on_result=records.screened,
                             on_unit=ended)
-        echo(f"screening: workers up in {time.time() - schedule.started:.0f} s; "
-             f"{schedule.prefetch(plan.prefetch)} compiles queued ahead")
+        queued = schedule.prefetch(plan.units)
+        records.specializations(schedule.found)
+        echo(f"screening: workers up and {len(schedule.queued)} units recorded in {time.time() - started:.0f}"
+             f" s; {queued} specializations queued ahead ({sum(q - n for q, n in schedule.queued.values())} of the "
+             f"units' shared with an earlier unit)")
         schedule.run(plan.units)
     except WorkerLost as lost:
         raise AstraError(f"a screening worker did not start: {lost.reason.splitlines()[0]}") from None

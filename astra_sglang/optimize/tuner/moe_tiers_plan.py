@@ -2,18 +2,17 @@
 units are screened, in what order, and which are left to a later (resumed) run.
 
 Per shape and batch size, the unit screens SGLang's whole tuning space in the screening order (moe_order: SGLang's
-pick, the shipped configs, the rest by the cost model), less what the screen cache holds for this GPU, Triton,
-kernel source and shape already (a resumed run: its pick is screened again, as this run's bar). At the knob's
-batch sizes, a second unit follows the plain one: the source knob's variants (split-K) of SGLang's pick and of the
-`top` fastest plain configs screened there (moe_two_tier.knob_variants).
+pick, the shipped configs, the rest by the cost model; what cannot fit in shared memory dropped), less what the
+records hold screened already (a resumed run: its pick is screened again, as this run's bar). At the knob's batch
+sizes, a second unit follows the plain one: the source knob's variants (split-K) of SGLang's pick and of the `top`
+fastest plain configs screened there (moe_two_tier.knob_variants).
 
-The order (`order_units`): units whose batch sizes share compiled kernels (moe_budget.specialization) run
-together, the class with the most GPU work first, so the CPU cores compile the next class while the GPUs time
-the first; within a class the dearest unit first; the knob units last. `core` batch sizes are always planned;
-`extra` ones join while moe_budget's estimate of the whole run, the strict tier included, ends by the deadline; the
-rest are deferred, for a resumed run. Extra units are tried class by class, the classes with the most batch sizes
-first (`extra_order`): on a cold Triton cache the compiles bound the run, and a class's compiles serve all its
-batch sizes; within a class the smaller batch sizes first (decode's), the shapes taking turns.
+The order (moe_budget.run_order): the units where SGLang's pick runs farthest from its floor first (moe_roofline:
+the pick's time, the records' or moe_costs.call_us's, over the floor), so the tiers point at batch sizes where a
+config can still gain. `core` batch sizes are tried first, then the `extra` ones, each set in that order; a unit
+joins while moe_budget's estimate of the whole run, the strict tier included, ends within the deadline less its
+slack; the rest are deferred, for a resumed run. Each unit's `lead` (moe_costs.lead) is how many of its configs
+the compile processes must have compiled before a GPU starts it.
 """
 from __future__ import annotations
 
@@ -21,9 +20,11 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from astra_sglang.optimize.tuner.cache import ScreenCache, ScreenKey
-from astra_sglang.optimize.tuner.moe_budget import Costs, Fit, Strict, Unit, call_us, config_s, fit, specialization
+from astra_sglang.optimize.tuner.moe_budget import Fit, Strict, Unit, compile_windows, fit, run_order
+from astra_sglang.optimize.tuner.moe_costs import Costs, call_us, config_s, lead
 from astra_sglang.optimize.tuner.moe_knob_tune import keyed_hash
 from astra_sglang.optimize.tuner.moe_order import gpu_model, ordered
+from astra_sglang.optimize.tuner.moe_roofline import floor
 from astra_sglang.optimize.tuner.moe_two_tier import knob_variants
 from astra_sglang.optimize.tuner.order import Ordered
 from astra_sglang.optimize.tuner.screen_schedule import ScreenUnit
@@ -64,9 +65,7 @@ class ShapePlan:
 class Plan:
     shapes: dict[str, ShapePlan]
     units: list[ScreenUnit]
-    """In order: what the run screens."""
-    prefetch: list[ScreenUnit]
-    """One unit of each class of batch sizes sharing compiled kernels: compiled ahead, in order."""
+    """In order: what the run screens (the plain ones' compiles recorded and queued ahead)."""
     fit: Fit
     knob: KernelSourceProvider | None
     deferred: list[Unit] = field(default_factory=list)
@@ -95,45 +94,25 @@ def _knob_configs(sp: ShapePlan, tokens: int, knob: KernelSourceProvider, top: i
     return [c for c in codes if c not in known]
 
 
+def pick_us(sp: ShapePlan, tokens: int, gpu: str) -> float:
+    """SGLang's pick's screening time: the records' (an earlier run screened it), else moe_costs.call_us's."""
+    known = sp.known.get(tokens, {}).get(sp.picks[tokens].config.code())
+    if known is not None and known.ok and known.us:
+        return known.us
+    return call_us((sp.shape.experts, sp.shape.inter, sp.shape.hidden, sp.shape.topk), tokens, gpu)
+
+
 def _estimate(sp: ShapePlan, tokens: int, knob: KernelSourceProvider | None, top: int, gpu: str) -> Unit:
-    shape = (sp.shape.experts, sp.shape.inter, sp.shape.hidden, sp.shape.topk)
-    us = call_us(shape, tokens, gpu)
+    us = pick_us(sp, tokens, gpu)
+    gap = us / floor(sp.shape, tokens, gpu).us
     if knob is None:
-        return Unit(sp.name, tokens, len(sp.todo(tokens)), specialization(shape, tokens), us)
+        return Unit(sp.name, tokens, len(sp.todo(tokens)), us, gap=gap)
     order = sp.orders[tokens]
     codes = knob_variants([Screened(config=c, bucket=tokens, stage="done", us=float(i))
                            for i, c in enumerate(order.codes[1:top + 1])],
                           sp.picks[tokens].config, knob, tokens, sp.shape, top)
     count = len([c for c in codes if c not in sp.knob_known.get(tokens, {})])
-    return Unit(sp.name, tokens, count, specialization(shape, tokens), us, knob=True)
-
-
-def order_units(units: list[Unit], costs: Costs) -> list[Unit]:
-    """Class-major (the class with the most GPU work first), the dearest unit first within; knob units last."""
-    def work(u: Unit) -> float:
-        return config_s(u.us, costs) * u.configs
-
-    plain = [u for u in units if not u.knob]
-    classes: dict[tuple, float] = {}
-    for u in plain:
-        classes[(u.shape, u.spec)] = classes.get((u.shape, u.spec), 0.0) + work(u)
-    plain.sort(key=lambda u: (-classes[(u.shape, u.spec)], -work(u)))
-    return plain + [u for u in units if u.knob]
-
-
-def extra_order(units: list[Unit]) -> list[Unit]:
-    """Classes with the most batch sizes first; within, the batch sizes ascending, the shapes taking turns (a knob
-    unit right after its plain unit)."""
-    size: dict[tuple, int] = {}
-    for u in units:
-        if not u.knob:
-            size[(u.shape, u.spec)] = size.get((u.shape, u.spec), 0) + 1
-    turn: dict[str, int] = {}
-    rank = {}
-    for u in sorted((u for u in units if not u.knob), key=lambda u: (-size[(u.shape, u.spec)], u.tokens)):
-        turn[u.shape] = turn.get(u.shape, -1) + 1
-        rank[(u.shape, u.tokens)] = turn[u.shape]
-    return sorted(units, key=lambda u: (rank.get((u.shape, u.tokens), len(units)), u.shape, u.knob))
+    return Unit(sp.name, tokens, count, us, knob=True, gap=gap)
 
 
 def make_plan(shapes: dict[str, ShapePlan], core: list[int], extra: list[int], facts, gpus: int, cores: int,
@@ -151,21 +130,17 @@ def make_plan(shapes: dict[str, ShapePlan], core: list[int], extra: list[int], f
         return [u for u in out if u.configs]  # a knob with no split worth measuring there has no unit
 
     done = [f"{sp.name}@{t}" for sp in shapes.values() for t in sp.picks if not sp.todo(t)]
-    core_units = order_units(units_at(core), costs)
     earlier = {name: sum(1 for d in done if d.startswith(name + "@")) for name in shapes}
     strict = Strict(strict.finalists, strict.knob_finalists, earlier)
-    fitted = fit(core_units, extra_order(units_at(sorted(extra))), deadline_s, gpus, cores, costs, strict)
-    chosen = order_units(fitted.chosen, costs)
-    units, prefetch, classes = [], [], set()
-    for u in chosen:
+    fitted = fit(run_order(units_at(core)) + run_order(units_at(extra)), deadline_s, gpus, cores, costs, strict)
+    windows = compile_windows(fitted.chosen, gpus, 0.0, costs.config_compile_s / max(cores, 1))
+    units = []
+    for u in fitted.chosen:
         sp = shapes[u.shape]
         if u.knob:
             units.append(ScreenUnit(u.name, u.shape, u.tokens, partial(_knob_configs, sp, u.tokens, knob, top),
                                     after=f"{u.shape}@{u.tokens}"))
-            continue
-        unit = ScreenUnit(u.name, u.shape, u.tokens, sp.todo(u.tokens))
-        units.append(unit)
-        if (u.shape, u.spec) not in classes:
-            classes.add((u.shape, u.spec))
-            prefetch.append(unit)
-    return Plan(shapes, units, prefetch, fitted, knob, fitted.deferred, done)
+        else:
+            ahead = lead(u.configs, config_s(u.us, costs), windows[u.name][1])
+            units.append(ScreenUnit(u.name, u.shape, u.tokens, sp.todo(u.tokens), lead=ahead))
+    return Plan(shapes, units, fitted, knob, fitted.deferred, done)

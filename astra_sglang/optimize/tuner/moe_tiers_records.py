@@ -3,7 +3,10 @@ resumed run.
 
 - `screen/<shape>@<tokens>[+knob].jsonl`: every config screened in a unit (`Screened`), appended as its result
   comes: a run cut at any moment keeps every config it screened.
-- `units.jsonl`: a `UnitRow` per unit when it ends (screened of its configs, whether it covered all it was given).
+- `units.jsonl`: a `UnitRow` per unit when it ends (screened of its configs, whether it covered all it was given,
+  its specializations and how many no unit before it had).
+- `specializations.jsonl`: per unit, the compile jobs of one config every unit of its shape has (what its
+  kernels specialize on at that batch size, side by side with the other batch sizes').
 - `verdicts.jsonl`: a `VerdictRow` per batch size the strict tier judged, written once a shape's final evaluation
   is in.
 A resumed run (`adopt`: the earlier folder's files copied into the new one first) takes what is there: a batch size
@@ -17,9 +20,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from astra_sglang.triton.screen_records import Screened
+from astra_sglang.triton.screen_records import CompileJob, Screened
 
-SCREEN_DIR, UNITS, VERDICTS = "screen", "units.jsonl", "verdicts.jsonl"
+SCREEN_DIR, UNITS, VERDICTS, SPECIALIZATIONS = "screen", "units.jsonl", "verdicts.jsonl", "specializations.jsonl"
 
 
 class UnitRow(BaseModel):
@@ -37,6 +40,18 @@ class UnitRow(BaseModel):
     """Every config given was screened (none left by the deadline)."""
     best: str | None = None
     best_us: float | None = None
+    start_s: float | None = None
+    """When its screen started, from the schedule's start."""
+    specializations: int | None = None
+    """Distinct compiles its configs need (None: not recorded ahead, a knob unit)."""
+    new_specializations: int | None = None
+    """Of those, the ones no unit before it in the plan needed (the rest it shares)."""
+
+
+class SpecializationRow(BaseModel):
+    unit: str
+    config: str
+    jobs: list[CompileJob]
 
 
 class VerdictRow(BaseModel):
@@ -94,6 +109,20 @@ class Records:
 
     def unit(self, row: UnitRow) -> None:
         self._append(self.out / UNITS, row.model_dump_json() + "\n")
+
+    def specializations(self, found: dict[str, dict[str, list[CompileJob]]]) -> None:
+        """Per unit (`found`: unit -> config -> its jobs), the jobs of the first config every unit of its shape
+        recorded."""
+        shapes: dict[str, list[str]] = {}
+        for unit in found:
+            shapes.setdefault(unit.partition("@")[0], []).append(unit)
+        lines = []
+        for units in shapes.values():
+            config = next((c for c in found[units[0]] if all(found[u].get(c) for u in units)), None)
+            lines += [SpecializationRow(unit=u, config=config, jobs=found[u][config]).model_dump_json() + "\n"
+                      for u in units if config is not None]
+        if lines:
+            self._append(self.out / SPECIALIZATIONS, "".join(lines))
 
     def verdict(self, row: VerdictRow) -> None:
         self._append(self.out / VERDICTS, row.model_dump_json() + "\n")

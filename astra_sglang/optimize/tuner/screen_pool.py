@@ -15,7 +15,8 @@ Configs left when `budget_s` (or the absolute `deadline`) runs out are reported 
 
 Pools of several ops (one per expert shape, say) may share one compile pool (`compiler`, closed by its owner), and
 screens on disjoint GPUs may run at once from threads of their own (optimize/tuner/screen_schedule.py); `record`
-and `submit` compile a bucket's configs ahead of its screen (a later bucket's, while the GPUs time another).
+and `submit` compile a bucket's configs ahead of its screen (a later bucket's, while the GPUs time another), at a
+priority (compile_pool.py) that `screen` raises when the bucket's screen starts.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from concurrent.futures import CancelledError, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from astra_sglang.optimize.tuner.compile_ahead import CompilePool
+from astra_sglang.optimize.tuner.compile_pool import CompilePool
 from astra_sglang.optimize.tuner.screen_worker_handle import WorkerHandle, WorkerLost, WorkerSettings
 from astra_sglang.triton.screen_records import Bucket, CompileJob, CompileOutcome, Screened, ScreenStats
 
@@ -76,9 +77,11 @@ class ScreenPool:
     # -- one bucket --------------------------------------------------------------------------------------
     def screen(self, bucket: Bucket, configs: list[str], budget_s: float | None = None,
                deadline: float | None = None, on_result: Callable[[Screened], None] | None = None,
-               only: list[str | None] | None = None) -> tuple[list[Screened], ScreenStats]:
+               only: list[str | None] | None = None, found: dict[str, list[CompileJob]] | None = None,
+               priority: tuple[int, int] = (0, 0)) -> tuple[list[Screened], ScreenStats]:
         """Screen `configs` at `bucket` on every worker, or on those of `only`'s GPUs (screens on disjoint GPUs may
-        run at once, from threads of their own: they share the compile pool)."""
+        run at once, from threads of their own: they share the compile pool). `found`: the configs' compiles as
+        `record` gave them ahead (recorded again only for configs it lacks); `priority`: see `submit`."""
         started = time.time()
         workers = self._chosen(only)
         stop_at = min(x for x in (deadline, started + budget_s if budget_s is not None else None, float("inf"))
@@ -89,7 +92,11 @@ class ScreenPool:
         run = _Run(configs, started, stop_at, on_result)
         ready = [w for w, ok in zip(workers, self._each(lambda w: self._prepare(w, bucket, run), workers)) if ok]
         if ready:
-            futures = self.submit(self._record(ready, configs), configs)
+            recorded = dict(found or {})
+            missing = [c for c in configs if c not in recorded]
+            if missing:
+                recorded.update(self._record(ready, missing))
+            futures = self.submit(recorded, configs, priority)
             with ThreadPoolExecutor(len(ready)) as ex:
                 list(ex.map(lambda w: self._lane(w, bucket, run, futures), ready))
             if self._own_compiler:  # configs the budget left: their compiles would hold up the next bucket
@@ -130,10 +137,15 @@ class ScreenPool:
         ready = [w for w, ok in zip(workers, self._each(lambda w: self._prepare(w, bucket, run), workers)) if ok]
         return self._record(ready, configs) if ready else {}
 
-    def submit(self, found: dict[str, list[CompileJob]], configs: list[str]) -> dict[str, list]:
-        """config -> the futures of its compiles, submitted in config order (a specialization submitted before,
-        by this pool or another sharing the compile pool, keeps its one future)."""
-        return {c: [self.compiler.submit(j) for j in found.get(c, [])] for c in configs}
+    def submit(self, found: dict[str, list[CompileJob]], configs: list[str], priority: tuple[int, int] = (0, 0)
+               ) -> dict[str, list]:
+        """config -> the futures of its compiles, each at priority (wave, its index in `configs`, rank) for
+        `priority` (wave, rank): a wave's screens are served config by config, the earlier waves first (a
+        specialization submitted before, by this pool or another sharing the compile pool, keeps its one future,
+        moved up where this priority is the smaller)."""
+        wave, rank = priority
+        return {c: [self.compiler.submit(j, (wave, i, rank)) for j in found.get(c, [])]
+                for i, c in enumerate(configs)}
 
     def _record(self, workers: list[WorkerHandle], configs: list[str]) -> dict[str, list[CompileJob]]:
         """config -> its compile jobs, the configs shared out over the workers."""
