@@ -67,6 +67,21 @@ def user_ops_dir() -> Path:
     return home_dir() / "ops"
 
 
+def extract_dir(kernel: str, kind: str) -> Path:
+    """Where `extract` writes an op's extraction from one source kind by default (kernel.cu, spec, provenance)."""
+    return Path("work") / "extract" / f"{kernel}-{kind}"
+
+
+def extracted_kernel(spec) -> tuple[Path, str] | None:
+    """An earlier `extract` of the op into its default folder (kernel.cu, the source kind), the first of the
+    spec's sources that has one. Here and not in extraction/: reading it needs no libclang."""
+    for kind in spec.sources:
+        path = extract_dir(spec.name, kind) / "kernel.cu"
+        if path.is_file():
+            return path, kind
+    return None
+
+
 def cache_dir() -> Path:
     """Build cache; override with ASTRA_SGLANG_CACHE."""
     root = os.environ.get("ASTRA_SGLANG_CACHE") or os.path.join(

@@ -1,10 +1,10 @@
 """Fused MoE's screening tier at speed, and the two tiers against SGLang's shipped pick, in one GPU command.
 
 One plan for a 2- or 4-GPU machine and a deadline (--deadline seconds):
-  tiers   (both --shapes) in a child process on the tier GPUs (GPUs 2.. on a 4-GPU host, GPU 1 on a 2-GPU one)
-          from the start, on half of the CPU cores: `tune fused_moe`'s path, the screening tier over --buckets and
-          the finalists through the isolated evaluator against SGLang's pick; per batch size, what was written.
-          Each shape gets an equal slice of the child's deadline, so the two-tier table is never crowded out.
+  tiers   (both --shapes) in a child process (benchmarks/moe_tiers_bench.py) on the tier GPUs (GPUs 2.. on a
+          4-GPU host, GPU 1 on a 2-GPU one; every GPU without scaling phases) from the start, on half of the CPU
+          cores: SGLang's whole space screened per batch size (--buckets first, SGLang's other batch sizes while
+          its deadline allows), the finalists through the isolated evaluator against SGLang's pick.
   scaling (--scale-shapes, qwen3 by default; bf16, batch --batch) on GPU 0 (and 1), the other half of the cores,
           one worker per GPU for the whole run (SGLang imported and the inputs built once, both GPUs prepared
           at once before the first phase):
@@ -17,8 +17,8 @@ Per screening phase: configs timed per second per GPU (a config that failed befo
 wall, compile-ahead hit rate, compile jobs and their CPU seconds, the best config, its position and when it came,
 SGLang's pick's time, and per failing stage its first distinct reasons. A phase where more than half the configs
 fail at one stage is a broken set-up: the bench says FAILED, skips the rest of its scaling phases and exits 1.
-Rows go to OUT/moe_screen.jsonl as they finish (the child's to OUT/tiers/, merged at the end); OUT/moe_screen.md is
-the summary. The commit named is ASTRA_COMMIT, else git's HEAD.
+Rows go to OUT/moe_screen.jsonl as they finish (the child's records to OUT/tiers/); OUT/moe_screen.md is the
+summary, the child's OUT/tiers/tiers.md its last section. The commit named is ASTRA_COMMIT, else git's HEAD.
 
 Usage (GPU machine, through benchmarks/gpu/moe_screen.sh): python3 benchmarks/moe_screen_bench.py --out DIR
       python3 benchmarks/moe_screen_bench.py --out DIR --simulate   # CPU: simulated GPUs (the cost model's times)
@@ -35,23 +35,19 @@ import sys
 import time
 from pathlib import Path
 
+from moe_bench_setup import (SHAPES, SIMULATED_GPU, SIMULATED_SMEM, add_simulate_args, simulate_lookup,
+                             simulated_settings)
 from moe_screen_table import render
 from provenance import commit
 from pydantic import BaseModel
 
 from astra_sglang.optimize.tuner.moe_order import gpu_model, ordered
-from astra_sglang.optimize.tuner.moe_simulate import SimulatedEvaluator, landscape_us
-from astra_sglang.optimize.tuner.moe_two_tier import LAUNCH, ScreenOptions
+from astra_sglang.optimize.tuner.moe_two_tier import LAUNCH
 from astra_sglang.optimize.tuner.screen_pool import ScreenPool
 from astra_sglang.optimize.tuner.screen_worker_handle import WorkerSettings
 from astra_sglang.triton.moe import configs as moe_configs
 from astra_sglang.triton.moe.shapes import MoeShape
 
-SHAPES = {"qwen3": MoeShape(128, 768, 2048, 8), "mixtral": MoeShape(8, 14336, 4096, 2)}
-SIMULATED_GPU = "NVIDIA H100 80GB HBM3"
-SIMULATE = "astra_sglang.optimize.tuner.screen_simulate:SimulatedLaunch"
-TIERS_MIN_S = 120
-"""Time one shape's tiers need at least (screening, one round of strict evaluations in parallel, the final one)."""
 TIERS_SHARE = 0.72
 """Of the deadline, the tiers child's on a 2-GPU host (GPU 1 then joins the warm2 phase); with 3+ GPUs it runs
 to the deadline's end."""
@@ -101,24 +97,6 @@ class Row(BaseModel):
     """CPU processes compiling ahead."""
 
 
-class TierRow(BaseModel):
-    kind: str = "tier"
-    shape: str
-    tokens: int
-    pick: str
-    pick_source: str
-    screened: int
-    screen_best: str | None
-    screen_ratio: float | None
-    """SGLang's pick's screened time over the best screened time."""
-    chosen: str
-    verdict: str
-    final_speedup: float | None
-    """The written config against SGLang's pick in the final isolated evaluation."""
-    failing: str | None = None
-    """Where the batch size's screening failed for most configs, with its first reason."""
-
-
 class Bench:
     def __init__(self, args):
         self.args, self.out = args, Path(args.out)
@@ -127,9 +105,8 @@ class Bench:
         self.cache = Path(args.work) / "triton-cache"
         self.failures: list[str] = []
         if args.simulate:
-            self.gpu, self.smem, self.gpus = SIMULATED_GPU, 227 * 1024, ["0", "1"]
-            lookup = moe_configs.sglang_module()
-            lookup.get_device_name = lambda: SIMULATED_GPU  # SGLang's lookup on the simulated GPU
+            self.gpu, self.smem, self.gpus = SIMULATED_GPU, SIMULATED_SMEM, ["0", "1"]
+            simulate_lookup()
         else:
             from astra_sglang.optimize.tuner.moe_run import facts_here
 
@@ -154,11 +131,7 @@ class Bench:
 
     def settings(self, shape: MoeShape) -> WorkerSettings:
         if self.args.simulate:
-            args = dict(experts=shape.experts, inter=shape.inter, hidden=shape.hidden, topk=shape.topk, gpu=self.gpu)
-            options = {"landscape": f"{landscape_us.__module__}:landscape_us", "landscape_args": args,
-                       "compile_s": self.args.sim_compile_s, "call_s": self.args.sim_call_s,
-                       "faults": json.loads(self.args.sim_faults)}
-            return WorkerSettings(target=SIMULATE, options=options, beat_s=0.2)
+            return simulated_settings(shape, self.args.sim_compile_s, self.args.sim_call_s, self.args.sim_faults)
         return WorkerSettings(target=LAUNCH, options={"experts": shape.experts, "inter": shape.inter,
                                                       "hidden": shape.hidden, "topk": shape.topk})
 
@@ -170,25 +143,24 @@ class Bench:
         phases = self.args.phases.split(",")
         scaling = [p for p in ("cold", "warm1", "warm2") if p in phases]
         child = None
-        if "tiers" in phases and scaling and len(self.gpus) >= 2:
-            child = self.start_tiers_child()
+        if "tiers" in phases:
+            beside = bool(scaling) and len(self.gpus) >= 2
+            child = self.start_tiers_child(self.tier_gpus() if beside else self.gpus, beside)
         if scaling:
             for name in self.args.scale_shapes.split(","):
                 self.scaling(name, SHAPES[name], scaling, child)
-        if "tiers" in phases and child is None:
-            self.all_tiers(self.deadline)
         if child is not None:
             self.join_tiers_child(child)
 
-    def start_tiers_child(self) -> subprocess.Popen:
-        a, gpus = self.args, self.tier_gpus()
-        share = a.deadline - 30 if len(self.gpus) >= 3 else TIERS_SHARE * a.deadline
-        self.tier_cores = max(1, self.cores // 2)
+    def start_tiers_child(self, gpus: list[str], beside: bool) -> subprocess.Popen:
+        a = self.args
+        share = TIERS_SHARE * a.deadline if beside and len(self.gpus) < 3 else a.deadline - 30
+        self.tier_cores = max(1, self.cores // 2) if beside else self.cores
         self.cores = max(1, self.cores - self.tier_cores)
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(self.out / "tiers"),
-               "--work", str(Path(a.work) / "tiers"), "--phases", "tiers", "--shapes", a.shapes,
+        cmd = [sys.executable, str(Path(__file__).resolve().parent / "moe_tiers_bench.py"), "--out",
+               str(self.out / "tiers"), "--work", str(Path(a.work) / "tiers"), "--shapes", a.shapes,
                "--gpus", ",".join(gpus), "--cores", str(self.tier_cores), "--deadline", f"{share:.0f}",
-               "--buckets", a.buckets, "--screen-budget", str(a.screen_budget), "--finalists", str(a.finalists)]
+               "--buckets", a.buckets, "--extra", a.extra, "--finalists", str(a.finalists)]
         if a.simulate:
             cmd += ["--simulate", "--sim-compile-s", str(a.sim_compile_s), "--sim-call-s", str(a.sim_call_s),
                     "--sim-faults", a.sim_faults]
@@ -204,10 +176,8 @@ class Bench:
         except subprocess.TimeoutExpired:
             child.kill()
             rc = child.wait()
-        rows = self.out / "tiers" / "moe_screen.jsonl"
-        if rows.is_file():
-            with (self.out / "moe_screen.jsonl").open("a") as fh:
-                fh.write(rows.read_text())
+        if not (self.out / "tiers" / "tiers.md").is_file():  # cut: its summary from the records it left
+            subprocess.run(child.args + ["--table"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
         if rc != 0:
             self.fail(f"the tiers process exited with code {rc} (tiers/bench.log)")
         self.log(f"tiers process done (exit code {rc})")
@@ -280,60 +250,6 @@ class Bench:
                       + " | ".join(stats.reasons.get(failing, [])))
         return row
 
-    # -- the two tiers ----------------------------------------------------------------------------------------------
-    def all_tiers(self, deadline: float) -> None:
-        names = self.args.shapes.split(",")
-        for i, name in enumerate(names):
-            share = (deadline - time.time()) / (len(names) - i)
-            self.tiers(name, SHAPES[name], time.time() + share)
-
-    def tiers(self, name: str, shape: MoeShape, deadline: float) -> None:
-        left = deadline - time.time()
-        if left < TIERS_MIN_S:
-            self.log(f"{name} tiers: skipped, {left:.0f} s left (needs {TIERS_MIN_S})")
-            return
-        from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions, tune_fused_moe
-
-        buckets = [int(b) for b in self.args.buckets.split(",")]
-        finalists = self.args.finalists or max(1, len(self.gpus))  # one round of evaluations, one per GPU
-        screen = ScreenOptions(gpus=self.gpus, budget_s=min(self.args.screen_budget, left / 3),
-                               finalists=finalists, prune=None, compile_workers=self.cores, deadline=deadline)
-        if self.args.simulate:
-            screen.target, screen.launch_options = SIMULATE, self.settings(shape).options
-            facts = Facts(gpu=self.gpu, smem=self.smem, triton="3.6.0", sglang="simulated", source_hash="0" * 64)
-            picks = {p.tokens: p.config for p in moe_configs.sglang_picks(
-                shape.experts, shape.inter, shape.hidden, shape.topk, buckets)}
-            batch = SimulatedEvaluator(shape, self.gpu, picks.__getitem__)
-        else:
-            from astra_sglang.optimize.pool.pool import LocalPool
-            from astra_sglang.optimize.tuner.moe_run import facts_here
-
-            facts, pool = facts_here(), LocalPool(self.gpus)
-            batch = pool.map
-        options = TuneOptions(use_cache=False, patches_dir=Path(self.args.work) / "patches", screen=screen,
-                              timeout_s=max(60.0, left - 30), budget_s=left - 30,
-                              command=f"moe_screen_bench tiers {name}")
-        self.log(f"{name} tiers: {left:.0f} s, screening budget {screen.budget_s:.0f} s, {finalists} finalist(s) "
-                 f"per batch size, GPU(s) {','.join(self.gpus)}")
-        try:
-            result = tune_fused_moe(shape, buckets, self.out / f"tune-{name}", options, batch, facts=facts,
-                                    echo=self.log)
-        finally:
-            if not self.args.simulate:
-                pool.close()
-        stats = {s.bucket: s for s in result.screen}
-        for b in result.buckets:
-            ratio = b.screen_pick_us / b.screen_us if b.screen_pick_us and b.screen_us else None
-            s = stats.get(b.tokens)
-            stage = s.failing_stage(FAILING_SHARE) if s else None
-            failing = f"{stage}: {(s.reasons.get(stage) or [''])[0]}"[:300] if stage else None
-            if failing:
-                self.fail(f"{name} tiers, batch size {b.tokens}: {s.failed[stage]} of {s.screened} configs failed at "
-                          f"{failing}")
-            self.emit(TierRow(shape=name, tokens=b.tokens, pick=b.pick, pick_source=b.pick_source,
-                              screened=b.screened, screen_best=b.screen_best, screen_ratio=ratio, chosen=b.chosen,
-                              verdict=b.verdict, final_speedup=b.final_speedup, failing=failing))
-
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -346,14 +262,11 @@ def main() -> int:
     p.add_argument("--cores", type=int, help="compile processes (default: one per CPU core but one per GPU)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--warm", type=int, default=600, help="configs of the order the warm phases screen")
-    p.add_argument("--buckets", default="1,16,64,256,1024,4096", help="the tiers phase's batch sizes")
-    p.add_argument("--screen-budget", type=float, default=120.0, help="the tiers phase's screening seconds")
-    p.add_argument("--finalists", type=int, default=0, help="per batch size (0: one per tier GPU)")
+    p.add_argument("--buckets", default="", help="the tiers' batch sizes tried first")
+    p.add_argument("--extra", default="all", help="the tiers' batch sizes planned while the deadline allows")
+    p.add_argument("--finalists", type=int, default=2, help="the tiers' plain configs per batch size")
     p.add_argument("--deadline", type=float, default=480.0, help="seconds from the start: no phase starts past it")
-    p.add_argument("--simulate", action="store_true", help="simulated GPUs: the cost model's times (CPU)")
-    p.add_argument("--sim-compile-s", type=float, default=0.005)
-    p.add_argument("--sim-call-s", type=float, default=0.002)
-    p.add_argument("--sim-faults", default="{}", help='simulated faults, JSON {config or "*": fault}')
+    add_simulate_args(p, compile_s=0.005, call_s=0.002)
     p.add_argument("--table", action="store_true", help="only write the summary of OUT/moe_screen.jsonl")
     args = p.parse_args()
     out = Path(args.out)
@@ -369,7 +282,8 @@ def main() -> int:
         if (out / "moe_screen.jsonl").is_file() else []
     header = (f"{dt.date.today().isoformat()}, commit {commit()}, "
               f"{'simulated GPUs' if args.simulate else 'GPU run'}: `python3 {' '.join(sys.argv)}`")
-    text = render(rows, header)
+    tiers = out / "tiers" / "tiers.md"
+    text = render(rows, header, tiers.read_text() if tiers.is_file() else None)
     (out / "moe_screen.md").write_text(text)
     print(text)
     failures += [f"{r['shape']} {r.get('phase', 'tiers')}: most configs failed at {r['failing']}" for r in rows

@@ -1,5 +1,6 @@
 """The summary of benchmarks/moe_screen_bench.py's rows (OUT/moe_screen.jsonl): the screening phases, the targets
-they are held to, and the two tiers against SGLang's shipped pick per batch size."""
+they are held to, and the two tiers against SGLang's shipped pick per batch size (the tiers process's summary, or
+an earlier version's tier rows)."""
 from __future__ import annotations
 
 import math
@@ -100,7 +101,9 @@ def tiers(rows: list[dict]) -> list[str]:
     return out
 
 
-def render(rows: list[dict], header: str) -> str:
+def render(rows: list[dict], header: str, tiers_text: str | None = None) -> str:
+    """`tiers_text`: the tiers process's own summary (benchmarks/moe_tiers_bench.py's tiers.md), its last section;
+    rows of kind "tier" (an earlier version's) are rendered there instead."""
     phases = [r for r in rows if r.get("kind") == "phase"]
     tier_rows = [r for r in rows if r.get("kind") == "tier"]
     lines = ["# Fused MoE screening tier", "", header, "", "## Screening", ""]
@@ -109,5 +112,9 @@ def render(rows: list[dict], header: str) -> str:
     if broken:
         lines += ["", "## Failures (each failing stage's first distinct reasons)", ""] + broken
     lines += ["", "## Targets", ""] + (targets(phases) or ["No phase to hold to them."])
-    lines += ["", "## Two tiers against SGLang's shipped pick", ""] + tiers(tier_rows)
+    lines += ["", "## Two tiers against SGLang's shipped pick", ""]
+    if tiers_text and not tier_rows:
+        lines += [line for line in tiers_text.splitlines() if not line.startswith("# ")]
+    else:
+        lines += tiers(tier_rows)
     return "\n".join(lines) + "\n"

@@ -17,7 +17,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.kernels.knobs import check_knob_values
 from astra_sglang.kernels.variants import first_kernel
 from astra_sglang.patchset.store import PatchStore
-from astra_sglang.paths import user_specs_dir
+from astra_sglang.paths import extracted_kernel, user_specs_dir
 from astra_sglang.specs.records import KernelSpec
 from astra_sglang.specs.registry import get_spec, registry
 
@@ -62,9 +62,7 @@ def first_kernel_of(spec: KernelSpec) -> Side | None:
     work/extract/OP-SOURCE/kernel.cu), else the op itself called from the harness (its spec's adapter)."""
     if spec.onboard is None:
         return None
-    from astra_sglang.extraction.pipeline import extracted
-
-    found = extracted(spec)
+    found = extracted_kernel(spec)
     if found is not None:
         return Side(str(found[0].resolve()), f"extracted:{spec.name}", f"its original, extracted from {found[1]}")
     return Side(f"py:{spec.onboard.call}", f"op:{spec.name}", "SGLang's op itself, the first kernel: no kernel "

@@ -13,6 +13,7 @@ from astra_sglang.serving.ab import run_ab
 from astra_sglang.serving.designs import DESIGNS
 from astra_sglang.serving.model import check_model
 from astra_sglang.serving.server import DATASETS
+from astra_sglang.serving.window import MIN_WINDOW_S
 
 
 @click.command("ab", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -26,7 +27,8 @@ from astra_sglang.serving.server import DATASETS
               help="crossover: periods (default 8); restarts: starts per arm (default 3, at least 3); paired: "
                    "rounds (default 8).")
 @click.option("--rounds", type=click.IntRange(0, 20), default=2, show_default=True,
-              help="crossover / restarts: timed rounds per start, after one untimed warm-up round (0: parity only).")
+              help="crossover / restarts: timed rounds per start, after one untimed warm-up round of the same client "
+                   "settings (0: parity only).")
 @click.option("--gpus", default=None, help="GPU indices: two for crossover (0,1), one for the others.")
 @PATCHES_OPTION
 @click.option("--port", type=click.IntRange(1024, 65534), default=30000, show_default=True,
@@ -46,13 +48,17 @@ from astra_sglang.serving.server import DATASETS
               help="shared-prefix: number of distinct system prompts.")
 @click.option("--paired", is_flag=True, help="The same as --design paired.")
 @click.option("--warmup", type=click.IntRange(0, 5), default=1, show_default=True,
-              help="paired: discarded rounds of a short benchmark per server after both are up.")
+              help="paired: discarded rounds per server after both are up, each a full round of the timed rounds' "
+                   "client settings.")
 @click.option("--control", is_flag=True,
               help="An A/A control: B unpatched and started as A is. Its report applies the A/A rule (8 rounds, "
                    "typical change within 2%, an interval that holds 0).")
 @click.option("--aa", "aa_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="The folder of an A/A run: the parity reference (its own logprob differences); with --design "
                    "paired, an A/A of that design that passed licenses its claims.")
+@click.option("--min-window", type=click.FloatRange(min=0), default=MIN_WINDOW_S, show_default=True,
+              help="Seconds: a timed round whose benchmark window is shorter is flagged in the report and fails the "
+                   "A/A rule (its ramp-up and tail dominate it; 0: no check).")
 @click.option("--stop-after", type=click.FloatRange(min=0), default=None,
               help="crossover / restarts: start no period that would end past this many seconds; the same command "
                    "with the same --out continues the run.")
@@ -70,14 +76,15 @@ from astra_sglang.serving.server import DATASETS
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
 @_errors
 def ab(model_path, load_format, design, runs, rounds, gpus, patches, port, num_prompts, input_len, output_len,
-       concurrency, warmup_requests, dataset, prefix_len, groups, paired, warmup, control, aa_dir, stop_after,
-       no_stagger, target_width, seed, b_first, health_timeout, bench_timeout, out, server_args):
+       concurrency, warmup_requests, dataset, prefix_len, groups, paired, warmup, control, aa_dir, min_window,
+       stop_after, no_stagger, target_width, seed, b_first, health_timeout, bench_timeout, out, server_args):
     """Serving A/B: unpatched (A) vs patched (B) SGLang servers in one of three designs.
 
-    Every start gets one untimed warm-up round, then --rounds timed rounds of SGLang's serving benchmark with
-    the client pinned (same prompts, fixed lengths, warm-up requests, prefix cache flushed); then each server
-    answers fixed prompts with its top logprobs, and B's are judged against A's. The interval's unit is the
-    period (crossover) or the start (restarts): start-to-start variance is inside it. Writes OUT/ab.jsonl,
+    Every start gets one untimed warm-up round of the timed rounds' own client settings, then --rounds timed
+    rounds of SGLang's serving benchmark with the client pinned (same prompts, fixed lengths, warm-up requests,
+    prefix cache flushed); then each server answers fixed prompts with its top logprobs, and B's are judged
+    against A's. The interval's unit is the period (crossover) or the start (restarts): start-to-start variance
+    is inside it. A round whose timed window is under --min-window seconds is flagged. Writes OUT/ab.jsonl,
     OUT/ab.md, OUT/summary.json after every period.
 
     \b
@@ -106,5 +113,5 @@ def ab(model_path, load_format, design, runs, rounds, gpus, patches, port, num_p
            concurrency=concurrency, warmup_requests=warmup_requests, dataset=dataset, prefix_len=prefix_len,
            groups=groups, warmup=warmup, control=control, aa_dir=aa_dir, stop_after=stop_after, no_stagger=no_stagger,
            target_width=target_width, seed=seed, b_first=b_first, health_timeout=health_timeout,
-           bench_timeout=bench_timeout, out=out, server_args=server_args,
+           bench_timeout=bench_timeout, out=out, server_args=server_args, min_window=min_window,
            console=Console(highlight=False), err_console=Console(stderr=True, highlight=False))

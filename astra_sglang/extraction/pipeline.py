@@ -9,7 +9,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.extraction import clang_env, closure, emit, sources, units
 from astra_sglang.extraction import launcher as generic
 from astra_sglang.extraction.records import ClangEnv, Closure, SourceRoot
-from astra_sglang.paths import specs_dir
+from astra_sglang.paths import extract_dir, specs_dir
 from astra_sglang.specs.registry import get_spec
 
 
@@ -22,20 +22,6 @@ class Extraction:
     units: int
     lines: int
     seconds: float
-
-
-def default_out_dir(kernel: str, kind: str) -> Path:
-    return Path("work") / "extract" / f"{kernel}-{kind}"
-
-
-def extracted(spec) -> tuple[Path, str] | None:
-    """An earlier `extract` of the op into its default folder (kernel.cu, the source kind), the first of the
-    spec's sources that has one."""
-    for kind in spec.sources:
-        path = default_out_dir(spec.name, kind) / "kernel.cu"
-        if path.is_file():
-            return path, kind
-    return None
 
 
 def extract(kernel: str, source: str | None = None, out_dir: Path | None = None, check: bool = False) -> Extraction:
@@ -71,7 +57,7 @@ def extract(kernel: str, source: str | None = None, out_dir: Path | None = None,
         launcher_name = f"{generic.TEMPLATE} (host entry {entry.name})"
     texts = {p: ft.text for p, ft in parsed.texts.items()}
     text, lines = emit.kernel_source(spec, root, loc, result, texts, launcher)
-    out = Path(out_dir) if out_dir else default_out_dir(kernel, root.kind)
+    out = Path(out_dir) if out_dir else extract_dir(kernel, root.kind)
     spec_text = (specs_dir() / f"{kernel}.toml").read_text() if (specs_dir() / f"{kernel}.toml").is_file() else ""
     seconds = time.perf_counter() - start
     path = emit.write_outputs(out, spec, spec_text, root, loc, env, result, text, seconds, lines, launcher_name)

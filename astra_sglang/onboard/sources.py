@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
+from astra_sglang.paths import extract_dir
 
 INCLUDE = Path("data") / "include" / "flashinfer"
 
@@ -53,11 +54,11 @@ def extract_first(name: str, kind: str) -> tuple[Path | None, str]:
     """Extract the op's original from `kind` into extract's default folder: (kernel.cu, what happened), or
     (None, why not) where libclang or the launcher fails."""
     try:
-        from astra_sglang.extraction.pipeline import default_out_dir, extract
+        from astra_sglang.extraction.pipeline import extract
     except ImportError as exc:  # libclang not installed
         return None, f"extraction needs libclang ({exc})"
     try:
-        done = extract(name, kind, default_out_dir(name, kind), check=shutil.which("nvcc") is not None)
+        done = extract(name, kind, extract_dir(name, kind), check=shutil.which("nvcc") is not None)
     except AstraError as exc:
         return None, str(exc)
     return done.kernel_cu, f"extracted from {kind} {done.version}: {done.units} units, {done.lines} lines"

@@ -14,6 +14,7 @@ from pathlib import Path
 from astra_sglang.errors import AstraError
 from astra_sglang.kernels.variants import cached_source, first_kernel, materialize
 from astra_sglang.patchset.store import PatchStore
+from astra_sglang.paths import extracted_kernel
 from astra_sglang.specs.records import KernelSpec
 
 AUTO = "auto"
@@ -44,9 +45,7 @@ def start_source(spec: KernelSpec, given: str | None) -> Path:
     if given is None:
         path, defines = first_kernel(spec.name)
         if not path.is_file() and spec.onboard is not None:
-            from astra_sglang.extraction.pipeline import extracted
-
-            found = extracted(spec)  # its original, where `onboard` (or `extract`) extracted it
+            found = extracted_kernel(spec)  # its original, where `onboard` (or `extract`) extracted it
             return found[0] if found else from_nothing(spec)
         if not path.is_file():
             raise AstraError(f"no built-in kernel for {spec.name}: pass --from DIR|FILE (see `extract`)")

@@ -16,6 +16,7 @@ from rich.console import Console
 from astra_sglang.errors import AstraError
 from astra_sglang.patching.server_env import patched_server
 from astra_sglang.serving.server import server_command
+from astra_sglang.serving.window import MIN_WINDOW_S
 
 RESERVED = ("--host", "--port", "--model-path", "--model", "--load-format")
 
@@ -43,8 +44,9 @@ def model_vocab(model_path: str) -> int:
 def run_ab(*, model_path, load_format, design, runs, rounds, gpus, patches, port, num_prompts, input_len, output_len,
            concurrency, warmup_requests, dataset, prefix_len, groups, warmup, control, aa_dir, stop_after, no_stagger,
            target_width, seed, b_first, health_timeout, bench_timeout, out, server_args,
-           console: Console, err_console: Console) -> None:
-    """One A/B of `design` (crossover, restarts or paired); progress on `console`, warnings on `err_console`."""
+           console: Console, err_console: Console, min_window: float = MIN_WINDOW_S) -> None:
+    """One A/B of `design` (crossover, restarts or paired); progress on `console`, warnings on `err_console`.
+    Rounds whose timed window is under `min_window` seconds are flagged (serving/window.py)."""
     if design != "paired" and (target_width or b_first):
         raise AstraError("--target-width and --b-first go with --design paired")
     check_args(server_args)
@@ -63,16 +65,16 @@ def run_ab(*, model_path, load_format, design, runs, rounds, gpus, patches, port
     opts = dict(model_path=model_path, port=port, num_prompts=num_prompts, input_len=input_len,
                 output_len=output_len, concurrency=concurrency, dataset=dataset, prefix_len=prefix_len, groups=groups,
                 health_timeout=health_timeout, repeats=1, seed=seed, control=control, bench_timeout=bench_timeout,
-                warmup_requests=warmup_requests, extra=list(server_args))
+                warmup_requests=warmup_requests, extra=list(server_args), min_window_s=min_window)
     if design == "paired":
         from astra_sglang.serving.paired import paired_ab
 
         (out / "ab.jsonl").unlink(missing_ok=True)
         report = paired_ab(patches, model_path, load_format, server_args, opts, out, runs or 8, warmup, b_first,
-                           target_width, aa_dir, console=console, err_console=err_console)
+                           target_width, aa_dir, console=console, err_console=err_console, min_window_s=min_window)
         console.out(f"wrote {out / 'ab.jsonl'} and {report}")
         return
-    from astra_sglang.serving import designs, report as report_mod, runner
+    from astra_sglang.serving import designs, report as report_mod, runner, summary
     from astra_sglang.serving.client import ClientSettings
 
     plan = runner.RunPlan(design=design, client=ClientSettings.from_opts(opts), model_path=model_path,
@@ -83,7 +85,11 @@ def run_ab(*, model_path, load_format, design, runs, rounds, gpus, patches, port
                                                    gpu_list))
     plan = runner.load_or_write_plan(out, plan)
     ran = runner.run(plan, out, runner.default_launch(plan, out),
-                     on_period=lambda: report_mod.write_design_report(out, aa_dir), stop_after=stop_after,
-                     health_timeout=health_timeout, stagger_first=not no_stagger, console=console)
-    path = report_mod.write_design_report(out, aa_dir)
+                     on_period=lambda: report_mod.write_design_report(out, aa_dir, min_window), stop_after=stop_after,
+                     health_timeout=health_timeout, stagger_first=not no_stagger, console=console,
+                     min_window_s=min_window)
+    path = report_mod.write_design_report(out, aa_dir, min_window)
+    short = summary.RunSummary.model_validate_json((out / summary.SUMMARY).read_text()).short_windows
+    if short:
+        err_console.out(f"warning: {short}: the report's changes measure those rounds, not the servers")
     console.out(f"{ran} period(s) run; wrote {out / runner.ROWS} and {path}")

@@ -154,12 +154,13 @@ class AACheck:
     """What failed (empty when ok)."""
 
 
-def aa_check(c: Change | None, require_controlled: bool = True) -> AACheck:
-    """The A/A control's rule: at least AA_MIN_ROUNDS timed rounds, a typical change of at most AA_MAX_PCT, and an
-    interval (with start variance inside, unless not `require_controlled`) that holds 0."""
+def aa_check(c: Change | None, require_controlled: bool = True, short_windows: str = "") -> AACheck:
+    """The A/A control's rule: at least AA_MIN_ROUNDS timed rounds, a typical change of at most AA_MAX_PCT, an
+    interval (with start variance inside, unless not `require_controlled`) that holds 0, and no round whose timed
+    window is too short to measure a server (`short_windows`: serving/window.py's reason, '' when none is)."""
     if c is None:
         return AACheck(False, ["no rounds"])
-    reasons = []
+    reasons = [short_windows] if short_windows else []
     if c.rounds < AA_MIN_ROUNDS:
         reasons.append(f"{c.rounds} rounds < {AA_MIN_ROUNDS}")
     if c.typical_pct is None or abs(c.typical_pct) > AA_MAX_PCT:

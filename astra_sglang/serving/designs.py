@@ -14,8 +14,8 @@ rows.
 - paired (one GPU, kept for comparison): both servers up at once, one start each, rounds AB BA AB ...; its
   rounds share their starts' offsets, so its interval excludes start variance and makes no claim unless an A/A
   of the same design shows the two starts equal.
-Every start is followed by one untimed warm-up round (JIT compiles, CUDA-graph and allocator pools) before the
-timed rounds.
+Every start is followed by one untimed warm-up round with the timed rounds' client settings (JIT compiles, prefill
+shapes, CUDA-graph and allocator pools) before the timed rounds.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class Slot(BaseModel):
 
 
 class Period(BaseModel):
-    """Servers started together, warmed up by one untimed round, benchmarked for `rounds` timed rounds (all of
+    """Servers started together, warmed up by one untimed full round, benchmarked for `rounds` timed rounds (all of
     the period's servers at once in each round), probed for parity, stopped."""
     index: int
     slots: list[Slot]

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from astra_sglang.patching.server_env import patched_server
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
-from astra_sglang.serving import design_stats, noise, report, server, settings
+from astra_sglang.serving import design_stats, noise, report, server, settings, window
 from astra_sglang.serving.client import ClientSettings
 
 
@@ -139,10 +139,9 @@ def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, war
         diffs = settings.differences(a.info or {}, b.info or {}) if have_both else []
         settings.write(out, diffs, have_both)
         console.out(settings.summary(diffs, have_both))
-        warm = {**opts, "num_prompts": min(opts["num_prompts"], 2 * opts["concurrency"])}
-        for w in range(1, warmup + 1):  # caches, CUDA graphs and allocator pools filled here; nothing recorded
+        for w in range(1, warmup + 1):  # full rounds: JIT compiles, prefill shapes, CUDA graphs and pools met here
             for arm in (a, b):
-                server.run_benchmark(arm.port, out / f"bench-warmup-{arm.name}-{w}.jsonl", warm)
+                server.run_benchmark(arm.port, out / f"bench-warmup-{arm.name}-{w}.jsonl", opts)
         for run in range(1, runs + 1):
             order, new = round_order(run), []
             for name in order:
@@ -154,8 +153,11 @@ def run_rounds(a: PairedArm, b: PairedArm, opts: dict, out: Path, runs: int, war
                                      started_first=(name == "B") == b_first,
                                      gpu={"before": before, "after": noise.gpu_state()},
                                      control=bool(opts.get("control"))))
+                timed = window.describe(window.windows([{"metrics": metrics}])[0],
+                                        opts.get("min_window_s", window.MIN_WINDOW_S))
                 console.out(f"[{name}{run} {order}] output {metrics['output_throughput']:.1f} tok/s, TTFT "
-                           f"{metrics.get('mean_ttft_ms', nan):.1f} ms, ITL {metrics.get('mean_itl_ms', nan):.2f} ms")
+                           f"{metrics.get('mean_ttft_ms', nan):.1f} ms, ITL {metrics.get('mean_itl_ms', nan):.2f} ms; "
+                           f"{timed}")
             if run == 1:  # greedy parity once per server, after its first recorded benchmark
                 for row in new:
                     row.outputs = server.parity_probe(arms[row.arm].port, "--skip-tokenizer-init" in opts["extra"])
@@ -189,22 +191,24 @@ def sigterm_runs_finally():
         signal.signal(signal.SIGTERM, previous)
 
 
-def licensed_by(aa_dir: Path | None) -> bool:
+def licensed_by(aa_dir: Path | None, min_window_s: float = window.MIN_WINDOW_S) -> bool:
     """Whether `aa_dir` holds a paired A/A whose rounds pass the A/A rule (but for the start variance, which one
-    start per arm cannot show): only then may the paired design's rounds carry a claim."""
+    start per arm cannot show), none of them shorter than `min_window_s`: only then may the paired design's rounds
+    carry a claim."""
     if aa_dir is None or not (Path(aa_dir) / "ab.jsonl").is_file():
         return False
     rows = [json.loads(line) for line in (Path(aa_dir) / "ab.jsonl").read_text().splitlines() if line.strip()]
     if design_stats.design_of(rows) != "paired" or not all(r.get("control") for r in rows):
         return False
     change = design_stats.change(rows, "output_throughput", "output throughput", "tok/s", True)
-    return design_stats.aa_check(change, require_controlled=False).ok
+    short = window.short_reason(window.windows(rows), min_window_s)
+    return design_stats.aa_check(change, require_controlled=False, short_windows=short).ok
 
 
 def paired_ab(patches, model_path: str, load_format: str | None, server_args, opts: dict, out: Path, runs: int,
               warmup: int, b_first: bool = False, target_width: float | None = None,
               aa_dir: Path | None = None, console: Console | None = None,
-              err_console: Console | None = None) -> Path:
+              err_console: Console | None = None, min_window_s: float = window.MIN_WINDOW_S) -> Path:
     """The paired A/B of `ab --paired`: A on opts['port'], B on the port after it (unpatched too with
     opts['control']); writes OUT/ab.jsonl and OUT/ab.md after every round, and stops early once the throughput
     interval is at most target_width % wide. Returns the report's path. Progress goes to `console`, the
@@ -228,13 +232,14 @@ def paired_ab(patches, model_path: str, load_format: str | None, server_args, op
     def on_round(new: list[dict], rows: list[dict]) -> None:  # a time limit keeps the rounds before it
         with open(rows_file, "a") as fh:
             fh.writelines(json.dumps(row) + "\n" for row in new)
-        report.write_report(out, rows, stats_dirs, licensed)
+        report.write_report(out, rows, stats_dirs, licensed, min_window_s=min_window_s)
 
-    licensed = licensed_by(aa_dir)
+    licensed = licensed_by(aa_dir, min_window_s)
     if not licensed:
         err_console.out("note: the paired design makes no claim without a passing paired A/A (--aa): its rounds "
                         "share one start per arm")
     enough = (lambda rows: noise.width_reached(rows, target_width)) if target_width else (lambda rows: False)
     with sigterm_runs_finally():
         rows = run_rounds(a, b, opts, out, runs, warmup, on_round, b_first, enough, console)
-    return report.write_report(out, rows, stats_dirs, licensed)  # again: the stats now include the last round
+    # again: the stats now include the last round
+    return report.write_report(out, rows, stats_dirs, licensed, min_window_s=min_window_s)

@@ -11,7 +11,7 @@ import jinja2
 
 from astra_sglang.paths import templates_dir
 from astra_sglang.patching.stats import load_stats
-from astra_sglang.serving import design_stats, noise, paired_stats, settings
+from astra_sglang.serving import design_stats, noise, paired_stats, settings, window
 
 REPORT = "ab.md"
 PLOT = "ab.png"
@@ -113,14 +113,17 @@ def plot(rows: list[dict], path: Path) -> str:
 
 
 def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", plot_note: str = "",
-           setting_diffs: dict | None = None, licensed: bool = False, client: str = "") -> str:
+           setting_diffs: dict | None = None, licensed: bool = False, client: str = "",
+           min_window_s: float = window.MIN_WINDOW_S) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     runs = max((r["run"] for r in rows), default=0)
     repeats = max((r.get("repeat", 1) for r in rows), default=1)
     changes = [c for key, label, unit, higher in METRICS
                if (c := design_stats.change(rows, key, label, unit, higher, licensed))]
+    found = window.windows(rows)
     return env.get_template("ab.md.j2").render(
+        windows={(w.round, w.arm): w for w in found}, short_windows=window.short_reason(found, min_window_s),
         runs=runs, repeats=repeats, comparisons=compare(rows), parity=parity(rows), ops=engagement(stats_dirs),
         plot=plot_file, plot_note=plot_note, paired=any(r.get("paired") for r in rows), changes=changes,
         round_table=paired_stats.round_table(rows, [m for m in METRICS if any(c.key == m[0] for c in changes)]),
@@ -129,12 +132,14 @@ def render(rows: list[dict], stats_dirs: list[str | Path], plot_file: str = "", 
         clocks=noise.clock_summary(rows), settings=setting_diffs, client=client)
 
 
-def write_design_report(out: str | Path, aa_dir: Path | None = None) -> Path:
-    """OUT/ab.md and OUT/summary.json of a crossover or restarts run, from its folder (serving/summary.py)."""
+def write_design_report(out: str | Path, aa_dir: Path | None = None,
+                        min_window_s: float = window.MIN_WINDOW_S) -> Path:
+    """OUT/ab.md and OUT/summary.json of a crossover or restarts run, from its folder (serving/summary.py); rounds
+    whose timed window is under `min_window_s` seconds are flagged (serving/window.py)."""
     from astra_sglang.serving import runner, summary
 
     out = Path(out)
-    s = summary.summarize(out, aa_dir)
+    s = summary.summarize(out, aa_dir, min_window_s)
     summary.write(out, s)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -146,7 +151,8 @@ def write_design_report(out: str | Path, aa_dir: Path | None = None) -> Path:
     return path
 
 
-def write_report(out: str | Path, rows: list[dict], stats_dirs: list[str | Path], licensed: bool = False) -> Path:
+def write_report(out: str | Path, rows: list[dict], stats_dirs: list[str | Path], licensed: bool = False,
+                 min_window_s: float = window.MIN_WINDOW_S) -> Path:
     out = Path(out)
     note = plot(rows, out / PLOT) if rows else "no runs"
     path = out / REPORT
@@ -155,5 +161,6 @@ def write_report(out: str | Path, rows: list[dict], stats_dirs: list[str | Path]
         from astra_sglang.serving.client import ClientSettings
 
         client = ClientSettings.model_validate_json((out / CLIENT).read_text()).describe()
-    path.write_text(render(rows, stats_dirs, "" if note else PLOT, note, settings.read(out), licensed, client) + "\n")
+    path.write_text(render(rows, stats_dirs, "" if note else PLOT, note, settings.read(out), licensed, client,
+                           min_window_s) + "\n")
     return path

@@ -1,7 +1,8 @@
 """Run a crossover or restarts A/B (serving/designs.py) period by period, resumable from its folder.
 
 A period starts its servers together (each on its GPU: CUDA_VISIBLE_DEVICES), waits for all, runs one untimed
-warm-up round, then `rounds` timed rounds in which every server of the period is benchmarked at the same time,
+warm-up round (the timed rounds' own client settings, so that every batch shape and JIT compile of a timed round
+has been met), then `rounds` timed rounds in which every server of the period is benchmarked at the same time,
 probes each server's logprobs (serving/parity.py), and stops them. Its rows are written only once the period is
 complete, so a run cut short keeps every finished period and nothing of a half one. OUT/plan.json holds what
 the run was started with; the same command with the same --out goes on from the first period not done, and a
@@ -20,7 +21,7 @@ from pydantic import BaseModel, Field
 from rich.console import Console
 
 from astra_sglang.errors import AstraError
-from astra_sglang.serving import noise, parity, server, settings
+from astra_sglang.serving import noise, parity, server, settings, window
 from astra_sglang.serving.client import ClientSettings
 from astra_sglang.serving.designs import Period, Slot, gpu_of
 
@@ -125,11 +126,21 @@ def _healthy(plan: RunPlan, period: Period, slot: Slot, proc, out: Path, health_
             "ready_s": ready, "kv_tokens": server.kv_tokens(info)}, info
 
 
+def _say_round(console: Console, tag: str, row: dict, wall: float, min_window_s: float) -> None:
+    metrics = row["metrics"]
+    w = window.windows([row])[0]
+    console.out(f"[{tag}] output {metrics['output_throughput']:.1f} tok/s, ITL "
+                f"{metrics.get('mean_itl_ms', float('nan')):.2f} ms; {window.describe(w, min_window_s)} "
+                f"({wall:.0f} s with the client's start)")
+
+
 def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, health_timeout: float = 900.0,
-               stagger: bool = False, console: Console | None = None) -> tuple[list[dict], list[dict], list[dict]]:
+               stagger: bool = False, console: Console | None = None,
+               min_window_s: float = window.MIN_WINDOW_S) -> tuple[list[dict], list[dict], list[dict]]:
     """(rows, starts, probes) of one period; its servers are stopped however it ends. `stagger`: each server
     starts once the one before it is healthy (the first period of a call: on a fresh machine the first start
-    JIT-compiles flashinfer's and SGLang's kernels into shared cache folders, which two starts would race)."""
+    JIT-compiles flashinfer's and SGLang's kernels into shared cache folders, which two starts would race).
+    Each round's timed window is printed, and marked when under `min_window_s`."""
     console = console or Console(highlight=False)
     procs: dict[str, object] = {}
     starts, stats_dirs = [], {}
@@ -152,8 +163,10 @@ def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, health_
             settings.write(out, settings.differences(infos["A"], infos["B"]) if have else [], have,
                            name=f"settings-diff-p{period.index}.json")
         rows = []
-        if period.rounds:
-            _round(plan, period, period.slots, plan.client.warmup_round(), "warmup", out)  # untimed
+        if period.rounds:  # untimed, and the very round a timed one is: a shorter one leaves shapes cold
+            for slot, (metrics, _, wall) in zip(period.slots, _round(plan, period, period.slots, plan.client,
+                                                                     "warmup", out)):
+                _say_round(console, f"p{period.index} warm-up {slot.arm}", {"metrics": metrics}, wall, min_window_s)
         for r in range(1, period.rounds + 1):
             for slot, (metrics, gpu, wall) in zip(period.slots, _round(plan, period, period.slots, plan.client,
                                                                        f"r{r}", out)):
@@ -161,8 +174,7 @@ def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, health_
                              "gpu_index": slot.gpu, "gpu_id": gpu_of(slot, plan.gpus), "metrics": metrics, "gpu": gpu,
                              "bench_wall_s": wall, "control": plan.control,
                              **({"stats_dir": str(stats_dirs[slot.arm])} if stats_dirs.get(slot.arm) else {})})
-                console.out(f"[p{period.index} r{r} {slot.arm}] output {metrics['output_throughput']:.1f} tok/s, "
-                           f"ITL {metrics.get('mean_itl_ms', float('nan')):.2f} ms ({wall:.0f} s)")
+                _say_round(console, f"p{period.index} r{r} {slot.arm}", rows[-1], wall, min_window_s)
         ids = parity.prompts(plan.parity_prompts, plan.vocab)
         probes = [{"period": period.index, "arm": slot.arm, "gpu_index": slot.gpu,
                    "answers": [a.model_dump() for a in parity.probe(
@@ -178,7 +190,7 @@ def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, health_
 
 def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] = lambda: None,
         stop_after: float | None = None, health_timeout: float = 900.0, stagger_first: bool = True,
-        console: Console | None = None) -> int:
+        console: Console | None = None, min_window_s: float = window.MIN_WINDOW_S) -> int:
     """Every period not done yet, in order; returns how many ran. With `stop_after` seconds, no period starts
     that the longest period so far (this call's or a recorded one's) would carry past it. `stagger_first`: the
     call's first period starts its servers one after the other (run_period)."""
@@ -199,7 +211,7 @@ def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] 
             break
         start, stagger = time.monotonic(), stagger_first and ran == 0
         rows, starts, probes = run_period(plan, period, out, launch, health_timeout, stagger=stagger,
-                                           console=console)
+                                           console=console, min_window_s=min_window_s)
         seconds = time.monotonic() - start
         if stagger:
             fallback = max(fallback, seconds)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from astra_sglang.serving import design_stats, parity, runner
+from astra_sglang.serving import design_stats, parity, runner, window
 from astra_sglang.serving.client import ClientSettings
 
 SUMMARY = "summary.json"
@@ -40,6 +40,17 @@ class PeriodSummary(BaseModel):
     """Output throughput, B vs A in % per timed round (crossover), or this start's mean vs A's mean (restarts)."""
 
 
+class WindowSummary(BaseModel):
+    """One arm's timed round: its window (the benchmark's duration) and how much of it the first tokens took."""
+    period: int | None
+    round: int
+    arm: str
+    window_s: float | None
+    ttft_ms: float | None
+    ttft_share: float | None
+    short: bool
+
+
 class ParitySummary(BaseModel):
     ok: bool
     lines: list[str]
@@ -67,6 +78,18 @@ class RunSummary(BaseModel):
     periods: list[PeriodSummary] = Field(default_factory=list)
     starts: list[dict] = Field(default_factory=list)
     stats_dirs: list[str] = Field(default_factory=list)
+    min_window_s: float = window.MIN_WINDOW_S
+    windows: list[WindowSummary] = Field(default_factory=list)
+    short_windows: str = ""
+    """serving/window.py's reason when a timed round is shorter than min_window_s, else ''."""
+
+
+def window_summaries(rows: list[dict], min_window_s: float) -> tuple[list[WindowSummary], str]:
+    """Each timed round's window and the one-line reason when any is too short ('' when none is)."""
+    found = window.windows(rows)
+    return ([WindowSummary(period=w.period, round=w.round, arm=w.arm, window_s=w.window_s, ttft_ms=w.ttft_ms,
+                           ttft_share=w.ttft_share, short=w.short(min_window_s)) for w in found],
+            window.short_reason(found, min_window_s))
 
 
 def _metric(c: design_stats.Change) -> MetricSummary:
@@ -117,11 +140,13 @@ def parity_summary(out: Path, control: bool, aa_dir: Path | None) -> ParitySumma
                          reference=reference)
 
 
-def summarize(out: Path, aa_dir: Path | None = None) -> RunSummary:
+def summarize(out: Path, aa_dir: Path | None = None, min_window_s: float = window.MIN_WINDOW_S) -> RunSummary:
     plan = runner.RunPlan.model_validate_json((out / runner.PLAN).read_text())
     rows = runner.read_jsonl(out / runner.ROWS)
     changes = [c for key, label, unit, higher in METRICS if (c := design_stats.change(rows, key, label, unit, higher))]
-    check = design_stats.aa_check(next((c for c in changes if c.key == "output_throughput"), None))
+    windows, short = window_summaries(rows, min_window_s)
+    check = design_stats.aa_check(next((c for c in changes if c.key == "output_throughput"), None),
+                                  short_windows=short)
     starts = runner.read_jsonl(out / runner.STARTS)
     return RunSummary(
         design=plan.design, control=plan.control, periods_done=len({s["period"] for s in starts}),
@@ -130,7 +155,8 @@ def summarize(out: Path, aa_dir: Path | None = None) -> RunSummary:
         server_args=plan.server_args, metrics=[_metric(c) for c in changes],
         aa_ok=check.ok if plan.control else None, aa_reasons=check.reasons if plan.control else [],
         parity=parity_summary(out, plan.control, aa_dir), periods=_periods(rows), starts=starts,
-        stats_dirs=sorted({r["stats_dir"] for r in rows if r.get("stats_dir")}))
+        stats_dirs=sorted({r["stats_dir"] for r in rows if r.get("stats_dir")}), min_window_s=min_window_s,
+        windows=windows, short_windows=short)
 
 
 def write(out: Path, summary: RunSummary) -> Path:

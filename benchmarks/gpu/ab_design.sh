@@ -2,11 +2,12 @@
 # The serving method's controls on a two-GPU machine (nvidia-h100-x2), in calls of at most 9 minutes, resumable.
 # Stages (STAGES, default "aa wrong"):
 #   aa      The A/A control in the crossover design: two unpatched servers, one per GPU, restarted together and
-#           swapped between GPUs every period; PERIODS periods (default 6) of ROUNDS timed rounds (default 2)
-#           after one untimed warm-up round; short rounds (PROMPTS=64 prompts, IN=128 in / OUT_LEN=128 out,
-#           CONC=32 concurrent, fixed lengths, seed 1); then every server's top logprobs on fixed prompts.
-#           No period starts that would end past the stage's share of DEADLINE (default 500 s); the next call
-#           with RUNS=<a folder holding the earlier OUT's aa/> goes on where it stopped.
+#           swapped between GPUs every period; PERIODS periods (default 6) of ROUNDS timed rounds (default 3), each
+#           start first warmed by one untimed round of the same client; the client of ab_common.sh (PROMPTS=1280
+#           prompts, IN=128 in / OUT_LEN=256 out, CONC=32 concurrent, fixed lengths, seed 1: timed windows of 15 s
+#           or more); then every server's top logprobs on fixed prompts. No period starts that would end past the
+#           stage's share of DEADLINE (default 500 s); the next call with RUNS=<a folder holding the earlier OUT's
+#           aa/> goes on where it stopped.
 #   wrong   Parity against a deliberately wrong patch (tests/fixtures/wrong-patches: fused_add_rmsnorm x 1.01):
 #           one period, no rounds, A unpatched on one GPU and B wrong on the other, judged against the A/A's own
 #           logprob differences. Its report must say parity FAIL; the script's last lines say whether it did.
@@ -17,16 +18,20 @@
 # Usage (repo root, GPU machine with two GPUs, .stage carried): OUT=/path [RUNS=work/ab-runs] bash benchmarks/gpu/ab_design.sh
 # Writes OUT/aa/ and OUT/wrong/ (each: ab.md, summary.json, ab.jsonl, starts.jsonl, parity.jsonl, plan.json,
 # settings-diff-p*.json, server and benchmark logs), OUT/offset/ (offset.json, settings-diff.json), console.txt.
-# Time: setup ~30 s, weights ~20-30 s once per machine; a period ~85 s (both starts in parallel ~45 s, warm-up and
-# 2 rounds ~10 s each with the client's own start, probes); a call's first period starts its two servers one after
-# the other (~+45 s; 90-180 s more for the JIT compiles of a fresh machine); wrong ~90 s. So a first call fits
-# 2-3 periods and the wrong patch; a second call (RUNS=) 3-4 more periods.
+# Time, as measured on 4x NVIDIA H200 (2026-11-27, commit 45b7284): setup and weights 33 s on a fresh machine; a
+# fresh machine's first period starts its servers one after the other (ab_common.sh says why), 113 s then 67 s;
+# later starts ~50 s, both at once (49 s in the wrong stage); a round ~35-50 s (ab_common.sh: the client's start
+# ~18 s and a window of ~16-30 s); probes and stops ~5 s; wrong 81 s (its patch build 12 s of it). So a period of
+# a warm-up and 3 timed rounds takes ~190-250 s (~211 s at 16k tok/s) with both starts at once, ~340 s as a fresh
+# machine's first. Periods per call at DEADLINE=500 (9 minutes with the margin): the first call on a fresh machine
+# (STAGES="aa wrong") runs 1 period and the wrong patch (33 + ~341 + 81 = ~455 s; a second period would end near
+# 700 s). A later call on the machine still warm (STAGES=aa RUNS=...) runs 2 (211 + 211 = 422 s of the ~485 s
+# left after setup; a third would end near 633 s), 1 if the machine is a fresh one again. Two calls: 3 periods,
+# 9 timed rounds per arm (the least an interval needs: 1 degree of freedom); three: 5 periods (3).
 source benchmarks/gpu/ab_common.sh
 DEADLINE=${DEADLINE:-500}
 STAGES=${STAGES:-aa wrong}
 WRONG_RESERVE=${WRONG_RESERVE:-110}
-CLIENT=(--num-prompts "${PROMPTS:-64}" --input-len "${IN:-128}" --output-len "${OUT_LEN:-128}"
-        --concurrency "${CONC:-32}" --warmup-requests 1 --seed 1)
 
 for stage in $STAGES; do
   case $stage in
@@ -36,15 +41,15 @@ for stage in $STAGES; do
     left=$(( DEADLINE - $(elapsed) - reserve ))
     echo "== aa: crossover A/A, up to ${PERIODS:-6} periods, ${left} s"
     astra-sglang ab --model-path "$MODEL" --design crossover --gpus 0,1 --control --runs "${PERIODS:-6}" \
-      --rounds "${ROUNDS:-2}" --port "$PORT" --stop-after "$left" --health-timeout 300 "${CLIENT[@]}" \
-      --out "$OUT/aa" -- "${SERVER_ARGS[@]}"
-    echo "== aa: exit $? at $(elapsed) s"; report_line "$OUT/aa" ;;
+      --rounds "$ROUNDS" --port "$PORT" --stop-after "$left" --health-timeout 300 "${CLIENT[@]}" \
+      $(stagger_opts "$MODEL") --out "$OUT/aa" -- "${SERVER_ARGS[@]}"
+    echo "== aa: exit $? at $(elapsed) s"; mark_started "$MODEL" "$OUT/aa"; report_line "$OUT/aa" ;;
   wrong)
     [ -f "$OUT/aa/parity.jsonl" ] || { echo "== wrong: skipped, no A/A probes in $OUT/aa"; continue; }
     echo "== wrong: parity against tests/fixtures/wrong-patches"
     astra-sglang ab --model-path "$MODEL" --design crossover --gpus 0,1 --runs 1 --rounds 0 --port "$PORT" \
-      --patches tests/fixtures/wrong-patches --aa "$OUT/aa" --no-stagger --health-timeout 300 "${CLIENT[@]}" \
-      --out "$OUT/wrong" -- "${SERVER_ARGS[@]}"
+      --patches tests/fixtures/wrong-patches --aa "$OUT/aa" $(stagger_opts "$MODEL") --health-timeout 300 \
+      "${CLIENT[@]}" --out "$OUT/wrong" -- "${SERVER_ARGS[@]}"
     echo "== wrong: exit $? at $(elapsed) s"; report_line "$OUT/wrong"
     python3 -c "import json,sys; p=json.load(open('$OUT/wrong/summary.json'))['parity']; \
 print('== wrong patch caught by parity' if p and not p['ok'] else '== WRONG PATCH NOT CAUGHT')" ;;

@@ -9,17 +9,20 @@
 #            H100 (benchmarks/results/2026-11-25-h100/mixtral-tune), as a patch over A's folder.
 #   dense    The kit's 8-layer Llama-3-8B shape with random weights (make_weights.py). A: unpatched; B: the shipped
 #            patch set as `launch` serves it (merge_attn_states_lse off: the kit has no FA3).
-# Both use ab_design.sh's client (PROMPTS=64, 128 in / 128 out, 32 concurrent, fixed lengths, seed 1), so the
-# A/A's interval there is the floor to read them against; AA=<the A/A's run folder> makes it their parity
-# reference (else each A/B's own A across its starts).
+# Both use the A/A's client and rounds (ab_common.sh: PROMPTS=1280, 128 in / 256 out, 32 concurrent, fixed
+# lengths, seed 1; ROUNDS=3 after a full warm-up round), so the A/A's interval there is the floor to read them
+# against; AA=<the A/A's run folder> makes it their parity reference (else each A/B's own A across its starts).
+# Time: a period as ab_design.sh's (~211 s with both starts at once on a machine where the model's servers have
+# started before, ~340 s as a fresh machine's first), so one stage per call: STAGES=dense and STAGES=mixtral, 2
+# periods a call on a warm machine. The Mixtral-shaped model reads ~3x the dense model's weights a decode step
+# (4 layers x 8 experts x 3 x 4096 x 14336 in bf16, 11.3 GB, against the dense file's 4.0 GB), so its windows
+# should be longer than the dense model's (unmeasured at this client: ab's report flags any under 10 s).
 # Usage (repo root, GPU machine, .stage carried): OUT=/path [RUNS=work/ab-runs] [AA=work/ab-runs/aa] bash benchmarks/gpu/ab_runs.sh
 # Writes OUT/mixtral/ and OUT/dense/ (ab.md, summary.json, rows, probes, logs), OUT/moe-configs/, console.txt.
 source benchmarks/gpu/ab_common.sh
 DEADLINE=${DEADLINE:-500}
 STAGES=${STAGES:-mixtral dense}
 DESIGN=${DESIGN:-crossover}
-CLIENT=(--num-prompts "${PROMPTS:-64}" --input-len "${IN:-128}" --output-len "${OUT_LEN:-128}"
-        --concurrency "${CONC:-32}" --warmup-requests 1 --seed 1)
 if [ "$DESIGN" = crossover ]; then PLACE=(--design crossover --gpus 0,1 --runs "${PERIODS:-6}")
 else PLACE=(--design restarts --runs "${STARTS:-3}"); fi
 AA_FLAG=(); [ -n "${AA:-}" ] && [ -f "$AA/parity.jsonl" ] && AA_FLAG=(--aa "$AA")
@@ -37,19 +40,19 @@ for stage in $STAGES; do
     python3 benchmarks/moe_ab_configs.py "$OUT/moe-configs" --device "$device" || continue
     echo "== mixtral: A = SGLang's nearest-GPU config, B = the tuned configs; $(( stop_at - $(elapsed) )) s"
     SGLANG_MOE_CONFIG_DIR="$OUT/moe-configs/baseline" astra-sglang ab --model-path "$model" --load-format dummy \
-      "${PLACE[@]}" --rounds "${ROUNDS:-2}" --port "$PORT" --patches "$OUT/moe-configs/patches" "${AA_FLAG[@]}" \
-      --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 "${CLIENT[@]}" --out "$OUT/mixtral" -- \
-      "${SERVER_ARGS[@]}" --moe-runner-backend triton
-    echo "== mixtral: exit $? at $(elapsed) s"; report_line "$OUT/mixtral" ;;
+      "${PLACE[@]}" --rounds "$ROUNDS" --port "$PORT" --patches "$OUT/moe-configs/patches" "${AA_FLAG[@]}" \
+      --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 "${CLIENT[@]}" $(stagger_opts "$model") \
+      --out "$OUT/mixtral" -- "${SERVER_ARGS[@]}" --moe-runner-backend triton
+    echo "== mixtral: exit $? at $(elapsed) s"; mark_started "$model" "$OUT/mixtral"; report_line "$OUT/mixtral" ;;
   dense)
     rm -rf /tmp/ab-dense-patches && cp -r patches /tmp/ab-dense-patches
     astra-sglang patch disable merge_attn_states_lse --patches /tmp/ab-dense-patches
     astra-sglang patch list --patches /tmp/ab-dense-patches
     echo "== dense: A unpatched, B the shipped patches; $(( stop_at - $(elapsed) )) s"
-    astra-sglang ab --model-path "$MODEL" "${PLACE[@]}" --rounds "${ROUNDS:-2}" --port "$PORT" \
+    astra-sglang ab --model-path "$MODEL" "${PLACE[@]}" --rounds "$ROUNDS" --port "$PORT" \
       --patches /tmp/ab-dense-patches "${AA_FLAG[@]}" --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 \
-      "${CLIENT[@]}" --out "$OUT/dense" -- "${SERVER_ARGS[@]}"
-    echo "== dense: exit $? at $(elapsed) s"; report_line "$OUT/dense" ;;
+      "${CLIENT[@]}" $(stagger_opts "$MODEL") --out "$OUT/dense" -- "${SERVER_ARGS[@]}"
+    echo "== dense: exit $? at $(elapsed) s"; mark_started "$MODEL" "$OUT/dense"; report_line "$OUT/dense" ;;
   *) echo "unknown stage $stage" ;;
   esac
 done

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Fused MoE's screening tier on the GPU machine, one command of at most ~9 minutes (benchmarks/moe_screen_bench.py):
-#   tiers (Qwen3-30B-A3B 128x768x2048 top-8 and Mixtral 8x14336x4096 top-2, bf16, batch sizes BUCKETS) in their own
-#     process on GPUs 2.. (4-GPU host) or GPU 1 (2-GPU host) from the start: the screening tier and the isolated
-#     evaluator per batch size against SGLang's shipped pick, an equal slice of time per shape
+#   tiers (Qwen3-30B-A3B 128x768x2048 top-8 and Mixtral 8x14336x4096 top-2, bf16) in their own process on GPUs 2..
+#     (4-GPU host) or GPU 1 (2-GPU host) from the start (benchmarks/moe_tiers_bench.py): SGLang's whole space per
+#     batch size (BUCKETS first, SGLang's other batch sizes next, while the deadline allows), the isolated evaluator
+#     judging the finalists against SGLang's shipped pick. PHASES=tiers alone runs benchmarks/gpu/moe_tiers.sh
+#     (GPUS, RUNS: a chosen set of GPUs, a resumed run).
 #   beside them, on GPU 0 (and 1), Qwen3 at batch 64 with one worker per GPU for the whole run:
 #     cold   SGLang's whole tuning space, Triton compiling ahead on the CPU cores (empty cache)
 #     warm1  the first WARM configs on one GPU;  warm2  the same on two GPUs (on a 2-GPU host once the tiers end)
@@ -12,12 +14,12 @@
 #   ASTRA_COMMIT=<commit of the tree> bash benchmarks/gpu/moe_screen.sh [OUTDIR]
 # env: ASTRA_COMMIT (the commit the figures name; else git's HEAD, stale where .git was copied from elsewhere),
 #      DEADLINE (seconds for the bench's phases, 470), SHAPES (the tiers' shapes, qwen3,mixtral), SCALE_SHAPES
-#      (qwen3), PHASES (cold,warm1,warm2,tiers), BUCKETS (1,16,64,256,1024,4096), WARM (600), SCREEN_BUDGET (120:
-#      at most a third of a shape's tiers slice), SIMULATE=1 (no GPU), WORK (Triton caches, /tmp/moe-screen-work:
-#      emptied first, so that the cold phase is cold)
+#      (qwen3), PHASES (cold,warm1,warm2,tiers), BUCKETS (the tiers' batch sizes tried first: none), WARM (600),
+#      SIMULATE=1 (no GPU), WORK (Triton caches, /tmp/moe-screen-work: emptied first, so that the cold phase is cold)
 # OUTDIR (default $OUT, else /tmp/moe-screen) gets env.txt, bench.log, moe_screen.jsonl, moe_screen.md, tune-*/,
-# tiers/ (the tiers process's log and rows).
+# tiers/ (the tiers process's log, records and tiers.md).
 set -u
+if [ "${PHASES:-}" = tiers ]; then exec bash benchmarks/gpu/moe_tiers.sh "$@"; fi
 OUTDIR=${1:-${OUT:-/tmp/moe-screen}}; mkdir -p "$OUTDIR"
 source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt" 2>&1
 { nvidia-smi --query-gpu=index,name,clocks.max.sm,memory.total --format=csv 2>/dev/null
@@ -33,7 +35,7 @@ DEADLINE=${DEADLINE:-470}
 setsid timeout --kill-after=15 $((DEADLINE + 60)) python3 benchmarks/moe_screen_bench.py --out "$OUTDIR" \
   --work "$WORK" --deadline "$DEADLINE" --shapes "${SHAPES:-qwen3,mixtral}" --scale-shapes "${SCALE_SHAPES:-qwen3}" \
   --phases "${PHASES:-cold,warm1,warm2,tiers}" \
-  --buckets "${BUCKETS:-1,16,64,256,1024,4096}" --warm "${WARM:-600}" --screen-budget "${SCREEN_BUDGET:-120}" \
+  --buckets "${BUCKETS:-}" --warm "${WARM:-600}" \
   ${SIMULATE:+--simulate} > "$OUTDIR/bench.log" 2>&1 &
 PID=$!
 trap 'kill -- -$PID 2>/dev/null' EXIT INT TERM

@@ -16,7 +16,8 @@
 #   engage    `launch --patches HOME/patches` (that patch alone), a short load, `report`: its calls and kernel calls
 # Writes OUT/log.txt, OUT/<step>.txt (each command's output), OUT/<op>.bench.jsonl, OUT/calls.json, OUT/home/ (the
 # user folder: specs with the first GPU run's figures, adapters, patches), OUT/summary.md (each command, its exit
-# code, its last line). STEPS="ops record optimize engage" (default all) runs a subset.
+# code, its last line). STEPS="ops record optimize engage" (default all) runs a subset; HOME_FROM=DIR starts from an
+# earlier run's user folder (OUT/home), so that `STEPS="optimize engage"` goes on from another call's record step.
 #
 # Usage (GPU machine, repo root, SGLang's runtime kit unpacked as .stage/: see setup.sh; no network needed):
 #   bash benchmarks/gpu/onboard_run.sh OUT
@@ -38,6 +39,9 @@ if ! python3 -c "import clang.cindex, ziglang" 2>/dev/null && ls .stage/knobs-wh
   case ":${PYTHONPATH:-}:" in *:/tmp/site:*) ;; *) export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH};; esac
 fi
 python3 -c "import clang.cindex, ziglang" 2>/dev/null && echo "libclang: importable" || echo "libclang: not importable"
+if [ -n "${HOME_FROM:-}" ] && [ ! -d "$OUT/home" ]; then  # an earlier run's user folder: its later steps go on
+  cp -r "$HOME_FROM" "$OUT/home" && echo "user folder from $HOME_FROM"
+fi
 export ASTRA_SGLANG_HOME=$OUT/home ASTRA_TUNER_MAX_CONFIGS=${CONFIGS:-5} ASTRA_TUNER_FINAL_TIMEOUT_S=${FINAL_S:-60}
 STEPS=${STEPS:-"ops record optimize engage"}
 FIX=tests/fixtures/onboard
@@ -60,11 +64,17 @@ run() {  # run SECONDS NAME CMD...: the command's output to OUT/NAME.txt, its ta
 }
 spec_of() { sed -n 's#^wrote .*/specs/\(.*\)\.toml and .*#\1#p' "$OUT/$1.txt"; }
 
-onboard_and_bench() {  # onboard_and_bench NAME ENTRY CALLS [onboard args]: the two commands a user runs
+onboard() {  # onboard NAME ENTRY CALLS [onboard args]: the first command a user runs
   local name=$1 entry=$2 calls=$3; shift 3
-  run 240 "onboard-$name" "${ASTRA[@]}" onboard "$entry" --shapes "$calls" "$@" || return 1
-  local spec; spec=$(spec_of "onboard-$name")
-  run 150 "bench-$name" "${ASTRA[@]}" bench "$spec" --out "$OUT/$spec.bench.jsonl"
+  run 240 "onboard-$name" "${ASTRA[@]}" onboard "$entry" --shapes "$calls" "$@"
+}
+bench_of() {  # bench_of NAME: the second, on the spec the onboard of NAME wrote
+  local spec; spec=$(spec_of "onboard-$1")
+  [ -n "$spec" ] || { echo "bench-$1: skipped, onboard-$1 wrote no spec"; return 1; }
+  run 150 "bench-$1" "${ASTRA[@]}" bench "$spec" --out "$OUT/$spec.bench.jsonl"
+}
+onboard_and_bench() {  # onboard_and_bench NAME ENTRY CALLS [onboard args]: the two commands a user runs
+  onboard "$@" && bench_of "$1"
 }
 
 server() {  # server NAME LAUNCH-ARGS...: launch in the background, a short load once healthy, then stop it
@@ -96,20 +106,36 @@ server() {  # server NAME LAUNCH-ARGS...: launch in the background, a short load
   echo "| server-$name | $((1 - ok)) | \`launch $*\` | healthy: $ok |" >> "$OUT/summary.md"
 }
 
-case " $STEPS " in *" ops "*)
-  onboard_and_bench layernorm flashinfer.norm:layernorm "$FIX/layernorm.calls.json"
-  onboard_and_bench relu2 sglang.srt.layers.activation:relu2 "$FIX/relu2.calls.json"
-  onboard_and_bench top_k_renorm_probs flashinfer.sampling:top_k_renorm_probs "$FIX/top_k_renorm_probs.calls.json"
-  onboard_and_bench per_token_quant sgl_kernel:sgl_per_token_quant_fp8 "$FIX/sgl_per_token_quant_fp8.calls.json"
-  onboard_and_bench rope flashinfer.rope:apply_rope_pos_ids_inplace "$FIX/apply_rope_pos_ids_inplace.calls.json" \
-    --model llama-3-8b
-esac
-
-case " $STEPS " in *" record "*)
+record_server() {  # SGLang under `launch --record-calls`, a short load: OUT/calls.json
   mkdir -p "$OUT/no-patches"
   server record --patches "$OUT/no-patches" --record-calls flashinfer.norm:rmsnorm --record-out "$OUT/calls.json" \
     --stats-dir "$OUT/record-stats" --mechanism import-hook
   echo "recorded $(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))))" "$OUT/calls.json" 2>&1) calls"
+}
+
+case " $STEPS " in *" ops "*)
+  # The five onboards at once (each one's first GPU run checks dtypes and tolerances, untimed: 40-100 s apiece on
+  # an H200, mostly imports and JIT builds; the record step's server starts beside them), then each bench alone on
+  # the GPU, as its figures are timed.
+  pids=()
+  case " $STEPS " in *" record "*) record_server & pids+=($!); RECORDED=1 ;; esac  # its start beside the onboards
+  TAIL=0 onboard layernorm flashinfer.norm:layernorm "$FIX/layernorm.calls.json" & pids+=($!)
+  TAIL=0 onboard relu2 sglang.srt.layers.activation:relu2 "$FIX/relu2.calls.json" & pids+=($!)
+  TAIL=0 onboard top_k_renorm_probs flashinfer.sampling:top_k_renorm_probs "$FIX/top_k_renorm_probs.calls.json" &
+  pids+=($!)
+  TAIL=0 onboard per_token_quant sgl_kernel:sgl_per_token_quant_fp8 "$FIX/sgl_per_token_quant_fp8.calls.json" &
+  pids+=($!)
+  TAIL=0 onboard rope flashinfer.rope:apply_rope_pos_ids_inplace "$FIX/apply_rope_pos_ids_inplace.calls.json" \
+    --model llama-3-8b & pids+=($!)
+  wait "${pids[@]}"  # these alone: a bare wait would also wait for the log's tee, which ends only with the script
+  for name in layernorm relu2 top_k_renorm_probs per_token_quant rope; do
+    tail -n 8 "$OUT/onboard-$name.txt"
+    bench_of "$name"
+  done
+esac
+
+case " $STEPS " in *" record "*)
+  [ -n "${RECORDED:-}" ] || record_server
   onboard_and_bench fi_rmsnorm flashinfer.norm:rmsnorm "$OUT/calls.json" --name fi_rmsnorm
 esac
 

@@ -13,8 +13,8 @@ from triton.runtime.driver import driver  # noqa: E402
 
 import probing_kernel  # noqa: E402 - imported as the host is (no stand-in driver yet), like the compile processes
 
-from astra_sglang.optimize.tuner.compile_ahead import (CompilePool, HitCounter, StubDriver, record,  # noqa: E402
-                                                       stand_in)
+from astra_sglang.optimize.tuner.compile_ahead import HitCounter, StubDriver, record, stand_in  # noqa: E402
+from astra_sglang.optimize.tuner.compile_pool import CompilePool  # noqa: E402
 
 
 @pytest.fixture

@@ -54,6 +54,19 @@ def test_cost_model_sense():
     assert infeasible(MoeConfig(16, 128, 256, 1, 4, 4), H200) is None
 
 
+def test_the_h200_order_drops_what_failed_at_load_there():
+    """Mixtral's 1,504 ordered configs at batch 64 on an H200 (2026-11-27, commit 45b7284): 184 failed at load
+    (OutOfResources), each a tile of 64 rows or more whose every stage does not fit; the order drops exactly as
+    many now, and only wgmma tiles (an A100 keeps them)."""
+    pick = MoeConfig.from_code("m32n128k128g64w4s3")
+    now = ordered(MIXTRAL, 64, pick, gpu_model("NVIDIA H200", 232448), prune=None)
+    before = ordered(MIXTRAL, 64, pick, gpu_model("NVIDIA A100-SXM4-80GB", 232448), prune=None)
+    assert len(before.codes) == 1504 and len(now.codes) == 1320
+    dropped = set(before.codes) - set(now.codes)
+    assert all(MoeConfig.from_code(c).block_m >= 64 for c in dropped)
+    assert all(now.pruned[c].startswith("shared memory") for c in dropped)
+
+
 @pytest.mark.parametrize("shape,name", [(MIXTRAL, "triton_3_1_0/E=8,N=14336,device_name=NVIDIA_H200.json"),
                                         (QWEN3, "triton_3_6_0/E=128,N=768,device_name=NVIDIA_H200.json")])
 def test_sglangs_h200_winners_come_early_in_the_cost_order(shape, name):

@@ -70,7 +70,6 @@ def test_the_screen_budget_leaves_configs_unscreened(tmp_path, monkeypatch):
     result = tune_fused_moe(SHAPE, [1, 64], tmp_path / "run", _options(tmp_path, budget_s=2.0), Strict(),
                             facts=FACTS, picks_at=_picks, echo=lambda _: None)
     assert sum(s.screened for s in result.screen) < sum(s.configs for s in result.screen)
-    assert sum(s.wall_s for s in result.screen) < 2.0 + 1.5  # a config already started finishes
     rows = [json.loads(line) for line in (tmp_path / "run" / "screen.jsonl").read_text().splitlines()]
     assert {r["reason"] for r in rows if r["stage"] == "unscreened"} == {"the screening budget ran out first"}
 

@@ -60,6 +60,5 @@ def test_client_settings_are_pinned_in_the_benchmark_command():
     assert pairs["--seed"] == "7" and pairs["--num-prompts"] == "64" and pairs["--max-concurrency"] == "32"
     assert pairs["--random-range-ratio"] == "1.0" and pairs["--warmup-requests"] == "2"  # fixed lengths
     assert "--flush-cache" in argv  # every round from an empty prefix cache
-    assert client.warmup_round().num_prompts == 32 and client.warmup_round().seed == 7
     assert "64 prompts of 128 tokens in / 128 out (fixed lengths), 32 concurrent, seed 7" in client.describe()
     assert ClientSettings.from_opts({"num_prompts": 9, "port": 1, "extra": []}).num_prompts == 9

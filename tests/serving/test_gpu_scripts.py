@@ -33,8 +33,10 @@ def test_every_ab_option_the_scripts_pass_exists(script):
     calls = _ab_invocations(text)
     assert calls, "no ab command found"
     used = {flag for call in calls for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", call)}
-    for array in re.findall(r"(?:CLIENT|PLACE)=\((.*?)\)", text, flags=re.S):  # options kept in bash arrays
+    common = (ROOT / "benchmarks" / "gpu" / "ab_common.sh").read_text()
+    for array in re.findall(r"(?:CLIENT|PLACE)=\((.*?)\)", text + common, flags=re.S):  # options in bash arrays
         used |= set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", array))
+    used |= set(re.findall(r"echo (--[a-z][a-z-]*)", common))  # the options its helpers hand to ab
     assert used and used <= known, sorted(used - known)
 
 
@@ -65,3 +67,48 @@ def test_the_mixtral_arms_sglang_nearest_gpu_file_and_the_tuned_patch(tmp_path):
     entry = PatchStore(tmp_path / "patches").get("fused_moe")
     assert entry.manifest.kind == "triton-config" and entry.manifest.configs[0].tuned == [1, 4, 16, 64, 256, 1024, 4096]
     assert (entry.folder / entry.manifest.configs[0].path).name == name
+
+
+def _common_functions(*names: str) -> str:
+    """The bash text of ab_common.sh's helper functions `names` (the file itself sources the GPU set-up)."""
+    text = (ROOT / "benchmarks" / "gpu" / "ab_common.sh").read_text()
+    return "\n".join(re.search(rf"^{name}\(\) {{[^\n]*}}$|^{name}\(\) {{.*?^}}$", text, flags=re.S | re.M)[0]
+                     for name in names)
+
+
+def test_servers_start_one_after_the_other_until_a_period_of_the_model_has_run(tmp_path):
+    """A fresh machine's first period staggers its starts (shared JIT caches); once a period of that model has
+    completed on the machine, later stages and calls pass --no-stagger; another model is staggered again."""
+    functions = _common_functions("started_mark", "stagger_opts", "mark_started")
+    run = tmp_path / "aa"
+    run.mkdir()
+    script = f"""{functions}
+        echo "fresh:[$(stagger_opts /tmp/model-weights)]"
+        mark_started /tmp/model-weights {run}
+        echo "no period:[$(stagger_opts /tmp/model-weights)]"
+        echo '{{"period": 1}}' > {run}/starts.jsonl
+        mark_started /tmp/model-weights {run}
+        echo "after a period:[$(stagger_opts /tmp/model-weights)] other:[$(stagger_opts /tmp/model-mixtral-8x7b)]"
+    """
+    done = subprocess.run(["bash", "-euc", script], capture_output=True, text=True,
+                          env={"AB_MARKS": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["fresh:[]", "no period:[]",
+                                        "after a period:[--no-stagger] other:[]"]
+
+
+def test_the_scripts_client_keeps_the_h200s_windows_above_15_s():
+    """The client ab_common.sh pins, against the 2026-11-27 H200 A/A's fastest step (its rows in
+    tests/fixtures/serving): a full batch emitting a token per request every min(mean ITL) ms."""
+    import json
+
+    text = (ROOT / "benchmarks" / "gpu" / "ab_common.sh").read_text()
+    prompts = int(re.search(r"PROMPTS=\$\{PROMPTS:-(\d+)\}", text)[1])
+    out_len = int(re.search(r"--output-len \"\$\{OUT_LEN:-(\d+)\}\"", text)[1])
+    conc = int(re.search(r"--concurrency \"\$\{CONC:-(\d+)\}\"", text)[1])
+    h200 = json.loads((ROOT / "tests" / "fixtures" / "serving" / "h200-aa-short-rounds.json").read_text())
+    assert conc == h200["bench_line"]["max_concurrency"]  # the concurrency whose rate was measured
+    fastest_itl_s = min(r["metrics"]["mean_itl_ms"] for r in h200["rows"]) / 1000
+    best_rate = max(r["metrics"]["output_throughput"] for r in h200["rows"])
+    assert prompts * out_len / (conc / fastest_itl_s) >= 15.0  # 15.8 s at 20.8k tok/s
+    assert prompts * out_len / best_rate >= 20.0  # 20.5 s at the best round's 16.0k tok/s

@@ -75,7 +75,7 @@ def test_rounds_start_both_counterbalance_and_stop_both(tmp_path, fake):
     rows = paired_mod.run_rounds(a, b, OPTS, tmp_path, runs=3, warmup=1, on_round=lambda new, all_rows:
                                  written.append(([r["arm"] for r in new], len(all_rows))))
     assert events == ["start A", "healthy A", "start B", "healthy B",  # B starts once A is up (memory sizing)
-                      "bench bench-warmup-A-1 n=16", "bench bench-warmup-B-1 n=16",  # short, not recorded
+                      "bench bench-warmup-A-1 n=512", "bench bench-warmup-B-1 n=512",  # full, not recorded
                       "bench bench-A-1 n=512", "bench bench-B-1 n=512", "probe 31000", "probe 31001",
                       "bench bench-B-2 n=512", "bench bench-A-2 n=512",
                       "bench bench-A-3 n=512", "bench bench-B-3 n=512",
@@ -270,8 +270,8 @@ def cli(tmp_path, monkeypatch, fake):
         return {"ASTRA_SGLANG_PATCHES": "p", "PATH": "/bin"}, ["python", "-m", "sglang", *server_args], "ok"
     monkeypatch.setattr(ab_mod, "patched_server", patched)
     monkeypatch.setattr(paired_mod, "patched_server", patched)
-    monkeypatch.setattr(report, "write_report", lambda out, rows, dirs, licensed=False: reports.append(
-        (len(rows), [str(d) for d in dirs])) or out / "ab.md")
+    monkeypatch.setattr(report, "write_report", lambda out, rows, dirs, licensed=False, min_window_s=10.0:
+                        reports.append((len(rows), [str(d) for d in dirs])) or out / "ab.md")
     invoke = lambda *args: CliRunner().invoke(ab_command, ["--model-path", "m", "--port", "31000",  # noqa: E731
                                                           "--out", str(tmp_path / "o"), *map(str, args)])
     return invoke, fake[0], reports

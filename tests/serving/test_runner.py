@@ -39,6 +39,7 @@ def fake(monkeypatch):
 
     def run(self, model_path, port, bench_file, timeout_s=900.0):
         events.append(f"bench {bench_file.stem} n={self.num_prompts}")
+        state.setdefault("argv", {})[bench_file.stem] = self.argv(model_path, port, "OUT", python="py")
         if bench_file.stem == state["fail"]:
             raise AstraError("benchmark failed")
         b = port == 31001
@@ -64,15 +65,18 @@ def _launch(arm, period):
 
 
 def test_crossover_period_starts_both_warms_up_then_benchmarks_both_at_once(tmp_path, fake):
-    events, _ = fake
+    events, state = fake
     plan = _plan(periods=2, rounds=2)
     assert runner.run(plan, tmp_path, _launch) == 2
     first = events[:events.index("stop A1") + 2]
     assert first[:3] == ["start A1 gpu=0", "healthy A1", "start B1 gpu=1"]  # the call's first period: staggered
     second = events[events.index("stop B1") + 1:]
     assert second[:3] == ["start B2 gpu=0", "start A2 gpu=1", "healthy B2"]  # then both at once, GPU 0's first
-    assert set(first[4:6]) == {"bench bench-A-p1-warmup n=32", "bench bench-B-p1-warmup n=32"}  # untimed
+    assert set(first[4:6]) == {"bench bench-A-p1-warmup n=64", "bench bench-B-p1-warmup n=64"}  # untimed
     assert set(first[6:8]) == {"bench bench-A-p1-r1 n=64", "bench bench-B-p1-r1 n=64"}
+    # the warm-up is a whole timed round's load (the same prompts, lengths, concurrency, warm-up requests, seed)
+    assert state["argv"]["bench-A-p1-warmup"] == state["argv"]["bench-A-p1-r1"]
+    assert state["argv"]["bench-B-p2-warmup"] == state["argv"]["bench-B-p2-r2"]
     assert first[-2:] == ["stop A1", "stop B1"]
     assert "start A2 gpu=1" in events and "start B2 gpu=0" in events  # swapped in period 2
     rows = runner.read_jsonl(tmp_path / runner.ROWS)

@@ -22,20 +22,16 @@ wrong), the import error and where it was raised kept as the reason.
 
 Integer arguments specialize on their value (== 1, divisible by 16): fused MoE's padded row count and token
 count change with the batch size, so one config compiles again at some batch sizes; recording per batch size
-catches those, and identical specializations are compiled once (`CompilePool` dedupes by digest).
+catches those, and identical specializations are compiled once (compile_pool.CompilePool dedupes by digest).
 """
 from __future__ import annotations
 
 import importlib
 import importlib.util
 import json
-import multiprocessing
 import os
 import sys
-import threading
 import time
-from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -188,103 +184,3 @@ def record(jobs: list[CompileJob]):
         yield jobs
     finally:
         triton.knobs.runtime.jit_cache_hook = previous
-
-
-def _compile_process(cache_dir: str) -> None:
-    """A compile process sees no GPU (it never needs one: no CUDA context per process) and shares the cache."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    os.environ["TRITON_CACHE_DIR"] = cache_dir
-
-
-class CompilePool:
-    """Compile jobs on `workers` processes, each distinct specialization once. A compile process that dies
-    (a crash inside Triton's compiler) breaks the pool: it is started again and the job retried once, then
-    failed. `cancel_pending` drops what has not started (a bucket whose budget ran out leaves the next bucket's
-    compiles the whole pool)."""
-
-    def __init__(self, workers: int, cache_dir: str | Path):
-        self.workers, self.cache_dir = max(1, workers), str(cache_dir)
-        self._lock = threading.Lock()
-        self._futures: dict[str, Future] = {}
-        self._inner: dict[str, Future] = {}
-        self._executor = self._start()
-        self.submitted = 0
-        self.seconds = 0.0
-        self.failed = 0
-        self.cached = 0
-        self.restarts = 0
-
-    def _start(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_compile_process, initargs=(self.cache_dir,))
-
-    @property
-    def jobs(self) -> int:
-        """Distinct specializations submitted so far (cancelled ones included)."""
-        return self.submitted
-
-    def submit(self, job: CompileJob) -> Future:
-        """The job's future (CompileOutcome); the same future for a specialization submitted before."""
-        with self._lock:
-            digest = job.digest()
-            if digest not in self._futures:
-                outer: Future = Future()
-                self._futures[digest] = outer
-                self.submitted += 1
-                self._run(job, outer, retried=False)
-            return self._futures[digest]
-
-    def _run(self, job: CompileJob, outer: Future, retried: bool) -> None:
-        """Called with the lock held."""
-        executor = self._executor
-        try:
-            inner = executor.submit(compile_job, job)
-        except BrokenProcessPool:  # broke before its failed jobs called back
-            executor = self._executor = self._start()
-            self.restarts += 1
-            inner = executor.submit(compile_job, job)
-        self._inner[job.digest()] = inner
-        inner.add_done_callback(lambda f: self._done(job, outer, f, executor, retried))
-
-    def _done(self, job: CompileJob, outer: Future, inner: Future, executor, retried: bool) -> None:
-        try:
-            outcome = inner.result()
-        except CancelledError:
-            with self._lock:  # submitted again later, it compiles then
-                self._futures.pop(job.digest(), None)
-                self._inner.pop(job.digest(), None)
-            outer.cancel()
-            return
-        except BrokenProcessPool:
-            if not retried:
-                with self._lock:
-                    if self._executor is executor:  # the first of its failed jobs to get here starts a new one
-                        executor.shutdown(wait=False)
-                        self._executor = self._start()
-                        self.restarts += 1
-                    self._run(job, outer, retried=True)
-                return
-            outcome = CompileOutcome(ok=False, reason="the compile process died on it (twice)")
-        except Exception as exc:  # noqa: BLE001 - e.g. a job that does not pickle: fails alone
-            outcome = CompileOutcome(ok=False, reason=f"{type(exc).__name__}: {exc}"[:300])
-        with self._lock:
-            self.seconds += outcome.seconds
-            self.failed += not outcome.ok
-            self.cached += outcome.cached
-            self._inner.pop(job.digest(), None)
-        outer.set_result(outcome)
-
-    def cancel_pending(self) -> int:
-        """Cancel every job not started yet; returns how many."""
-        with self._lock:
-            waiting = list(self._inner.values())
-        return sum(f.cancel() for f in waiting)
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
-
-    def __enter__(self) -> "CompilePool":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

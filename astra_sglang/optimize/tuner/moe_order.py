@@ -52,12 +52,21 @@ class GpuModel:
     bandwidth: float = 3.35e12
     tensor_flops: float = 989e12
     """bf16 dense tensor-core peak."""
+    wgmma: bool = True
+    """Hopper: tiles of 64 rows and more run on wgmma, which holds every pipeline stage in shared memory."""
+
+
+PEAKS = {"H200": (4.8e12, 989e12), "H100": (3.35e12, 989e12)}
+"""Datasheet peaks (SXM parts): HBM bandwidth in B/s and dense bf16 tensor-core FLOP/s, by a name's part; any other
+GPU is modelled as an H100 (only the order and the roofline's floor depend on them)."""
+HOPPER = ("H100", "H200", "H800", "H20")
 
 
 def gpu_model(name: str, smem: int | None = None) -> GpuModel:
-    """H200: H100's SMs with 4.8 TB/s; anything else is modelled as an H100 (only the order depends on it)."""
-    bandwidth = 4.8e12 if "H200" in name else 3.35e12
-    return GpuModel(name=name, bandwidth=bandwidth, smem_block=smem or SMEM_BYTES)
+    """H200: H100's SMs with 4.8 TB/s; anything else is modelled as an H100, on wgmma only if it is a Hopper."""
+    bandwidth, flops = next((v for k, v in PEAKS.items() if k in name), PEAKS["H100"])
+    return GpuModel(name=name, bandwidth=bandwidth, tensor_flops=flops, smem_block=smem or SMEM_BYTES,
+                    wgmma=any(h in name for h in HOPPER))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -135,7 +144,7 @@ def predict_us(config: MoeConfig, tokens: int, shape: MoeShape, gpu: GpuModel) -
 
 
 def infeasible(config: MoeConfig, gpu: GpuModel) -> str | None:
-    need = config.smem_bytes()
+    need = config.smem_bytes(wgmma=gpu.wgmma)
     if need > gpu.smem_block:
         return f"shared memory: {need // 1024} KiB a block > {gpu.smem_block // 1024} KiB"
     return None

@@ -107,7 +107,10 @@ def write_outputs(result: TuneResult, tuner: BucketTuner, run_dir: Path, bucket_
 
 
 def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: TuneOptions, batch: Batch,
-                   facts: Facts | None = None, picks_at=None, echo=print, progress=None) -> TuneResult:
+                   facts: Facts | None = None, picks_at=None, echo=print, progress=None,
+                   screened: tuple[dict[int, list], dict] | None = None) -> TuneResult:
+    """`screened`: (finalists, screens) per batch size of a screening done elsewhere (several shapes over a
+    host's GPUs at once: moe_tiers): the strict tier takes those finalists and screens nothing itself."""
     started = time.perf_counter()
     facts = facts or facts_here()
     if picks_at is None:
@@ -125,7 +128,11 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
         from astra_sglang.triton.moe.provider import KernelSourceProvider
 
         provider = KernelSourceProvider(options.source_knob)
-    if options.screen:
+    if screened is not None:
+        chosen, screens = screened
+        width = max((len(v) for v in chosen.values()), default=0)
+        proposer, options = Finalists(chosen), replace(options, rounds=1, width=max(width, 1))
+    elif options.screen:
         from astra_sglang.optimize.tuner.moe_two_tier import screen_moe
 
         screen_hash = facts.source_hash if provider is None else keyed_hash(facts.source_hash, provider)
@@ -152,6 +159,8 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
             b.screen_best, b.screen_us = (best[0].config, best[0].us) if best else (None, None)
             b.screen_pick_us = s.pick_us(b.pick)
     tuned = {b.tokens: tuner.op.from_code(b.chosen) for b in result.buckets if b.verdict == "tuned"}
+    if provider and not any(not v.split.trivial for v in tuned.values()):
+        tuned, provider = {t: v.config for t, v in tuned.items()}, None  # plain configs won: a config patch
     if tuned and options.patches_dir and provider:
         result.config_file = write_patch(options.patches_dir, result, shape, file_table(shape, tuned, picks_at),
                                          provider, run_dir.name)

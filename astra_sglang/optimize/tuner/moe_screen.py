@@ -3,10 +3,11 @@
 
 Per expert shape the weights are drawn once (the spec's scales, extract/fused_moe.toml); per batch size the
 hidden states, `replays` routings (top-k of random logits, ties to the lower expert: the reference's rule) and
-the fp32 reference output of the first routing (moe_reference.fused_moe). Each config is checked on a fresh copy
-of the inputs against that reference with the spec's tolerance (a config that changes the results is dropped,
-with its error), then timed by CUDA-graph replay (graph_timing.GraphTimer), a new routing copied in before every
-replay.
+the fp32 reference output of the first routing (moe_reference.fused_moe); SGLang's own pick is timed once there,
+and its time sets how many calls a timed graph holds at that batch size (GraphTimer.fit). Each config is checked on
+a fresh copy of the inputs against that reference with the spec's tolerance (a config that changes the results is
+dropped, with its error), then timed by CUDA-graph replay (graph_timing.GraphTimer), a new routing copied in
+before every replay.
 
 A config is its code: `MoeConfig.code()`, or a kernel variant's, `<code>+<variant>[:KEY=VALUE,...]`: the variant
 is looked up in `variants` (name -> "module:function") and called as
@@ -90,6 +91,9 @@ class MoeScreenLaunch:
         self.check_hidden.copy_(self.x0)
         self._call(None, self.check_hidden)  # SGLang's own pick once: its kernels and torch.compile's warm up
         torch.cuda.synchronize()
+        self.timer.launches = 1  # the pick's time sets how many calls a timed graph holds at this batch size
+        pick = self.timer.time(lambda: self._call(None, self.time_hidden), before=self._route)
+        self.timer.fit(pick.us)
 
     def _route(self, i: int) -> None:
         weights, ids = self.routings[i % len(self.routings)]

@@ -8,6 +8,7 @@ from typing import Callable
 from astra_sglang.harness.records import EvalRequest, EvalResult, ShapeResult, Timing
 from astra_sglang.optimize.tuner.moe_order import gpu_model, predict_us
 from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.moe import source_op
 from astra_sglang.triton.moe.op import parse_table
 from astra_sglang.triton.moe.shapes import MoeShape
 from astra_sglang.triton.moe.space import MoeConfig
@@ -16,6 +17,15 @@ from astra_sglang.triton.moe.space import MoeConfig
 def landscape_us(config: str, tokens: int, experts: int, inter: int, hidden: int, topk: int, gpu: str) -> float:
     base = MoeConfig.from_code(config.partition("+")[0])
     return predict_us(base, tokens, MoeShape(experts, inter, hidden, topk), gpu_model(gpu))
+
+
+def _table(path: str) -> dict[int, MoeConfig]:
+    """A candidate's table of configs: a config table, or a source knob's table of variants (their configs: the
+    landscape knows no splits)."""
+    name = path.rsplit(":", 1)[1]
+    if path.startswith(source_op.MODULE):
+        return {t: v.config for t, v in source_op.parse(name)[1].items()}
+    return parse_table(name)
 
 
 class SimulatedEvaluator:
@@ -34,7 +44,7 @@ class SimulatedEvaluator:
         out = []
         for req in reqs:
             self.requests.append(req)
-            table = parse_table(req.candidate.path.rsplit(":", 1)[1])
+            table = _table(req.candidate.path)
             rows = []
             for shape in req.shapes:
                 tokens = shape[0]

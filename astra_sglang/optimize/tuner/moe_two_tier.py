@@ -27,6 +27,7 @@ from astra_sglang.triton.moe.provider import KernelSourceProvider
 from astra_sglang.triton.moe.shapes import MoeShape
 from astra_sglang.triton.moe.source_op import screen_hook
 from astra_sglang.triton.moe.space import MoeConfig
+from astra_sglang.triton.screen_records import Screened
 
 LAUNCH = "astra_sglang.optimize.tuner.moe_screen:MoeScreenLaunch"
 
@@ -109,17 +110,39 @@ def screen_moe(shape: MoeShape, picks: dict[int, MoeConfig], gpu: str, triton: s
             key=key, pruned={t: o.pruned for t, o in orders.items()},
             on_bucket=progress.on_bucket if progress else None, on_result=progress.on_result if progress else None)
     write_screens(run_dir, screens)
+    return finalists_by_bucket(screens, {t: p.code() for t, p in picks.items()}, options.finalists, knob, echo), screens
+
+
+def finalists_by_bucket(screens: dict[int, BucketScreen], picks: dict[int, str], count: int,
+                        knob: KernelSourceProvider | None = None, echo=print,
+                        knob_screens: dict[int, BucketScreen] | None = None, knob_count: int = 0
+                        ) -> dict[int, list[MoeConfig | Variant]]:
+    """Each batch size's finalists for the strict tier: up to `count` that screened as fast as SGLang's pick
+    (`finalists`), then, from a knob's own screening of its variants (`knob_screens`), its `knob_count` fastest
+    whatever their time (the knob's figure against the best plain config is the strict tier's to give)."""
     out: dict[int, list[MoeConfig | Variant]] = {}
     for t, s in screens.items():
-        codes = finalists(s, picks[t].code(), options.finalists)
+        codes = finalists(s, picks[t], count)
+        extra = [r.config for r in (knob_screens or {})[t].ranked()[:knob_count]] if t in (knob_screens or {}) else []
+        codes += [c for c in extra if c not in codes]
         out[t] = [Variant.from_screen_code(c) if knob else MoeConfig.from_code(c) for c in codes
                   if "+" not in c or (knob and c.partition("+")[2].startswith(knob.name + ":"))]
-        pick_us, ranked = s.pick_us(picks[t].code()), s.ranked()
+        pick_us, ranked = s.pick_us(picks[t]), s.ranked()
         best = f"best {ranked[0].config} {ranked[0].us:.1f} us" if ranked else "nothing timed"
         pick = f"SGLang's pick {pick_us:.1f} us" if pick_us else "SGLang's pick not timed"
         echo(f"batch size {t}: screened {s.stats.screened} ({s.reused} from the cache) in {s.stats.wall_s:.0f} s; "
              f"{best}; {pick}; finalists: {', '.join(codes) or 'none as fast as the pick'}")
-    return out, screens
+    return out
+
+
+def knob_variants(screened: list[Screened], pick: MoeConfig, knob: KernelSourceProvider, tokens: int,
+                  shape: MoeShape, top: int) -> list[str]:
+    """The knob's variants worth measuring (screening codes) of SGLang's pick and of the `top` fastest plain
+    configs screened at this batch size: where a source knob could beat the best configs."""
+    ranked = sorted((r for r in screened if r.ok and "+" not in r.config), key=lambda r: r.us)
+    bases = [pick] + [MoeConfig.from_code(r.config) for r in ranked[:top]]
+    return list(dict.fromkeys(v.screen_code(knob.name) for c in bases for v in knob.extend(c, tokens, shape)
+                              if not v.split.trivial))
 
 
 def with_knob(configs: list[MoeConfig], codes: list[str], seeds: int, knob: KernelSourceProvider, tokens: int,

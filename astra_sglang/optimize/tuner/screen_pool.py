@@ -12,19 +12,24 @@ in the order given (best guesses first: order.py) on every worker (or those of `
    so far is cut after its first replay. A lost worker (crash, hang, stale) fails the config it was on (a stale
    one is given a second chance on the new worker: staleness may not be the config's doing) and is replaced.
 Configs left when `budget_s` (or the absolute `deadline`) runs out are reported unscreened.
+
+Pools of several ops (one per expert shape, say) may share one compile pool (`compiler`, closed by its owner), and
+screens on disjoint GPUs may run at once from threads of their own (optimize/tuner/screen_schedule.py); `record`
+and `submit` compile a bucket's configs ahead of its screen (a later bucket's, while the GPUs time another), at a
+priority (compile_pool.py) that `screen` raises when the bucket's screen starts.
 """
 from __future__ import annotations
 
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from astra_sglang.optimize.tuner.compile_ahead import CompilePool
+from astra_sglang.optimize.tuner.compile_pool import CompilePool
 from astra_sglang.optimize.tuner.screen_worker_handle import WorkerHandle, WorkerLost, WorkerSettings
-from astra_sglang.triton.screen_records import Bucket, CompileJob, Screened, ScreenStats
+from astra_sglang.triton.screen_records import Bucket, CompileJob, CompileOutcome, Screened, ScreenStats
 
 CUTOFF = 1.5
 """A config whose first replay is this much slower than the best so far is not timed further: screening keeps
@@ -35,11 +40,12 @@ CONFIG_TIMEOUT_S = 60.0
 class ScreenPool:
     def __init__(self, settings: WorkerSettings, gpus: list[str | None], cache_dir: str | Path,
                  compile_workers: int | None = None, config_timeout_s: float = CONFIG_TIMEOUT_S,
-                 cutoff: float = CUTOFF):
+                 cutoff: float = CUTOFF, compiler: CompilePool | None = None):
         self.settings, self.config_timeout_s, self.cutoff = settings, config_timeout_s, cutoff
         os.environ["TRITON_CACHE_DIR"] = str(cache_dir)  # the workers inherit it: one cache for all
         cores = compile_workers or max(1, (os.cpu_count() or 2) - len(gpus))
-        self.compiler = CompilePool(cores, cache_dir)
+        self._own_compiler = compiler is None  # a shared one (several ops' pools) is its owner's to close
+        self.compiler = compiler or CompilePool(cores, cache_dir)
         self.workers: list[WorkerHandle] = []
         self.add(gpus)
 
@@ -71,8 +77,11 @@ class ScreenPool:
     # -- one bucket --------------------------------------------------------------------------------------
     def screen(self, bucket: Bucket, configs: list[str], budget_s: float | None = None,
                deadline: float | None = None, on_result: Callable[[Screened], None] | None = None,
-               only: list[str | None] | None = None) -> tuple[list[Screened], ScreenStats]:
-        """Screen `configs` at `bucket` on every worker, or on those of `only`'s GPUs."""
+               only: list[str | None] | None = None, found: dict[str, list[CompileJob]] | None = None,
+               priority: tuple[int, int] = (0, 0)) -> tuple[list[Screened], ScreenStats]:
+        """Screen `configs` at `bucket` on every worker, or on those of `only`'s GPUs (screens on disjoint GPUs may
+        run at once, from threads of their own: they share the compile pool). `found`: the configs' compiles as
+        `record` gave them ahead (recorded again only for configs it lacks); `priority`: see `submit`."""
         started = time.time()
         workers = self._chosen(only)
         stop_at = min(x for x in (deadline, started + budget_s if budget_s is not None else None, float("inf"))
@@ -83,10 +92,15 @@ class ScreenPool:
         run = _Run(configs, started, stop_at, on_result)
         ready = [w for w, ok in zip(workers, self._each(lambda w: self._prepare(w, bucket, run), workers)) if ok]
         if ready:
-            futures = self._compile_ahead(ready, configs)
+            recorded = dict(found or {})
+            missing = [c for c in configs if c not in recorded]
+            if missing:
+                recorded.update(self._record(ready, missing))
+            futures = self.submit(recorded, configs, priority)
             with ThreadPoolExecutor(len(ready)) as ex:
                 list(ex.map(lambda w: self._lane(w, bucket, run, futures), ready))
-            self.compiler.cancel_pending()  # configs the budget left: their compiles would hold up the next bucket
+            if self._own_compiler:  # configs the budget left: their compiles would hold up the next bucket
+                self.compiler.cancel_pending()
         why = "; ".join(run.notes) or "the screening budget ran out first"
         results = [run.results.get(c) or Screened(config=c, bucket=bucket, stage="unscreened", reason=why[:300])
                    for c in configs]
@@ -114,8 +128,27 @@ class ScreenPool:
         run.note(f"{worker.name} could not prepare bucket {bucket}: {reason.splitlines()[0]}"[:300])
         return False
 
-    def _compile_ahead(self, workers: list[WorkerHandle], configs: list[str]) -> dict[str, list]:
-        """config -> the futures of its compiles, submitted in config order."""
+    def record(self, bucket: Bucket, configs: list[str], only: list[str | None] | None = None
+               ) -> dict[str, list[CompileJob]]:
+        """What each of `configs` would compile at `bucket` (recorded by the workers of `only`'s GPUs, prepared
+        for it first), without screening: `submit` then compiles them ahead of a later `screen`."""
+        run = _Run([], time.time(), float("inf"), None)
+        workers = self._chosen(only)
+        ready = [w for w, ok in zip(workers, self._each(lambda w: self._prepare(w, bucket, run), workers)) if ok]
+        return self._record(ready, configs) if ready else {}
+
+    def submit(self, found: dict[str, list[CompileJob]], configs: list[str], priority: tuple[int, int] = (0, 0)
+               ) -> dict[str, list]:
+        """config -> the futures of its compiles, each at priority (wave, its index in `configs`, rank) for
+        `priority` (wave, rank): a wave's screens are served config by config, the earlier waves first (a
+        specialization submitted before, by this pool or another sharing the compile pool, keeps its one future,
+        moved up where this priority is the smaller)."""
+        wave, rank = priority
+        return {c: [self.compiler.submit(j, (wave, i, rank)) for j in found.get(c, [])]
+                for i, c in enumerate(configs)}
+
+    def _record(self, workers: list[WorkerHandle], configs: list[str]) -> dict[str, list[CompileJob]]:
+        """config -> its compile jobs, the configs shared out over the workers."""
         share = -(-len(configs) // len(workers))
         chunks = [configs[i * share:(i + 1) * share] for i in range(len(workers))]
 
@@ -136,11 +169,11 @@ class ScreenPool:
             found: dict[str, list[CompileJob]] = {}
             for part in ex.map(record, zip(workers, chunks)):
                 found.update(part)
-        return {c: [self.compiler.submit(j) for j in found.get(c, [])] for c in configs}
+        return found
 
     def _lane(self, worker: WorkerHandle, bucket: Bucket, run: "_Run", futures: dict[str, list]) -> None:
         while (config := run.take()) is not None:
-            outcomes = [f.result() for f in futures.get(config, [])]
+            outcomes = [_outcome(f) for f in futures.get(config, [])]
             bad = next((o for o in outcomes if not o.ok and o.ahead), None)
             for o in outcomes:
                 if not o.ahead:  # the worker compiles this one itself
@@ -172,13 +205,23 @@ class ScreenPool:
 
     def close(self) -> None:
         self._each(lambda w: w.stop())
-        self.compiler.close()
+        if self._own_compiler:
+            self.compiler.close()
 
     def __enter__(self) -> "ScreenPool":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _outcome(future) -> CompileOutcome:
+    """A compile's outcome; one cancelled meanwhile (another screen sharing the pool was cut) is the worker's to
+    compile."""
+    try:
+        return future.result()
+    except CancelledError:
+        return CompileOutcome(ok=False, ahead=False, reason="its compile ahead was cancelled")
 
 
 class _Run:

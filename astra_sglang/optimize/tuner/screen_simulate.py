@@ -3,7 +3,8 @@ GPU is a stand-in (tests, the benchmark's --simulate).
 
 Each config compiles two specializations (as fused MoE's two GEMMs do), simulated: the compile process sleeps
 `compile_s` and leaves a marker in the cache dir, the worker's first call finds it (a hit) or compiles itself (a
-miss: the same sleep). Its time comes from `landscape` ("module:function" of (config, bucket, **landscape_args)
+miss: the same sleep). With `per_bucket`, a config's specializations differ from one bucket to the next (as fused
+MoE's did on an H200 between batch sizes 16 and 64: moe_costs.RUN_B); without, every bucket shares them. Its time comes from `landscape` ("module:function" of (config, bucket, **landscape_args)
 -> microseconds), else from a hash of the config; timing one config takes `call_s` of wall time. `faults` makes a config misbehave
 as real ones can ("*": every config, a broken set-up):
 
@@ -51,8 +52,9 @@ def hashed_us(config: str, bucket) -> float:
 
 class SimulatedLaunch:
     def __init__(self, faults: dict[str, str] | None = None, compile_s: float = 0.02, call_s: float = 0.005,
-                 landscape: str | None = None, landscape_args: dict | None = None):
+                 landscape: str | None = None, landscape_args: dict | None = None, per_bucket: bool = False):
         self.faults, self.compile_s, self.call_s = dict(faults or {}), compile_s, call_s
+        self.per_bucket = per_bucket
         if landscape:
             module, _, name = landscape.partition(":")
             self.landscape = getattr(importlib.import_module(module), name)
@@ -70,20 +72,25 @@ class SimulatedLaunch:
     def prepare(self, bucket) -> None:
         self.bucket = bucket
 
+    def _loaded_key(self, config: str):
+        return (config, self.bucket) if self.per_bucket else config
+
     def jobs(self, config: str) -> list[CompileJob]:
-        if config in self.loaded:
+        if self._loaded_key(config) in self.loaded:
             return []
         fail = "CompilationError: simulated" if self._fault(config) == "compile" else ""
+        spec = {"config": config, "gemm": None, "seconds": self.compile_s, "fail": fail}
+        if self.per_bucket:
+            spec["bucket"] = self.bucket
         return [CompileJob(kind="simulated", module=__name__, qualname=gemm, target=("simulated", 0, 0),
-                           data=json.dumps({"config": config, "gemm": gemm, "seconds": self.compile_s, "fail": fail}))
-                for gemm in GEMMS]
+                           data=json.dumps({**spec, "gemm": gemm})) for gemm in GEMMS]
 
     def counter(self) -> _Counter:
         self._counter = _Counter()
         return self._counter
 
     def _load(self, config: str) -> None:
-        if config in self.loaded:
+        if self._loaded_key(config) in self.loaded:
             return
         for job in self.jobs(config):
             marker = Path(os.environ["TRITON_CACHE_DIR"]) / SIMULATED_DIR / job.digest()
@@ -94,7 +101,7 @@ class SimulatedLaunch:
             time.sleep(self.compile_s)
             if self._fault(config) == "compile":
                 raise type("CompilationError", (Exception,), {})("simulated compile failure")
-        self.loaded.add(config)
+        self.loaded.add(self._loaded_key(config))
 
     def check(self, config: str) -> Checked:
         fault = self._fault(config)

@@ -45,6 +45,8 @@ TRITON_DEFAULTS = {"warps": 4, "stages": 3}
 """What Triton launches with where a config leaves num_warps / num_stages out (CUDA)."""
 SMEM_BYTES = 227 * 1024
 """Shared memory a block may opt into on an H100/H200; the tuner reads the real GPU's where it has one."""
+WGMMA_ROWS = 64
+"""A warpgroup's rows: Triton runs a Hopper dot tile of BLOCK_SIZE_M this large or more on wgmma (MMA v3)."""
 _CODE = re.compile(r"^m(\d+)n(\d+)k(\d+)g(\d+)w(\d+|d)s(\d+|d)(?:r(\d+))?$")
 
 
@@ -88,13 +90,18 @@ class MoeConfig:
         w, s = (None if v == "d" else int(v) for v in m.group(5, 6))
         return cls(*map(int, m.group(1, 2, 3, 4)), warps=w, stages=s, maxnreg=int(m.group(7)) if m.group(7) else None)
 
-    def smem_bytes(self, element: int = 2) -> int:
-        """Shared memory of the software pipeline, from below: an A and a B tile for each stage but the one being
-        computed on. The lower bound, so that nothing that runs is dropped: SGLang ships bf16 configs tuned on
-        an H100 (227 KiB a block) whose num_stages tiles would take 288 KiB (m16n128k256 with 4 stages, E=16
-        N=2048); one past the real limit fails at load (OutOfResources) instead, costing only its compile."""
+    def smem_bytes(self, element: int = 2, wgmma: bool = False) -> int:
+        """Shared memory of the software pipeline: the A and B tiles of `stages - 1` stages, or of every stage
+        where Triton feeds Hopper's wgmma (`wgmma`: an sm_90 GPU, and BLOCK_SIZE_M of a warpgroup's 64 rows or
+        more), whose asynchronous reads of one stage's buffers overlap the next stage's loads. Below 64 rows the
+        kernel runs mma.sync: SGLang ships bf16 configs tuned on an H100 (227 KiB a block) whose every-stage tiles
+        would take 288 KiB (m16n128k256 with 4 stages, E=16 N=2048), and they run. At 64 rows and more the GPU
+        refuses at load what every stage's tiles do not fit: on an H200 (2026-11-27, commit 45b7284, Mixtral's
+        experts at batch 64) all 184 of SGLang's space's configs that failed with OutOfResources were those,
+        each 'Required' exactly `stages` x the tiles, and none of the 57 with fewer rows over that size failed."""
         stages = self.stages or TRITON_DEFAULTS["stages"]
-        return max(stages - 1, 1) * (self.block_m * self.block_k + self.block_k * self.block_n) * element
+        buffers = stages if wgmma and self.block_m >= WGMMA_ROWS else max(stages - 1, 1)
+        return buffers * (self.block_m * self.block_k + self.block_k * self.block_n) * element
 
 
 def grid(values: dict = SGLANG_VALUES, maxnreg: tuple = (None,)) -> list[MoeConfig]:
@@ -106,8 +113,8 @@ SPACES = {"sglang": lambda: grid(), "wide": lambda: grid(VALUES, MAXNREG)}
 """Named spaces: SGLang's tuning grid (1,920), and with the default config's values and maxnreg 128 (6,400)."""
 
 
-def fits(config: MoeConfig, smem: int = SMEM_BYTES) -> bool:
-    return config.smem_bytes() <= smem
+def fits(config: MoeConfig, smem: int = SMEM_BYTES, wgmma: bool = False) -> bool:
+    return config.smem_bytes(wgmma=wgmma) <= smem
 
 
 def rows_per_expert(tokens: int, experts: int, topk: int) -> int:

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The project's GPU jobs side by side on one 4-GPU host, in one command of at most ~9.5 minutes:
+#   ab       benchmarks/gpu/ab_design.sh on GPUs 0,1 (its --gpus 0,1): the serving controls, one GPU per arm
+#   tiers    benchmarks/gpu/moe_tiers.sh on TIERS_GPUS (default 2): fused MoE's two tiers
+#   onboard  benchmarks/gpu/onboard_run.sh on GPU 3: onboarding steps (ONBOARD_STEPS)
+# Each job runs on its own CPU cores where the host has 64 or more (ab 0-15, tiers 16-55, onboard 56-63), so that
+# Triton's compile processes do not take the servers' host threads. The first job's set-up (the kit unpacked, the
+# model's weights made) runs alone; the others start once it is done, because setup.sh copies the model folder
+# anew and installs this checkout, and two at once race.
+# Usage (repo root, 4-GPU machine, the SGLang kit carried as .stage):
+#   ASTRA_COMMIT=<commit> bash benchmarks/gpu/host_split.sh OUTDIR
+# env: JOBS ("ab tiers onboard"), DEADLINE (the wall of every job, 560 s)
+#   ab:      AB_STAGES ("aa wrong"), AB_RUNS (an earlier OUTDIR/ab to go on from), PERIODS, ROUNDS, AB_DEADLINE (510)
+#   tiers:   TIERS_GPUS (2), TIERS_RUNS (an earlier OUTDIR/tiers), SHAPES, BUCKETS, TIERS_DEADLINE (440), CORES (36)
+#   onboard: ONBOARD_STEPS ("ops record optimize engage"), HOME_FROM (an earlier run's OUTDIR/onboard/home),
+#            CONFIGS, FINAL_S
+#   AB_SCRIPT, TIERS_SCRIPT, ONBOARD_SCRIPT: the scripts run (their CPU test swaps in stand-ins)
+# Writes OUTDIR/<job>.tgz (the job's whole folder) and OUTDIR/<job>.console; prints each job's exit code and tail.
+set -u
+OUTDIR=$(realpath -m "${1:?usage: host_split.sh OUTDIR}"); mkdir -p "$OUTDIR"
+WORKDIR=${WORKDIR:-$(mktemp -d /tmp/host-split.XXXX)}; mkdir -p "$WORKDIR"
+JOBS=${JOBS:-"ab tiers onboard"}
+DEADLINE=${DEADLINE:-560}
+export ASTRA_COMMIT=${ASTRA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+T0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - T0 )); }
+has() { [[ " $JOBS " == *" $1 "* ]]; }
+
+pin() {  # pin CORES CMD...: on its own cores where the host has enough of them
+  local cores=$1; shift
+  if [ "$(nproc)" -ge 64 ] && command -v taskset > /dev/null; then taskset -c "$cores" "$@"; else "$@"; fi
+}
+job() {  # job NAME CORES ENV... -- CMD...: the command under `env ENV...`, its console and exit code kept
+  local name=$1 cores=$2; shift 2
+  local vars=()
+  while [ "$1" != "--" ]; do vars+=("$1"); shift; done
+  shift
+  echo "== $name at $(elapsed) s: ${vars[*]} $*"
+  pin "$cores" env "${vars[@]}" timeout -k 15 "$DEADLINE" "$@" > "$WORKDIR/$name.console" 2>&1
+  echo "$name exit code $? at $(elapsed) s" | tee -a "$WORKDIR/$name.console"
+}
+
+pids=()
+if has ab; then
+  ab_env=("OUT=$WORKDIR/ab" "STAGES=${AB_STAGES:-aa wrong}" "DEADLINE=${AB_DEADLINE:-510}")
+  [ -n "${PERIODS:-}" ] && ab_env+=("PERIODS=$PERIODS")
+  [ -n "${ROUNDS:-}" ] && ab_env+=("ROUNDS=$ROUNDS")
+  [ -n "${AB_RUNS:-}" ] && ab_env+=("RUNS=$AB_RUNS")
+  job ab 0-15 "${ab_env[@]}" -- bash "${AB_SCRIPT:-benchmarks/gpu/ab_design.sh}" &
+  pids+=($!)
+  for _ in $(seq 1 150); do  # its set-up alone first (see above)
+    grep -q "model ready" "$WORKDIR/ab/console.txt" 2>/dev/null && break
+    kill -0 "${pids[0]}" 2>/dev/null || break
+    sleep 2
+  done
+  echo "== ab set up at $(elapsed) s"
+fi
+if has tiers; then
+  tiers_env=("GPUS=${TIERS_GPUS:-2}" "CORES=${CORES:-36}" "DEADLINE=${TIERS_DEADLINE:-440}")
+  [ -n "${SHAPES:-}" ] && tiers_env+=("SHAPES=$SHAPES")
+  [ -n "${BUCKETS:-}" ] && tiers_env+=("BUCKETS=$BUCKETS")
+  [ -n "${TIERS_RUNS:-}" ] && tiers_env+=("RUNS=$TIERS_RUNS")
+  job tiers 16-55 "${tiers_env[@]}" -- bash "${TIERS_SCRIPT:-benchmarks/gpu/moe_tiers.sh}" "$WORKDIR/tiers" &
+  pids+=($!)
+  sleep "${STAGGER:-10}"  # its set-up before the next one's
+fi
+if has onboard; then
+  onboard_env=("CUDA_VISIBLE_DEVICES=3" "PORT=30177" "STEPS=${ONBOARD_STEPS:-ops record optimize engage}")
+  [ -n "${HOME_FROM:-}" ] && onboard_env+=("HOME_FROM=$HOME_FROM")
+  [ -n "${CONFIGS:-}" ] && onboard_env+=("CONFIGS=$CONFIGS")
+  [ -n "${FINAL_S:-}" ] && onboard_env+=("FINAL_S=$FINAL_S")
+  job onboard 56-63 "${onboard_env[@]}" -- bash "${ONBOARD_SCRIPT:-benchmarks/gpu/onboard_run.sh}" \
+    "$WORKDIR/onboard" &
+  pids+=($!)
+fi
+wait "${pids[@]}"
+echo "== all jobs done at $(elapsed) s"
+for name in $JOBS; do  # each archive on its own: one job's missing folder loses no other's
+  [ -d "$WORKDIR/$name" ] && tar czf "$OUTDIR/$name.tgz" -C "$WORKDIR" "$name"
+  [ -f "$WORKDIR/$name.console" ] && cp "$WORKDIR/$name.console" "$OUTDIR/" && tail -n "${TAIL:-25}" "$OUTDIR/$name.console"
+done
+ls -la "$OUTDIR"

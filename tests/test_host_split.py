@@ -1,0 +1,70 @@
+"""benchmarks/gpu/host_split.sh on CPU with stand-in jobs: each job gets its own settings as environment variables
+(the resume folders above all: a resumed call that silently starts over loses a GPU call), its GPUs, its output
+folder; the ab job's set-up comes first; every job's folder comes back as an archive even when another job fails."""
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+STAND_IN = """#!/usr/bin/env bash
+# Records what it was given: its arguments and the variables a job of host_split.sh may set.
+dir=${{1:-$OUT}}
+mkdir -p "$dir"
+{{ echo "args=$*"; for v in OUT STAGES DEADLINE PERIODS ROUNDS RUNS GPUS CORES SHAPES BUCKETS CUDA_VISIBLE_DEVICES PORT \\
+    HOME_FROM CONFIGS FINAL_S; do echo "$v=${{!v-<unset>}}"; done; }} > "$dir/seen.txt"
+{setup}
+exit {rc}
+"""
+
+
+def stand_in(tmp_path: Path, name: str, rc: int = 0, setup: str = "") -> Path:
+    path = tmp_path / f"{name}.sh"
+    path.write_text(STAND_IN.format(rc=rc, setup=setup))
+    return path
+
+
+def seen(archive: Path, name: str) -> dict[str, str]:
+    with tarfile.open(archive) as tar:
+        text = tar.extractfile(f"{name}/seen.txt").read().decode()
+    return dict(line.split("=", 1) for line in text.splitlines())
+
+
+def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    ab = stand_in(tmp_path, "ab", setup='echo "== model ready at 1 s" > "$OUT/console.txt"')
+    tiers = stand_in(tmp_path, "tiers", rc=3)  # a failing job loses no other's results
+    onboard = stand_in(tmp_path, "onboard")
+    full = {**os.environ, "AB_SCRIPT": str(ab), "TIERS_SCRIPT": str(tiers), "ONBOARD_SCRIPT": str(onboard),
+            "STAGGER": "0", "WORKDIR": str(tmp_path / "work"), "ASTRA_COMMIT": "abc1234", **env}
+    return subprocess.run(["bash", "benchmarks/gpu/host_split.sh", str(tmp_path / "out")], cwd=REPO, env=full,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_each_job_gets_its_settings_and_its_resume_folder(tmp_path):
+    done = run(tmp_path, AB_RUNS="/earlier/ab", TIERS_RUNS="/earlier/tiers", PERIODS="3", BUCKETS="16,64",
+               HOME_FROM="/earlier/home", ONBOARD_STEPS="optimize engage", FINAL_S="200")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = tmp_path / "out"
+    ab = seen(out / "ab.tgz", "ab")
+    assert ab["RUNS"] == "/earlier/ab" and ab["PERIODS"] == "3" and ab["STAGES"] == "aa wrong"
+    assert ab["OUT"] == str(tmp_path / "work" / "ab") and ab["ROUNDS"] == "<unset>"
+    tiers = seen(out / "tiers.tgz", "tiers")
+    assert tiers["RUNS"] == "/earlier/tiers" and tiers["GPUS"] == "2" and tiers["BUCKETS"] == "16,64"
+    assert tiers["args"] == str(tmp_path / "work" / "tiers") and tiers["SHAPES"] == "<unset>"
+    onboard = seen(out / "onboard.tgz", "onboard")
+    assert onboard["CUDA_VISIBLE_DEVICES"] == "3" and onboard["HOME_FROM"] == "/earlier/home"
+    assert onboard["STAGES"] == "<unset>" and onboard["FINAL_S"] == "200"
+    assert "tiers exit code 3" in (out / "tiers.console").read_text()
+    assert "ab exit code 0" in (out / "ab.console").read_text()
+
+
+@pytest.mark.parametrize("jobs", ["tiers", "ab onboard"])
+def test_only_the_jobs_asked_for_run(tmp_path, jobs):
+    done = run(tmp_path, JOBS=jobs)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.tgz")) == sorted(f"{j}.tgz" for j in jobs.split())
