@@ -17,7 +17,8 @@
 # on a machine where the model's servers have started before, ~260 s as a fresh machine's first), so one stage per
 # call: STAGES=dense and STAGES=mixtral, 3 periods a call on a warm machine (the dense model's rates). The
 # Mixtral-shaped model reads ~3x the dense model's weights a decode step (4 layers x 8 experts x 3 x 4096 x 14336
-# in bf16, 11.3 GB, against the dense file's 4.0 GB), so its windows should be longer than the dense model's (unmeasured at this client: ab's report flags any under 10 s).
+# in bf16, 11.3 GB, against the dense file's 4.0 GB), so its windows should be longer than the dense model's
+# (unmeasured at this client: ab's report flags any under 10 s).
 # Usage (repo root, GPU machine, .stage carried): OUT=/path [RUNS=work/ab-runs] [AA=work/ab-runs/aa] bash benchmarks/gpu/ab_runs.sh
 # Writes OUT/mixtral/ and OUT/dense/ (ab.md, summary.json, rows, probes, logs), OUT/moe-configs/, console.txt.
 source benchmarks/gpu/ab_common.sh
