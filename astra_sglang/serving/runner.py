@@ -3,7 +3,8 @@
 A period starts its servers together (each on its GPU: CUDA_VISIBLE_DEVICES), waits for all, runs one untimed
 warm-up round (the timed rounds' own client settings, so that every batch shape and JIT compile of a timed round
 has been met), then `rounds` timed rounds in which every server of the period is benchmarked at the same time,
-probes each server's logprobs (serving/parity.py), and stops them. Its rows are written only once the period is
+probes each server's logprobs (serving/parity.py), and stops them. Each arm's rounds, the warm-up's included, are
+run by one long-lived benchmark client for the whole call (serving/bench_clients.py). Its rows are written only once the period is
 complete, so a run cut short keeps every finished period and nothing of a half one. OUT/plan.json holds what
 the run was started with; the same command with the same --out goes on from the first period not done, and a
 different command is refused rather than mixed into the rows.
@@ -22,6 +23,7 @@ from rich.console import Console
 
 from astra_sglang.errors import AstraError
 from astra_sglang.serving import noise, parity, server, settings, window
+from astra_sglang.serving.bench_clients import ClientPool
 from astra_sglang.serving.client import ClientSettings
 from astra_sglang.serving.designs import Period, Slot, gpu_of
 
@@ -85,14 +87,14 @@ def _port(plan: RunPlan, arm: str) -> int:
     return plan.port if arm == "A" else plan.port + 1
 
 
-def _round(plan: RunPlan, period: Period, slots: list[Slot], client: ClientSettings, tag: str,
+def _round(plan: RunPlan, period: Period, slots: list[Slot], clients: ClientPool, tag: str,
            out: Path) -> list[tuple[dict, dict, float]]:
-    """Every slot's benchmark at once: (metrics, gpu state before/after, client wall seconds) per slot."""
+    """Every slot's benchmark at once, each by its arm's client: (metrics, gpu state before/after, client wall
+    seconds) per slot."""
     def one(slot: Slot):
         gpu = gpu_of(slot, plan.gpus)
         before, start = noise.gpu_state(index=gpu), time.monotonic()
-        metrics = client.run(plan.model_path, _port(plan, slot.arm),
-                             out / f"bench-{slot.arm}-p{period.index}-{tag}.jsonl")
+        metrics = clients.run(_port(plan, slot.arm), out / f"bench-{slot.arm}-p{period.index}-{tag}.jsonl")
         return metrics, {"before": before, "after": noise.gpu_state(index=gpu)}, time.monotonic() - start
     with ThreadPoolExecutor(max_workers=len(slots)) as pool:
         return list(pool.map(one, slots))
@@ -131,11 +133,11 @@ def _say_round(console: Console, tag: str, row: dict, wall: float, min_window_s:
     w = window.windows([row])[0]
     console.out(f"[{tag}] output {metrics['output_throughput']:.1f} tok/s, ITL "
                 f"{metrics.get('mean_itl_ms', float('nan')):.2f} ms; {window.describe(w, min_window_s)} "
-                f"({wall:.0f} s with the client's start)")
+                f"({wall:.0f} s of client wall)")
 
 
-def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, health_timeout: float = 900.0,
-               stagger: bool = False, console: Console | None = None,
+def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, clients: ClientPool,
+               health_timeout: float = 900.0, stagger: bool = False, console: Console | None = None,
                min_window_s: float = window.MIN_WINDOW_S) -> tuple[list[dict], list[dict], list[dict]]:
     """(rows, starts, probes) of one period; its servers are stopped however it ends. `stagger`: each server
     starts once the one before it is healthy (the first period of a call: on a fresh machine the first start
@@ -164,12 +166,12 @@ def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, health_
                            name=f"settings-diff-p{period.index}.json")
         rows = []
         if period.rounds:  # untimed, and the very round a timed one is: a shorter one leaves shapes cold
-            for slot, (metrics, _, wall) in zip(period.slots, _round(plan, period, period.slots, plan.client,
-                                                                     "warmup", out)):
+            for slot, (metrics, _, wall) in zip(period.slots, _round(plan, period, period.slots, clients, "warmup",
+                                                                     out)):
                 _say_round(console, f"p{period.index} warm-up {slot.arm}", {"metrics": metrics}, wall, min_window_s)
         for r in range(1, period.rounds + 1):
-            for slot, (metrics, gpu, wall) in zip(period.slots, _round(plan, period, period.slots, plan.client,
-                                                                       f"r{r}", out)):
+            for slot, (metrics, gpu, wall) in zip(period.slots, _round(plan, period, period.slots, clients, f"r{r}",
+                                                                       out)):
                 rows.append({"design": plan.design, "period": period.index, "round": r, "arm": slot.arm,
                              "gpu_index": slot.gpu, "gpu_id": gpu_of(slot, plan.gpus), "metrics": metrics, "gpu": gpu,
                              "bench_wall_s": wall, "control": plan.control,
@@ -193,7 +195,8 @@ def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] 
         console: Console | None = None, min_window_s: float = window.MIN_WINDOW_S) -> int:
     """Every period not done yet, in order; returns how many ran. With `stop_after` seconds, no period starts
     that the longest period so far (this call's or a recorded one's) would carry past it. `stagger_first`: the
-    call's first period starts its servers one after the other (run_period)."""
+    call's first period starts its servers one after the other (run_period). One benchmark client per arm serves
+    every round of the call (serving/bench_clients.py)."""
     console = console or Console(highlight=False)
     done, began, ran = done_periods(out), time.monotonic(), 0
     # A staggered first period (with a fresh machine's JIT compiles in it) is no measure of the periods after it:
@@ -201,25 +204,32 @@ def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] 
     recorded = read_jsonl(out / STARTS)
     normal = max((s.get("period_s", 0.0) for s in recorded if not s.get("staggered")), default=0.0)
     fallback = max((s.get("period_s", 0.0) for s in recorded), default=0.0)
-    for period in plan.periods:
-        if period.index in done:
-            continue
-        longest = normal or fallback
-        if stop_after is not None and time.monotonic() - began + longest > stop_after:
-            console.out(f"stopping before period {period.index}: about {longest:.0f} s a period would pass "
-                       f"--stop-after {stop_after:.0f} s; the same command goes on from here")
-            break
-        start, stagger = time.monotonic(), stagger_first and ran == 0
-        rows, starts, probes = run_period(plan, period, out, launch, health_timeout, stagger=stagger,
-                                           console=console, min_window_s=min_window_s)
-        seconds = time.monotonic() - start
-        if stagger:
-            fallback = max(fallback, seconds)
-        else:
-            normal = max(normal, seconds)
-        _append(out / ROWS, rows)
-        _append(out / PROBES, probes)
-        _append(out / STARTS, [{**s, "period_s": seconds, "staggered": stagger} for s in starts])  # last: done
-        ran += 1
-        on_period()
+    clients = ClientPool(plan.client, plan.model_path, out, console)
+    try:
+        for period in plan.periods:
+            if period.index in done:
+                continue
+            longest = normal or fallback
+            if stop_after is not None and time.monotonic() - began + longest > stop_after:
+                console.out(f"stopping before period {period.index}: about {longest:.0f} s a period would pass "
+                            f"--stop-after {stop_after:.0f} s; the same command goes on from here")
+                break
+            # every arm's client of the periods to come, once: their imports overlap this period's server starts
+            clients.start(sorted({_port(plan, s.arm) for p in plan.periods if p.index not in done and p.rounds
+                                  for s in p.slots}))
+            start, stagger = time.monotonic(), stagger_first and ran == 0
+            rows, starts, probes = run_period(plan, period, out, launch, clients, health_timeout, stagger=stagger,
+                                               console=console, min_window_s=min_window_s)
+            seconds = time.monotonic() - start
+            if stagger:
+                fallback = max(fallback, seconds)
+            else:
+                normal = max(normal, seconds)
+            _append(out / ROWS, rows)
+            _append(out / PROBES, probes)
+            _append(out / STARTS, [{**s, "period_s": seconds, "staggered": stagger} for s in starts])  # last: done
+            ran += 1
+            on_period()
+    finally:
+        clients.close()
     return ran

@@ -16,15 +16,18 @@ SERVER_ARGS=(--attention-backend triton --sampling-backend pytorch --grammar-bac
 MODEL=/tmp/model-weights
 
 # The client of every round (warm-up included) and every stage, so that an A/B reads against the A/A of the same
-# load. A timed window of at least 15 s on the kit's 8-layer Llama-3-8B shape (ab's --min-window is 10 s): on 4x
-# NVIDIA H200 (2026-11-27, commit 45b7284) 64 prompts x 128 out at 32 concurrent gave windows of 0.51-1.13 s at
+# load. A timed window of about 12 s or more on the kit's 8-layer Llama-3-8B shape (ab's --min-window is 10 s): on
+# 4x NVIDIA H200 (2026-11-27, commit 45b7284) 64 prompts x 128 out at 32 concurrent gave windows of 0.51-1.13 s at
 # 8.0k-16.0k output tok/s, and a mean ITL of 1.54-2.29 ms; 1.54 ms bounds a full batch's steady rate at
-# 32 / 1.54 ms = 20.8k tok/s. 1280 prompts x 256 out = 327,680 output tokens: 15.8 s at that bound, 20.5 s at 16.0k,
-# 29.8 s at 11.0k (an H100, slower per step, longer). Concurrency stays 32: the H200's figures are at 32, and at 64
+# 32 / 1.54 ms = 20.8k tok/s. 1024 prompts x 256 out = 262,144 output tokens: 12.6 s at that bound, 16.4 s at 16.0k,
+# 23.8 s at 11.0k (an H100, slower per step, longer). Concurrency stays 32: the H200's figures are at 32, and at 64
 # its rate is unmeasured (up to 64 / 1.54 ms = 41.6k tok/s), so no prompt count would bound the window there.
-# A round costs the client's start (18-30 s there: the rounds' 19-31 s of wall less their windows; 18 s by the
-# third round) plus its window: ~35-50 s.
-PROMPTS=${PROMPTS:-1280}
+# Each arm's rounds run in one long-lived client per call (serving/bench_clients.py): the client's start, 18-30 s
+# of every round there (the rounds' 19-31 s of wall less their windows), is paid once, while the first servers
+# start. A round is then its window plus the benchmark's own ~2 s (its 1 s pause after its warm-up request, that
+# request, the prompts drawn, the outputs retokenized: an estimate from its code, not yet measured; the console
+# prints each round's client wall): ~15-26 s.
+PROMPTS=${PROMPTS:-1024}
 ROUNDS=${ROUNDS:-3}
 CLIENT=(--num-prompts "$PROMPTS" --input-len "${IN:-128}" --output-len "${OUT_LEN:-256}"
         --concurrency "${CONC:-32}" --warmup-requests 1 --seed 1)

@@ -3,11 +3,11 @@
 # Stages (STAGES, default "aa wrong"):
 #   aa      The A/A control in the crossover design: two unpatched servers, one per GPU, restarted together and
 #           swapped between GPUs every period; PERIODS periods (default 6) of ROUNDS timed rounds (default 3), each
-#           start first warmed by one untimed round of the same client; the client of ab_common.sh (PROMPTS=1280
-#           prompts, IN=128 in / OUT_LEN=256 out, CONC=32 concurrent, fixed lengths, seed 1: timed windows of 15 s
-#           or more); then every server's top logprobs on fixed prompts. No period starts that would end past the
-#           stage's share of DEADLINE (default 500 s); the next call with RUNS=<a folder holding the earlier OUT's
-#           aa/> goes on where it stopped.
+#           start first warmed by one untimed round of the same client; the client of ab_common.sh (PROMPTS=1024
+#           prompts, IN=128 in / OUT_LEN=256 out, CONC=32 concurrent, fixed lengths, seed 1: timed windows of about
+#           12 s or more), one long-lived client process per arm; then every server's top logprobs on fixed
+#           prompts. No period starts that would end past the stage's share of DEADLINE (default 500 s); the next
+#           call with RUNS=<a folder holding the earlier OUT's aa/> goes on where it stopped.
 #   wrong   Parity against a deliberately wrong patch (tests/fixtures/wrong-patches: fused_add_rmsnorm x 1.01):
 #           one period, no rounds, A unpatched on one GPU and B wrong on the other, judged against the A/A's own
 #           logprob differences. Its report must say parity FAIL; the script's last lines say whether it did.
@@ -18,16 +18,21 @@
 # Usage (repo root, GPU machine with two GPUs, .stage carried): OUT=/path [RUNS=work/ab-runs] bash benchmarks/gpu/ab_design.sh
 # Writes OUT/aa/ and OUT/wrong/ (each: ab.md, summary.json, ab.jsonl, starts.jsonl, parity.jsonl, plan.json,
 # settings-diff-p*.json, server and benchmark logs), OUT/offset/ (offset.json, settings-diff.json), console.txt.
-# Time, as measured on 4x NVIDIA H200 (2026-11-27, commit 45b7284): setup and weights 33 s on a fresh machine; a
-# fresh machine's first period starts its servers one after the other (ab_common.sh says why), 113 s then 67 s;
-# later starts ~50 s, both at once (49 s in the wrong stage); a round ~35-50 s (ab_common.sh: the client's start
-# ~18 s and a window of ~16-30 s); probes and stops ~5 s; wrong 81 s (its patch build 12 s of it). So a period of
-# a warm-up and 3 timed rounds takes ~190-250 s (~211 s at 16k tok/s) with both starts at once, ~340 s as a fresh
-# machine's first. Periods per call at DEADLINE=500 (9 minutes with the margin): the first call on a fresh machine
-# (STAGES="aa wrong") runs 1 period and the wrong patch (33 + ~341 + 81 = ~455 s; a second period would end near
-# 700 s). A later call on the machine still warm (STAGES=aa RUNS=...) runs 2 (211 + 211 = 422 s of the ~485 s
-# left after setup; a third would end near 633 s), 1 if the machine is a fresh one again. Two calls: 3 periods,
-# 9 timed rounds per arm (the least an interval needs: 1 degree of freedom); three: 5 periods (3).
+# Time: an estimate from the figures of 4x NVIDIA H200 (2026-11-27, commit 45b7284), not yet a measured period of
+# this client: setup and weights 33 s on a fresh machine; a fresh machine's first period starts its servers one after
+# the other (ab_common.sh says why), 113 s then 67 s; later starts ~50 s, both at once (49 s in the wrong stage); a
+# round ~15-26 s (ab_common.sh: a window of ~12.6-23.8 s plus the benchmark's ~2 s; the client's 18-30 s start is
+# paid once a call, beside the first starts); probes and stops ~5 s; wrong 81 s (its patch build 12 s of it). So a
+# period of a warm-up and 3 timed rounds takes ~115-160 s (~130 s at 16k tok/s; ~211 s with a client start every
+# round) with both starts at once, ~245-290 s (~260 s) as a fresh machine's first. Periods per call at DEADLINE=500
+# (9 minutes with the margin): the first call on a fresh machine (STAGES="aa wrong") runs 1 period and the wrong
+# patch (33 + ~260 + 81 = ~375 s; the stop rule counts the staggered ~260 s as a period until a period started at
+# once is timed, so a second one does not start in the stage's 357 s). A later call on the machine still warm
+# (STAGES=aa RUNS=...) runs 3 (~130 s each, ~390 s of the ~485 s left after setup; a fourth would end near 520 s;
+# at the 11k tok/s end 3 x ~158 s = ~474 s, the third just fits), 2 if the machine is a fresh one again. Two calls:
+# 4 periods, 12 timed rounds per arm (>= 8 rounds: the A/A rule; 4 periods: a crossover interval with 2 degrees
+# of freedom); 3 periods and 9 rounds if the second call lands on a fresh machine. These are H200 rates: an H100
+# runs slower steps, so longer rounds and periods; the stop rule goes by the periods it has timed.
 source benchmarks/gpu/ab_common.sh
 DEADLINE=${DEADLINE:-500}
 STAGES=${STAGES:-aa wrong}

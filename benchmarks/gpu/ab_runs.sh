@@ -9,14 +9,16 @@
 #            H100 (benchmarks/results/2026-11-25-h100/mixtral-tune), as a patch over A's folder.
 #   dense    The kit's 8-layer Llama-3-8B shape with random weights (make_weights.py). A: unpatched; B: the shipped
 #            patch set as `launch` serves it (merge_attn_states_lse off: the kit has no FA3).
-# Both use the A/A's client and rounds (ab_common.sh: PROMPTS=1280, 128 in / 256 out, 32 concurrent, fixed
-# lengths, seed 1; ROUNDS=3 after a full warm-up round), so the A/A's interval there is the floor to read them
-# against; AA=<the A/A's run folder> makes it their parity reference (else each A/B's own A across its starts).
-# Time: a period as ab_design.sh's (~211 s with both starts at once on a machine where the model's servers have
-# started before, ~340 s as a fresh machine's first), so one stage per call: STAGES=dense and STAGES=mixtral, 2
-# periods a call on a warm machine. The Mixtral-shaped model reads ~3x the dense model's weights a decode step
-# (4 layers x 8 experts x 3 x 4096 x 14336 in bf16, 11.3 GB, against the dense file's 4.0 GB), so its windows
-# should be longer than the dense model's (unmeasured at this client: ab's report flags any under 10 s).
+# Both use the A/A's client and rounds (ab_common.sh: PROMPTS=1024, 128 in / 256 out, 32 concurrent, fixed
+# lengths, seed 1; ROUNDS=3 after a full warm-up round; one long-lived client per arm), so the A/A's interval there
+# is the floor to read them against; AA=<the A/A's run folder> makes it their parity reference (else each A/B's
+# own A across its starts).
+# Time: a period as ab_design.sh's (an estimate from the 2026-11-27 H200 figures: ~130 s with both starts at once
+# on a machine where the model's servers have started before, ~260 s as a fresh machine's first), so one stage per
+# call: STAGES=dense and STAGES=mixtral, 3 periods a call on a warm machine (the dense model's rates). The
+# Mixtral-shaped model reads ~3x the dense model's weights a decode step (4 layers x 8 experts x 3 x 4096 x 14336
+# in bf16, 11.3 GB, against the dense file's 4.0 GB), so its windows should be longer than the dense model's
+# (unmeasured at this client: ab's report flags any under 10 s).
 # Usage (repo root, GPU machine, .stage carried): OUT=/path [RUNS=work/ab-runs] [AA=work/ab-runs/aa] bash benchmarks/gpu/ab_runs.sh
 # Writes OUT/mixtral/ and OUT/dense/ (ab.md, summary.json, rows, probes, logs), OUT/moe-configs/, console.txt.
 source benchmarks/gpu/ab_common.sh

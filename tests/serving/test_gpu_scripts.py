@@ -97,7 +97,7 @@ def test_servers_start_one_after_the_other_until_a_period_of_the_model_has_run(t
                                         "after a period:[--no-stagger] other:[]"]
 
 
-def test_the_scripts_client_keeps_the_h200s_windows_above_15_s():
+def test_the_scripts_client_keeps_the_h200s_windows_above_12_s():
     """The client ab_common.sh pins, against the 2026-11-27 H200 A/A's fastest step (its rows in
     tests/fixtures/serving): a full batch emitting a token per request every min(mean ITL) ms."""
     import json
@@ -110,5 +110,5 @@ def test_the_scripts_client_keeps_the_h200s_windows_above_15_s():
     assert conc == h200["bench_line"]["max_concurrency"]  # the concurrency whose rate was measured
     fastest_itl_s = min(r["metrics"]["mean_itl_ms"] for r in h200["rows"]) / 1000
     best_rate = max(r["metrics"]["output_throughput"] for r in h200["rows"])
-    assert prompts * out_len / (conc / fastest_itl_s) >= 15.0  # 15.8 s at 20.8k tok/s
-    assert prompts * out_len / best_rate >= 20.0  # 20.5 s at the best round's 16.0k tok/s
+    assert prompts * out_len / (conc / fastest_itl_s) >= 12.0  # 12.6 s at 20.8k tok/s: the 10 s minimum and 20%
+    assert prompts * out_len / best_rate >= 15.0  # 16.4 s at the best round's 16.0k tok/s

@@ -15,6 +15,7 @@ from astra_sglang.errors import AstraError
 from astra_sglang.cli.ab import ab as ab_command
 from astra_sglang.serving import ab as ab_mod
 from astra_sglang.serving import designs, report, runner, server, summary
+from astra_sglang.serving.bench_clients import ClientPool
 from astra_sglang.serving.client import ClientSettings
 
 STAND_IN = str(Path(__file__).with_name("logprob_stand_in.py"))
@@ -56,6 +57,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(server, "server_info", lambda port: {"max_total_num_tokens": 1000})
     monkeypatch.setattr(server, "post_generate", generate)
     monkeypatch.setattr(ClientSettings, "run", run)
+    monkeypatch.setattr(ClientPool, "IN_PROCESS", False)  # every round through the replaced ClientSettings.run
     monkeypatch.setattr(runner.time, "sleep", lambda s: None)
     return events, state
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from astra_sglang.cli.ab import ab as ab_command
 from astra_sglang.serving import ab as ab_mod
 from astra_sglang.serving import design_stats, report, runner, server, summary, window
+from astra_sglang.serving.bench_clients import ClientPool
 from astra_sglang.serving.client import ClientSettings
 
 FIXTURE = json.loads((Path(__file__).parents[1] / "fixtures" / "serving" / "h200-aa-short-rounds.json").read_text())
@@ -94,6 +95,7 @@ def recorded(monkeypatch):
         "output_token_logprobs": [[-1.0, 5, None]] * 2,
         "output_top_logprobs": [[[-1.0, 5, None], [-2.0, 6, None]]] * 2}})
     monkeypatch.setattr(ClientSettings, "run", _recorded_run)
+    monkeypatch.setattr(ClientPool, "IN_PROCESS", False)  # every round through the replaced ClientSettings.run
     monkeypatch.setattr(runner.time, "sleep", lambda s: None)
 
 
