@@ -58,7 +58,7 @@ def op_line(job: Path, op: str, calls: list[Part]) -> tuple[str, float]:
     priced = sum("$0.00000;" not in c and " $" in c for c in costs)
     spans = [rounds_seconds(log, p) for p in calls]
     total = sum(s for s, _ in spans)
-    per = ", ".join(f"call {p.part} {s:.0f} s" + ("" if clean else " (no stop record)") for p, (s, clean)
+    per = ", ".join(f"part {p.part} {s:.0f} s" + ("" if clean else " (no stop record)") for p, (s, clean)
                     in zip(calls, spans))
     stops = [r.summary for r in log.of_role("stop")]
     return (f"{op}: rounds planned {len(plans)} (last {plans[-1] if plans else '-'}); candidates {dict(cands)}; "

@@ -221,14 +221,14 @@ def _call(dtype="bfloat16", shape=(16, 8192)):
 
 
 @pytest.mark.parametrize("calls, message", [
-    ([_call(), _call(dtype="bfloat17")], "call 1: tensors.x.dtype: unknown dtype 'bfloat17'; known: float32, "
+    ([_call(), _call(dtype="bfloat17")], "calls[1]: tensors.x.dtype: unknown dtype 'bfloat17'; known: float32, "
      "float16, bfloat16, float64, int8, int32, int64, uint8, bool, float8_e4m3fn, float8_e5m2"),
-    ([_call(shape=(-16, 8192))], "call 0: tensors.x.shape: size -16 at dim 0 is negative"),
-    ([_call(), {"tensors": {"x": {"shape": [16, 8192]}}}], "call 1: tensors.x.dtype: Field required"),
-    ([{"scalars": {"eps": 1e-6}}], "call 0: tensors: Field required"),
-    ([_call(shape=(16, "a"))], "call 0: tensors.x.shape.1: Input should be a valid integer, unable to parse string "
+    ([_call(shape=(-16, 8192))], "calls[0]: tensors.x.shape: size -16 at dim 0 is negative"),
+    ([_call(), {"tensors": {"x": {"shape": [16, 8192]}}}], "calls[1]: tensors.x.dtype: Field required"),
+    ([{"scalars": {"eps": 1e-6}}], "calls[0]: tensors: Field required"),
+    ([_call(shape=(16, "a"))], "calls[0]: tensors.x.shape.1: Input should be a valid integer, unable to parse string "
                                "as an integer"),
-    ([3], "call 0: Input should be a valid dictionary or instance of CallRecord"),
+    ([3], "calls[0]: Input should be a valid dictionary or instance of CallRecord"),
 ])
 def test_recorded_calls_are_checked_per_call_and_field(nothing_runs, tmp_path, calls, message):
     path = tmp_path / "calls.json"

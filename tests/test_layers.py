@@ -186,3 +186,16 @@ def test_astra_sglang_has_no_import_cycles():
     root = Path(astra_sglang.__file__).parent
     assert len(module_files(root)) > 50  # the whole package was read
     assert cycles(root) == []
+
+
+
+def test_pyproject_lists_every_package_of_the_tree():
+    """A folder of astra_sglang/ with an __init__.py that pyproject's package list lacks would be missing from the
+    built wheel (an editable install does not show it); the data folders pyproject maps in are listed too."""
+    import tomllib
+
+    package = Path(astra_sglang.__file__).resolve().parent
+    config = tomllib.loads((package.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {".".join(("astra_sglang", *init.parent.relative_to(package).parts))
+               for init in package.rglob("__init__.py") if "__pycache__" not in init.parts}
+    assert set(config["packages"]) == folders | set(config["package-dir"])

@@ -69,10 +69,10 @@ CALLS = TypeAdapter(list[CallRecord])
 
 
 def call_error(path: Path, exc: ValidationError) -> str:
-    """pydantic's first error as one line: the file, the call's index and the field ("call 2: tensors.x.dtype")."""
+    """pydantic's first error as one line: the file, the call's index and the field ("calls[2]: tensors.x.dtype")."""
     first = exc.errors()[0]
     loc = list(first["loc"])
-    where = f"call {loc.pop(0)}" if loc and isinstance(loc[0], int) else "the calls"
+    where = f"calls[{loc.pop(0)}]" if loc and isinstance(loc[0], int) else "the calls"
     field = ".".join(str(p) for p in loc)
     msg = first["msg"].removeprefix("Value error, ")
     more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""

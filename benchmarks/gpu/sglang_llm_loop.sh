@@ -10,7 +10,7 @@
 # kernels are really built, checked, timed and profiled with Nsight Compute (its outputs come back as
 # ncu-details.csv / ncu-source.csv).
 #
-# Each call gives its rounds what is left of CALL_S after the set-up and the server's start, less PREP_S (call 1:
+# Each call gives its rounds what is left of CALL_S after the set-up and the server's start, less PREP_S (part 1:
 # the baselines' builds, evaluations and Nsight Compute profiles, 200) or RESUME_S (later calls: the start-up,
 # 60), each also covering the model requests in flight at the rounds' deadline (they finish; a dummy model
 # answers to its token cap), less TAIL_S (15: the outputs), as the settings file's deadline_s; `timeout` stops
@@ -19,8 +19,8 @@
 #
 # Usage (repo root, GPU machine, runtime kit carried in .stage; the second call on the same warm machine, so that
 # the job folder work/sglang-llm-loop/ is still there; the server, started with setsid, is reused when it is up):
-#   bash benchmarks/gpu/sglang_llm_loop.sh OUTDIR     # call 1: starts the server and the job
-#   bash benchmarks/gpu/sglang_llm_loop.sh OUTDIR     # call 2: resumes the job, stops the server (PARTS=2)
+#   bash benchmarks/gpu/sglang_llm_loop.sh OUTDIR     # part 1: starts the server and the job
+#   bash benchmarks/gpu/sglang_llm_loop.sh OUTDIR     # part 2: resumes the job, stops the server (PARTS=2)
 # env: PORT (30000), CALL_S, PREP_S, RESUME_S, TAIL_S, PARTS (the call that stops the server, 2), FRESH=1 (start
 # the job over), SETUP (the set-up script sourced first), ASTRA (the command, astra-sglang), JOB (the job folder),
 # MIN_ROUNDS_S (30: a call with less time left for rounds stops at once).
@@ -39,7 +39,7 @@ mkdir -p "$JOB"
 PART=$(( $(cat "$JOB/parts.txt" 2>/dev/null | wc -l) + 1 ))
 RESUME=0; [ -f "$JOB/silu_and_mul/config.json" ] && RESUME=1
 if curl -sf "$URL/health" >/dev/null; then
-  echo "server already up (call $PART)"
+  echo "server already up (part $PART)"
 else
   setsid python3 -m sglang.launch_server --model-path /tmp/model --load-format dummy --attention-backend triton \
     --sampling-backend pytorch --grammar-backend none --host 127.0.0.1 --port "$PORT" --mem-fraction-static 0.5 \
@@ -51,13 +51,13 @@ else
     [ "$i" = 90 ] && { echo "server not healthy after 180 s"; tail -30 "$JOB/server.log"; exit 1; }
     sleep 2
   done
-  echo "server healthy after $(( $(date +%s) - START )) s of this call (call $PART)"
+  echo "server healthy after $(( $(date +%s) - START )) s of this call (part $PART)"
 fi
 MODEL=$(curl -s "$URL/v1/models" | python3 -c "import json, sys; print(json.load(sys.stdin)['data'][0]['id'])")
 LEFT=$(( CALL_S - ($(date +%s) - START) ))
 ROUNDS_S=$(( LEFT - TAIL_S - (RESUME == 1 ? RESUME_S : PREP_S) ))
 [ "$ROUNDS_S" -lt "${MIN_ROUNDS_S:-30}" ] && { echo "only $LEFT s left of this call: not enough for rounds"; exit 1; }
-echo "call $PART: ${ROUNDS_S} s of rounds, optimize stopped $((LEFT - TAIL_S)) s from now at the latest"
+echo "part $PART: ${ROUNDS_S} s of rounds, optimize stopped $((LEFT - TAIL_S)) s from now at the latest"
 # no plateau stop (no garbage answer ever improves on the start kernel); this call's part of the rounds: ROUNDS_S
 printf 'plateau = 0\ndeadline_s = %s\nrounds = 500\nmax_rounds = 500\n' "$ROUNDS_S" > "$JOB/settings-$PART.toml"
 COMMON=(--llm "$MODEL" --base-url "$URL/v1" --api-key none --budget-usd 20 --price "$MODEL=0.10/0.40"

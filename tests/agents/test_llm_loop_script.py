@@ -43,14 +43,14 @@ def test_two_calls_of_the_script_resume_the_job_within_their_time(tmp_path):
         port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
         first, first_s = call(out, job, port, tmp_path / "home")
         second, second_s = call(out, job, port, tmp_path / "home")
-    assert "server already up (call 1)" in first.stdout and "server already up (call 2)" in second.stdout
+    assert "server already up (part 1)" in first.stdout and "server already up (part 2)" in second.stdout
     assert first_s < 30 and second_s < 30  # CALL_S, the server's wait and the outputs included
     assert [line.split()[0] for line in (job / "parts.txt").read_text().splitlines()] == ["1", "2"]
     for op in ("silu_and_mul", "rmsnorm"):
         stops = [r.summary for r in RunLog(job / op).of_role("stop")]
         assert stops == ["time is up: the rounds' deadline passed"] * 2
         saved = json.loads((job / op / "config.json").read_text())
-        wanted = int(re.search(r"call 2: (\d+) s of rounds", second.stdout).group(1))
+        wanted = int(re.search(r"part 2: (\d+) s of rounds", second.stdout).group(1))
         assert saved["deadline_s"] == wanted and saved["plateau"] == 0  # the second call's own settings
         calls = (out / f"{op}-llm.log").read_text().splitlines()
         assert calls and all(" completions" in c and " dummy " in c and "(unpriced model)" not in c for c in calls)
@@ -59,14 +59,14 @@ def test_two_calls_of_the_script_resume_the_job_within_their_time(tmp_path):
     assert "tracebacks in optimize's output: 0" in result
     for op in ("silu_and_mul", "rmsnorm"):
         line = next(x for x in result.splitlines() if x.startswith(f"{op}:"))
-        spans = [int(s) for s in re.findall(r"call \d (\d+) s", line)]
+        spans = [int(s) for s in re.findall(r"part \d (\d+) s", line)]
         assert len(spans) == 2 and all(s > 0 for s in spans) and "no stop record" not in line, line
     assert "verdict: NOT YET" in result  # seconds of rounds here, not the GPU run's 10 minutes
     assert (out / "job.md").is_file() and (out / "optimize.log").is_file()
 
 
 def test_the_result_counts_rounds_from_the_start_or_the_resumed_calls_first_step(tmp_path, bench_script, capsys):
-    """Call 1's rounds start when round 0 closes (not at the call's start: the server and the baselines come
+    """Part 1's rounds start when round 0 closes (not at the call's start: the server and the baselines come
     first), a resumed call's at its first step (not its start-up); each ends at its stop record. 10 minutes of
     rounds on every op, every call exit 0 and no traceback: PASS."""
     import datetime as dt
@@ -89,7 +89,7 @@ def test_the_result_counts_rounds_from_the_start_or_the_resumed_calls_first_step
     (job / "optimize-1.log").write_text("r01 ...\n")
     result.main([str(job)])
     out = capsys.readouterr().out
-    assert "rounds call 1 250 s, call 2 400 s: 10.8 minutes" in out and "verdict: PASS" in out
+    assert "rounds part 1 250 s, part 2 400 s: 10.8 minutes" in out and "verdict: PASS" in out
     (job / "optimize-2.log").write_text("Traceback (most recent call last):\n")
     result.main([str(job)])
     assert "tracebacks in optimize's output: 1" in (out := capsys.readouterr().out) and "verdict: NOT YET" in out
