@@ -42,7 +42,8 @@ if curl -sf "$URL/health" >/dev/null; then
   echo "server already up (part $PART)"
 else
   setsid python3 -m sglang.launch_server --model-path /tmp/model --load-format dummy --attention-backend triton \
-    --sampling-backend pytorch --grammar-backend none --host 127.0.0.1 --port "$PORT" --mem-fraction-static 0.5 \
+    --sampling-backend pytorch --grammar-backend none --enable-cache-report --host 127.0.0.1 --port "$PORT" \
+    --mem-fraction-static 0.5 \
     >> "$JOB/server.log" 2>&1 < /dev/null &
   echo $! > "$JOB/server.pid"
   for i in $(seq 1 90); do
