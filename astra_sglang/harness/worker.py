@@ -105,7 +105,21 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
     if not all_ok:
         bad = next(s for s in result.shapes if s.correct is False)
         result.reason = f"incorrect at {bad.shape} {bad.dtype}: {bad.reason}"
+    elif req.time and (empty := uncompared(result.shapes)):
+        result.ok, result.reason = False, empty
     return _done(result, start)
+
+
+def uncompared(shapes: list[ShapeResult]) -> str:
+    """Why a timed evaluation compared nothing: the candidate has times, but the baseline gave none at any of those
+    shapes (it refused or faulted at each); "" where at least one shape has a speedup, or none was timed. A table of candidate times alone is no result against a baseline."""
+    timed = [s for s in shapes if s.candidate is not None]
+    if not timed or any(s.speedup is not None for s in timed):
+        return ""
+    first = next((s for s in timed if s.baseline_defect), timed[0])
+    why = first.baseline_defect or "no baseline time"
+    return (f"nothing compared: the baseline gave no time at any of the {len(timed)} timed shapes "
+            f"({'x'.join(map(str, first.shape))} {first.dtype}: {why})")
 
 
 BASELINE_BLAME = "in the baseline:"

@@ -117,7 +117,7 @@ bench_op() {
   local seconds=$1 op=$2; shift 2
   if [ "$seconds" -lt 20 ]; then echo "SKIPPED $op $*: ${seconds}s left of the budget"; return 0; fi
   step "$OUT/step.log" timeout -k 10 $((seconds + 30)) astra-sglang bench "$op" --timeout "$seconds" "$@"
-  grep -E "^[a-z_]+: |geomean|FAILED|error|results:" "$OUT/step.log"
+  grep -E "^[a-z0-9_]+: |geomean|FAILED|error|results:" "$OUT/step.log"
   rm -f "$OUT/step.log"
 }
 
@@ -162,7 +162,7 @@ if has checks; then
   done
   [ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
   for op in $OPS; do
-    [ -f "$OUT/checks-$op.log" ] && grep -E "^[a-z_]+: |geomean|FAILED|error" "$OUT/checks-$op.log"
+    [ -f "$OUT/checks-$op.log" ] && grep -E "^[a-z0-9_]+: |geomean|FAILED|error" "$OUT/checks-$op.log"
     [ -f "$OUT/checks-$op.jsonl" ] && cat "$OUT/checks-$op.jsonl" >> "$OUT/checks.jsonl"
     rm -f "$OUT/checks-$op.log" "$OUT/checks-$op.jsonl"
   done
