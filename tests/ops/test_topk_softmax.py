@@ -286,6 +286,23 @@ def test_families_warmup_keeps_the_earlier_families_and_adds_topk(bench_script):
     assert 'python3 benchmarks/families_warmup.py --sets "$SETS" $FAMILIES' in script
 
 
+def test_a_failing_warmup_is_named_and_the_others_still_run(bench_script, monkeypatch, capsys):
+    """The H200 run where the FP8 quant's warm-up raised and topk_softmax's, after it, never ran."""
+    warmup = bench_script("families_warmup")
+    ran = []
+
+    def broken(sets):
+        raise TypeError("'module' object is not callable")
+
+    monkeypatch.setattr(warmup, "WARMUPS", {"per_token_group_quant_fp8": broken, "topk_softmax": ran.append})
+    monkeypatch.setattr(warmup.torch.cuda, "synchronize", lambda: None)
+    assert warmup.main(["per_token_group_quant_fp8", "topk_softmax"], "quick") == 1
+    assert ran == ["quick"]
+    out = capsys.readouterr().out
+    assert "ERROR warm-up of per_token_group_quant_fp8: TypeError: 'module' object is not callable" in out
+    assert "warm-up done: topk_softmax" in out
+
+
 def test_per_call_times_mixtral_and_qwen3_moe():
     from astra_sglang.serving import per_call
 
