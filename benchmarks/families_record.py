@@ -5,13 +5,15 @@ Reads OUT/kernels*.jsonl (the shipped patch timed against SGLang's op), OUT/chec
 and OUT/per_call.jsonl; takes each OP's manifest from OUT/patches/OP (else patches/OP) and writes
 OUT/manifests/OP/manifest.json: `measured` = the timed rows against SGLang (py: baselines), the provenance's date,
 GPU and "`measured`: SOURCE" clause, gate_max_bytes = the largest call (bytes of its tensors) that every check and
-timed run passed, or none where any failed; `enabled` stays false (a person enables an op after reading the
-figures). OUT/families.md: per op and shape set, the geomean, lowest and highest speedup, the shapes where
-SGLang's op was faster, the failed checks, and the per-call rows.
+timed run passed, or none where any failed; `enabled` as the rows decide (`verdict`), with the reason in a
+"`gate`: ..." clause of the provenance notes and, for a patch left off, in `off_reason`. OUT/families.md: per op and shape set, the geomean, lowest and
+highest speedup, the shapes where SGLang's op was faster, the failed checks, the per-call rows, and the verdict.
 """
 from __future__ import annotations
 
+import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -25,17 +27,54 @@ def rows(out: Path, pattern: str) -> list[dict]:
     return read_rows(sorted(out.glob(pattern)))
 
 
+GATE_CLAUSE = re.compile(r"`gate`: [^;]*")
+"""The provenance notes' clause with the last run's verdict, replaced by the next run's."""
+
+
 def record(manifest: PatchManifest, timed: list[dict], checked: list[dict], gpu: str, date: str,
-           source: str) -> PatchManifest:
-    """The manifest with this run's figures and gate bound, disabled (a copy; the caller saves it)."""
+           source: str, decision: tuple[bool, str] = (False, "")) -> PatchManifest:
+    """The manifest with this run's figures, gate bound and verdict (enabled, why) (a copy; the caller saves it)."""
     manifest = record_measurements(manifest, timed, gpu, date, source)
     manifest.gate_max_bytes = gate_max_bytes(manifest.op, timed + checked)
-    manifest.enabled = False
+    manifest.enabled, why = decision
+    manifest.off_reason = "" if manifest.enabled else why  # what `launch` prints of a patch left off
+    if why:
+        clause = f"`gate`: {'enabled' if manifest.enabled else 'left off'}, {why}"
+        notes, found = GATE_CLAUSE.subn(lambda m: clause, manifest.provenance.notes)
+        manifest.provenance.notes = notes if found else f"{notes}; {clause}".lstrip("; ")
     return manifest
 
 
 def geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def verdict(timed: list[dict], checked: list[dict], per_call: list[dict], failures: list[str]) -> tuple[bool, str]:
+    """Whether the rows of one op enable its patch, and why: every check passed, every timed shape has SGLang's
+    figure, the geomean against SGLang's op is at least 1, and no eager call costs more than SGLang's.
+    `failures`: the reasons of the op's evaluations that did not finish (a timeout leaves shapes untimed)."""
+    bad = [r for r in timed + checked if r.get("correct") is False]
+    if bad:
+        return False, f"{len(bad)} checks failed"
+    if failures:
+        return False, f"the timed step failed: {failures[0][:160]}"
+    against = [r for r in timed if timed_against_sglang(r)]
+    shapes = [r for r in timed if r.get("covered", True) and r.get("correct") is not False]
+    if not against:
+        return False, "no shape was timed against SGLang's op"
+    if len(against) < len(shapes):
+        return False, f"{len(shapes) - len(against)} of {len(shapes)} timed shapes have no figure of SGLang's op"
+    speed = geomean([r["speedup"] for r in against])
+    if speed < 1.0:
+        return False, f"geomean {speed:.3f}x against SGLang's op over {len(against)} shapes"
+    if not per_call:
+        return False, "no per-call row (the eager call was not checked and timed against SGLang's)"
+    worst = max(per_call, key=lambda r: r["ratio"])
+    if worst["ratio"] > 1.0:
+        return False, (f"per call {worst['ratio']:.3f}x SGLang's eager time at {'x'.join(map(str, worst['shape']))} "
+                       f"(geomean {speed:.3f}x kernel only)")
+    return True, (f"geomean {speed:.3f}x against SGLang's op over {len(against)} shapes, per call at most "
+                  f"{worst['ratio']:.3f}x its eager time")
 
 
 def summary(op: str, timed: list[dict], checked: list[dict], per_call: list[dict]) -> list[str]:
@@ -62,6 +101,15 @@ def summary(op: str, timed: list[dict], checked: list[dict], per_call: list[dict
     return lines + [""]
 
 
+def failed_runs(paths: list[Path], op: str) -> list[str]:
+    """The reasons of `op`'s evaluations in these bench JSONL files that did not end ok (their summary lines)."""
+    found = []
+    for path in paths:
+        found += [r.get("reason") or r.get("stage", "failed") for r in map(json.loads, path.read_text().splitlines())
+                  if r.get("type") == "summary" and r.get("kernel") == op and not r.get("ok")]
+    return found
+
+
 def main(argv: list[str]) -> int:
     out, gpu, date, source, ops = Path(argv[0]), argv[1], argv[2], argv[3], argv[4:]
     timed, checked, per_call = rows(out, "kernels*.jsonl"), rows(out, "checks.jsonl"), rows(out, "per_call.jsonl")
@@ -70,12 +118,16 @@ def main(argv: list[str]) -> int:
         folder = out / "patches" / op if (out / "patches" / op / "manifest.json").is_file() else Path("patches") / op
         mine = [r for r in timed if r["kernel"] == op]
         checks = [r for r in checked if r["kernel"] == op]
-        manifest = record(PatchManifest.load(folder), mine, checks, gpu, date, source)
+        calls = [r for r in per_call if r["op"] == op]
+        decision = verdict(mine, checks, calls, failed_runs(sorted(out.glob("kernels*.jsonl")), op))
+        manifest = record(PatchManifest.load(folder), mine, checks, gpu, date, source, decision)
         target = out / "manifests" / op
         target.mkdir(parents=True, exist_ok=True)
         manifest.save(target)
         text += summary(op, mine, checks, per_call)
-        print(f"{op}: {len(manifest.measured)} timed shapes recorded, gate_max_bytes {manifest.gate_max_bytes}")
+        text += [f"verdict: {'enabled' if decision[0] else 'left off'}, {decision[1]}", ""]
+        print(f"{op}: {len(manifest.measured)} timed shapes recorded, gate_max_bytes {manifest.gate_max_bytes}, "
+              f"{'enabled' if decision[0] else 'left off'}: {decision[1]}")
     (out / "families.md").write_text("\n".join(text))
     return 0
 

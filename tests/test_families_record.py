@@ -21,15 +21,16 @@ def _row(shape, speedup=None, correct=True, dtype="bfloat16", timed=True):
     return row
 
 
-def _run(bench_script, tmp_path, checks):
+def _run(bench_script, tmp_path, checks, timed=None, summary=None, ratio=0.556):
     out = tmp_path / "out"
-    out.mkdir()
-    timed = [_row((1, 3584), 1.25), _row((64, 4608), 1.10), _row((8192, 3584), 0.98), _row((17, 2048), 1.3)]
+    out.mkdir(parents=True)
+    timed = timed or [_row((1, 3584), 1.25), _row((64, 4608), 1.10), _row((8192, 3584), 0.98), _row((17, 2048), 1.3)]
+    summary = summary or {"type": "summary", "kernel": OP, "ok": True}
     (out / "kernels-paper-quick-held_out.jsonl").write_text("".join(json.dumps(r) + "\n" for r in timed)
-                                                             + json.dumps({"type": "summary", "kernel": OP}) + "\n")
+                                                             + json.dumps(summary) + "\n")
     (out / "checks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in checks))
-    (out / "per_call.jsonl").write_text(json.dumps({"op": OP, "shape": [1, 3584], "original_us": 9.0, "patched_us": 5.0,
-                                                    "ratio": 0.556}) + "\n")
+    (out / "per_call.jsonl").write_text(json.dumps({"op": OP, "shape": [1, 3584], "original_us": 9.0,
+                                                    "patched_us": 9.0 * ratio, "ratio": ratio}) + "\n")
     module = bench_script("families_record")
     assert module.main([str(out), "NVIDIA H100", "2026-12-01", "H100, 2026-12-01, commit abc, `cmd`", OP]) == 0
     return out, PatchManifest.load(out / "manifests" / OP)
@@ -44,7 +45,9 @@ def test_records_the_timed_rows_and_the_largest_checked_call(bench_script, tmp_p
     assert manifest.measured[0].baseline_us == 2.5 and manifest.baseline == "py:sgl_kernel:gemma_rmsnorm"
     spec = get_spec(OP)
     assert manifest.gate_max_bytes == max(spec.call_bytes((8192, 3584), "bfloat16"), spec.call_bytes((7, 8200), "float32"))
-    assert manifest.enabled is False and manifest.kernel == "../rmsnorm/kernel.cu"
+    assert manifest.enabled is True and manifest.kernel == "../rmsnorm/kernel.cu"
+    assert "`gate`: enabled, geomean 1.150x against SGLang's op over 4 shapes, per call at most 0.556x" \
+        in manifest.provenance.notes
     assert manifest.defines == {"ASTRA_GEMMA": "1"}
     assert manifest.provenance.date == "2026-12-01" and manifest.provenance.gpu == "NVIDIA H100"
     assert "`measured`: H100, 2026-12-01, commit abc, `cmd`" in manifest.provenance.notes
@@ -58,3 +61,36 @@ def test_a_failed_check_leaves_no_gate_bound_and_is_listed(bench_script, tmp_pat
     out, manifest = _run(bench_script, tmp_path, [_row((5, 4100), correct=False, timed=False)])
     assert manifest.gate_max_bytes is None and len(manifest.measured) == 4
     assert "- FAILED 5x4100 bfloat16: mismatch at element 3" in (out / "families.md").read_text()
+
+
+def _verdict(manifest):
+    why = manifest.provenance.notes.split("`gate`: ")[-1]
+    assert manifest.off_reason == ("" if manifest.enabled else why.removeprefix("left off, "))
+    return manifest.enabled, why
+
+
+def test_a_patch_slower_per_call_is_left_off_with_the_figure(bench_script, tmp_path):
+    """rope on the H200: kernel-only figures near 1x, eager calls 1.15-1.28x SGLang's."""
+    out, manifest = _run(bench_script, tmp_path, [], ratio=1.271)
+    assert _verdict(manifest) == (False, "left off, per call 1.271x SGLang's eager time at 1x3584 (geomean 1.150x "
+                                         "kernel only)")
+    assert "verdict: left off, per call 1.271x" in (out / "families.md").read_text()
+
+
+def test_a_slower_geomean_is_left_off(bench_script, tmp_path):
+    timed = [_row((1, 3584), 0.78), _row((64, 4608), 0.79), _row((8192, 3584), 1.14)]
+    _, manifest = _run(bench_script, tmp_path, [], timed=timed)
+    assert _verdict(manifest) == (False, "left off, geomean 0.889x against SGLang's op over 3 shapes")
+
+
+def test_shapes_without_sglangs_figure_or_a_cut_evaluation_leave_it_off(bench_script, tmp_path):
+    """FP8 quant on the H200: SGLang's op raised at every call, so its rows had candidate times only; and rope, whose
+    timed evaluation was cut by the budget."""
+    untimed = [_row((1, 7168), 1.0) | {"speedup": None, "baseline": None}, _row((64, 7168), 1.2)]
+    _, manifest = _run(bench_script, tmp_path, [], timed=untimed)
+    assert _verdict(manifest) == (False, "left off, 1 of 2 timed shapes have no figure of SGLang's op")
+    cut = {"type": "summary", "kernel": OP, "ok": False, "stage": "timeout",
+           "reason": "timed out after 44s after shape (1500, 16, 16, 64) bfloat16, 7 of 7 done"}
+    _, manifest = _run(bench_script, tmp_path / "cut", [], summary=cut)
+    assert _verdict(manifest) == (False, "left off, the timed step failed: timed out after 44s after shape "
+                                         "(1500, 16, 16, 64) bfloat16, 7 of 7 done")

@@ -136,6 +136,42 @@ def test_isolation_timeout_is_reported_not_raised():
     assert not result.ok and result.stage == "timeout" and "timed out after" in result.reason
 
 
+CHILD_THAT_HANGS = """
+import json, sys, time
+from pathlib import Path
+progress = Path(sys.argv[1] + ".progress")
+row = {"shape": [1, 8], "dtype": "bfloat16", "correct": True, "speedup": 0.9,
+       "candidate": {"median_us": 2.0, "p10_us": 2.0, "p90_us": 2.0}}
+events = [{"stage": "loaded", "gpu": "NVIDIA H200", "roofline_gbps": 3935.0, "empty_kernel_us": 0.45,
+           "matmul_tflops": None}, {"stage": "shape_done", "row": row, "done": 1}]
+progress.write_text("".join(json.dumps(e) + "\\n" for e in events))
+time.sleep(60)
+"""
+
+
+def test_a_timed_out_evaluation_keeps_its_labels_gpu_and_finished_rows(monkeypatch):
+    """The H200 run whose timed-out rope evaluation printed "vs  on no GPU" and "during shape_done ()"."""
+    import subprocess
+    import sys
+
+    from astra_sglang.harness import isolate
+    from astra_sglang.harness.report import table
+
+    popen = subprocess.Popen
+    monkeypatch.setattr(isolate.subprocess, "Popen", lambda cmd, **kw: popen([sys.executable, "-c", CHILD_THAT_HANGS,
+                                                                               cmd[-1]], **kw))
+    req = EvalRequest(kernel="silu_and_mul", candidate=KernelSource(path="patches/silu_and_mul/kernel.cu",
+                                                                    label="patches/silu_and_mul"),
+                      baseline=KernelSource(path="py:sgl_kernel:silu_and_mul"), shapes=[(1, 8), (3, 16)],
+                      dtypes=["bfloat16"], timeout_s=3)
+    result = evaluate(req)
+    assert not result.ok and result.stage == "timeout"
+    assert result.reason == "timed out after 3s after shape (1, 8) bfloat16, 1 of 2 done"
+    assert result.baseline == "py:sgl_kernel:silu_and_mul" and result.gpu == "NVIDIA H200"
+    assert result.roofline_gbps == 3935.0 and [s.speedup for s in result.shapes] == [0.9]
+    assert "vs py:sgl_kernel:silu_and_mul on NVIDIA H200 | SM-copy roofline 3935 GB/s" in table(result).title
+
+
 def test_cli_kernels_lists_every_spec():
     out = CliRunner().invoke(main, ["kernels"])
     assert out.exit_code == 0

@@ -95,11 +95,19 @@ def sglang_per_token_group_quant_fp8(x, group_size, eps, column_major_scales, sc
     per_token_group_quant (the scales' layout read from x_s's strides, as SGLang's does), or, where one group is
     the whole row, the per-token quant it routes that case to. The public function allocates x_q / x_s and
     returns them; the kernels are called with ours instead, as the function itself calls them."""
-    from sglang.kernels.ops import quantization
-
     if eps != 1e-10:  # the JIT kernel bakes its floor in; SGLang's function asserts the same
         raise ValueError(f"SGLang's per_token_group_quant takes eps = 1e-10 only, not {eps}")
     if group_size == x.shape[-1] and not column_major_scales:
-        quantization.sgl_per_token_quant_fp8(x, x_q, x_s)
+        importlib.import_module("sglang.kernels.ops.quantization").sgl_per_token_quant_fp8(x, x_q, x_s)
     else:
-        quantization.per_token_group_quant(x, x_q, x_s, int(group_size))
+        _sglang_group_quant()(x, x_q, x_s, int(group_size))
+
+
+@functools.cache
+def _sglang_group_quant():
+    """SGLang's JIT per_token_group_quant, from the module that defines it: the package
+    sglang.kernels.ops.quantization has a function and a submodule of that name, and once the submodule is
+    imported (SGLang's kernel registry imports it at the function's first call) the package's attribute is the
+    module, so a lookup through the package fails from the second call on. SGLang's fp8_kernel binds the
+    function when it is imported, before that happens; the registry then dispatches to this very function."""
+    return importlib.import_module("sglang.kernels.ops.quantization.per_token_group_quant").per_token_group_quant

@@ -42,22 +42,29 @@ def python_op(spec: KernelSpec, path: str):
     fn = getattr(importlib.import_module(module), name)
     kinds = [a.kind for a in spec.arguments]
 
+    def refused(exc: Exception) -> int:
+        # what the op raised, for the row's reason: a refusal and a broken call (an adapter's TypeError) look
+        # alike from here, and only the text tells them apart
+        launch.refusal = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        return -1
+
     def launch(tensors, scalars) -> int:
         handed = [t.detach() for t in tensors]
         ts, ss = iter(handed), iter(scalars)
         try:
             fn(*[next(ts) if k == "tensor" else next(ss) for k in kinds])
-        except (ValueError, TypeError, NotImplementedError, AssertionError):
-            return -1  # the original op refuses this shape/dtype (e.g. alignment): it does not cover it
+        except (ValueError, TypeError, NotImplementedError, AssertionError) as exc:
+            return refused(exc)  # the original op refuses this shape/dtype (e.g. alignment): it does not cover it
         except RuntimeError as exc:
             if "CUDA" in str(exc):  # a device fault: the context is gone, let the worker report it
                 raise
-            return -1  # a dispatch refusal such as "failed to dispatch data type Float"
+            return refused(exc)  # a dispatch refusal such as "failed to dispatch data type Float"
         for t, h in zip(tensors, handed):
             if type(h) is not type(t) or h.data_ptr() != t.data_ptr() or h.stride() != t.stride():
                 return ASTRA_REPLACED
         return 0
 
+    launch.refusal = ""  # the last refusal's exception, "Type: message"
     return launch
 
 
@@ -187,7 +194,8 @@ class GpuSession:
         base_verdict = blame("baseline", lambda: Checker(self.spec, shape, dtype, self.device, seed, arena).run(
             base, self.req.edge_cases))
         if not base_verdict.ok:
-            row.baseline_defect = base_verdict.reason
+            refusal = getattr(self.baseline, "refusal", "") if not base_verdict.covered else ""
+            row.baseline_defect = f"{base_verdict.reason} ({refusal})" if refusal else base_verdict.reason
             return
         row.baseline_err_rms = base_verdict.rms
         if not verdict.ok:

@@ -17,8 +17,13 @@ from typing import Callable, Iterator
 from astra_sglang.harness.records import EvalRequest, EvalResult, ShapeResult
 
 
-def _progress(path: Path) -> tuple[list[ShapeResult], dict]:
-    rows, last = [], {}
+SESSION_FACTS = ("gpu", "roofline_gbps", "empty_kernel_us", "matmul_tflops")
+"""What the child's "loaded" event says about the GPU session (worker.evaluate_here), kept in a rebuilt result."""
+
+
+def _progress(path: Path) -> tuple[list[ShapeResult], dict, dict]:
+    """The rows the child finished, its last event, and the session facts it reported."""
+    rows, last, facts = [], {}, {}
     if path.is_file():
         for line in path.read_text().splitlines():
             try:
@@ -27,13 +32,19 @@ def _progress(path: Path) -> tuple[list[ShapeResult], dict]:
                 continue  # the child died mid-write
             if event.get("stage") == "shape_done":
                 rows.append(ShapeResult.model_validate(event["row"]))
+            if event.get("stage") == "loaded":
+                facts = {k: event[k] for k in SESSION_FACTS if event.get(k) is not None}
             last = event
-    return rows, last
+    return rows, last, facts
 
 
-def _where(last: dict) -> str:
+def _where(last: dict, total: int) -> str:
+    """Where the child was: "during time of shape (64, 4096) bfloat16", "after shape (...) bfloat16, 7 of 7 done"."""
     if not last:
         return "before the first step"
+    if last.get("stage") == "shape_done":
+        row = last.get("row") or {}
+        return f"after shape {tuple(row.get('shape', ()))} {row.get('dtype', '')}, {last.get('done', '?')} of {total} done"
     if "shape" in last:
         return f"during {last['stage']} of shape {tuple(last['shape'])} {last.get('dtype', '')}".rstrip()
     return f"during {last['stage']} ({last.get('what', '')})"
@@ -107,14 +118,15 @@ def _evaluate_once(req: EvalRequest, workdir: str | Path | None) -> EvalResult:
             timed_out = True
         if result.is_file() and not timed_out:
             return EvalResult.model_validate_json(result.read_text())
-        rows, last = _progress(result.with_name(result.name + ".progress"))
-        failed = EvalResult(kernel=req.kernel, candidate=req.candidate.name(), shapes=[*req.done, *rows],
-                            l2=req.l2, wall_s=time.perf_counter() - start)
+        rows, last, facts = _progress(result.with_name(result.name + ".progress"))
+        failed = EvalResult(kernel=req.kernel, candidate=req.candidate.name(), baseline=req.baseline_name(),
+                            shapes=[*req.done, *rows], l2=req.l2, wall_s=time.perf_counter() - start, **facts)
+        where = _where(last, len(req.shapes) * len(req.dtypes))
         if timed_out:
-            failed.stage, failed.reason = "timeout", f"timed out after {req.timeout_s:.0f}s {_where(last)}"
+            failed.stage, failed.reason = "timeout", f"timed out after {req.timeout_s:.0f}s {where}"
         else:
             failed.stage = "crash"
-            failed.reason = f"{_exit_text(proc.returncode)} {_where(last)}: {_tail(output)}"
+            failed.reason = f"{_exit_text(proc.returncode)} {where}: {_tail(output)}"
         return failed
 
 

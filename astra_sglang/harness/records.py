@@ -62,6 +62,10 @@ class EvalRequest(BaseModel):
     done: list["ShapeResult"] = Field(default_factory=list)
     """Rows an earlier child already finished (kept as they are, not re-run)."""
 
+    def baseline_name(self) -> str:
+        """The baseline's label in the result: its source's, or "ours:OP" for our own first kernel."""
+        return self.baseline.name() if self.baseline else "ours:" + self.kernel
+
 
 class BaselineFault(BaseModel):
     """The original op faulted here (e.g. sgl_kernel's misaligned 16-byte loads at an odd width)."""

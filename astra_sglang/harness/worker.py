@@ -40,8 +40,7 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
     start = time.perf_counter()
     spec = get_spec(req.kernel)
     baseline = req.baseline or default_baseline(req.kernel)
-    result = EvalResult(kernel=req.kernel, candidate=req.candidate.name(),
-                        baseline=req.baseline.name() if req.baseline else "ours:" + req.kernel, l2=req.l2)
+    result = EvalResult(kernel=req.kernel, candidate=req.candidate.name(), baseline=req.baseline_name(), l2=req.l2)
     progress(stage="build", what="candidate")
     result.build = (BuildInfo(ok=True, library=req.candidate.path) if req.candidate.is_python
                     else build_library(req.candidate.path, req.candidate.defines, req.arch))
@@ -71,6 +70,9 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
     session = GpuSession(spec, result.build.library, base, probes.library, req)
     result.gpu, result.roofline_gbps, result.empty_kernel_us = session.gpu, session.roofline, session.empty_us
     result.matmul_tflops = session.tflops
+    # the session's facts, so that a result the parent rebuilds after a timeout or crash still says where it ran
+    progress(stage="loaded", gpu=session.gpu, roofline_gbps=session.roofline, empty_kernel_us=session.empty_us,
+             matmul_tflops=session.tflops)
     all_ok = True
     done = {(tuple(r.shape), r.dtype): r for r in req.done}
     for dtype in req.dtypes:
@@ -97,7 +99,7 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
                 result.ok, result.stage, result.reason = False, "crash", f"at {shape} {dtype}: {row.reason}"
                 return _done(result, start)
             result.shapes.append(row)
-            progress(stage="shape_done", row=row.model_dump(mode="json"))
+            progress(stage="shape_done", row=row.model_dump(mode="json"), done=len(result.shapes))
             all_ok &= row.correct is not False
     session.close()
     result.ok = all_ok
@@ -105,7 +107,21 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
     if not all_ok:
         bad = next(s for s in result.shapes if s.correct is False)
         result.reason = f"incorrect at {bad.shape} {bad.dtype}: {bad.reason}"
+    elif req.time and (empty := uncompared(result.shapes)):
+        result.ok, result.reason = False, empty
     return _done(result, start)
+
+
+def uncompared(shapes: list[ShapeResult]) -> str:
+    """Why a timed evaluation compared nothing: the candidate has times, but the baseline gave none at any of those
+    shapes (it refused or faulted at each); "" where at least one shape has a speedup, or none was timed. A table of candidate times alone is no result against a baseline."""
+    timed = [s for s in shapes if s.candidate is not None]
+    if not timed or any(s.speedup is not None for s in timed):
+        return ""
+    first = next((s for s in timed if s.baseline_defect), timed[0])
+    why = first.baseline_defect or "no baseline time"
+    return (f"nothing compared: the baseline gave no time at any of the {len(timed)} timed shapes "
+            f"({'x'.join(map(str, first.shape))} {first.dtype}: {why})")
 
 
 BASELINE_BLAME = "in the baseline:"

@@ -61,6 +61,13 @@ def _import(path: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
+def _returns_nothing(fn: Callable) -> bool:
+    """Whether the original declares `-> None` (SGLang's topk_softmax writes the weights and ids its caller hands
+    in and returns nothing): then the patched call returns None too, whatever outputs the spec names."""
+    sig = _signature(fn)
+    return sig is not None and sig.return_annotation in (None, "None")
+
+
 def _takes_all_positionally(fn: Callable, count: int, outputs: Sequence[str] = ()) -> bool:
     """flashinfer's merge_state(v_a, s_a, v_b, s_b) returns its outputs instead of writing them: told by the
     outputs' names where the signature has names, else by `count`, the spec's arguments not keyword-only."""
@@ -120,6 +127,7 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
                                and args[j].dtype == args[i].dtype), None) for i in self._outs}
         self._allocators = {i: _import(a.allocate) for i, a in enumerate(args) if a.allocate}
         self._orig_takes_all = _takes_all_positionally(original, len(self._pos), [args[i].name for i in self._outs])
+        self._returns = bool(self._outs) and not _returns_nothing(original)  # what `_result` hands back
         self._verdicts: dict[tuple, int] = {}
         self._launch_keyed = getattr(launcher, "launch_keyed", None)  # harness.abi.Launcher; stand-ins lack it
         self._events = None
@@ -145,6 +153,7 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
     def _make_fn(self) -> Callable:
         op, stats, original, fast = self, self.stats, self.original, self._fast
         miss = fastcall.load().MISS if fast is not None else None  # a FastOp exists only where load() did
+        returns = self._returns  # False: the original returns None, and so must the patched call
 
         def patched(*args, **kwargs):
             if _is_compiling():
@@ -156,7 +165,7 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
                     values = op._bind_signature(args, kwargs) if op._signature is not None else None
                     result = fast.bound(tuple(values), args, kwargs) if values is not None else miss
                 if result is not miss:
-                    return result
+                    return result if returns else None
                 if fast.last_error:
                     op.disable(f"kernel launch returned cudaError {fast.last_error}")
                     fast.last_error = 0
@@ -263,8 +272,9 @@ class PatchedOp(ArgumentBinding, ShadowCheck):
         return self._result(values)
 
     def _result(self, values: list):
-        """SGLang's convention: outputs returned (one tensor or a tuple); in-place-only ops return None."""
-        if not self._outs:
+        """What the original returns: the outputs (one tensor or a tuple); None for in-place-only ops and for an
+        original that declares `-> None` (it writes outputs its caller passes)."""
+        if not self._returns:
             return None
         if len(self._outs) == 1:
             return values[self._outs[0]]

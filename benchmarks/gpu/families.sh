@@ -10,17 +10,19 @@
 #             only, CUDA graphs, L2 cold, bf16, SETS) and checks (the harness's trials on CHECK_SETS in
 #             each spec's dtypes, no timing)
 #   record    benchmarks/families_record.py: the timed rows into copies of the ops' manifests (`measured`,
-#             provenance), gate_max_bytes from the largest call every check passed, OUT/families.md
+#             provenance), gate_max_bytes from the largest call every check passed, enabled where every check
+#             passed, every timed shape has SGLang's figure, the geomean is at least 1 and no eager call costs more
+#             than SGLang's (else left off with the figure in `off_reason`), OUT/families.md
 # Writes OUT/{per_call,kernels-*,checks,sources}.jsonl, OUT/per_call.md, OUT/families.md, OUT/run.log and
-# OUT/manifests/<op>/manifest.json (still disabled: enable an op with `astra-sglang patch enable OP` once its
-# figures show it faster, or give it a `defer` where SGLang's kernel wins).
+# OUT/manifests/<op>/manifest.json.
 #
 # Usage (GPU machine, repo root, SGLang importable or its runtime kit unpacked as .stage/: see setup.sh):
 #   COMMIT=<git rev-parse --short HEAD> bash benchmarks/gpu/families.sh OUT
 # Then, in a checkout: copy OUT/manifests/*/manifest.json over patches/*/manifest.json and OUT/*.jsonl to
-# benchmarks/results/<date>-<gpu>/families/, and commit them. About 8 minutes on an H100: BUDGET (default 400 s;
-# at 230 s the timed step's share, ~27 s an op, cut off SGLang's gelu ops before their last shapes) bounds run_all's
-# three steps; setup, builds and the warm-up come before it. FAMILIES="op ..." runs a subset.
+# benchmarks/results/<date>-<gpu>/families/, and commit them. BUDGET bounds run_all's three steps (setup, builds
+# and the warm-up come before it); its default, "shapes", sizes it by the ops' timed shapes (run_all.sh: each op's
+# timed evaluation gets at least its start plus 5 s a shape; a fixed 300 s over rope, FP8 quant and topk_softmax cut
+# rope's at 44 s). About 5-6 minutes on an H200 for those three. FAMILIES="op ..." runs a subset.
 set -u
 OUT=${1:?usage: families.sh OUTDIR}
 mkdir -p "$OUT"
@@ -49,7 +51,7 @@ echo "== warm-up: SGLang's ops once each, outside the budget"
 timeout 300 python3 benchmarks/families_warmup.py --sets "$SETS" $FAMILIES
 
 OPS=$FAMILIES SETS=$SETS CHECK_SETS=${CHECK_SETS:-edge+quick+held_out} \
-  BUDGET=${BUDGET:-400} RESERVE=${RESERVE:-80} PER_CALL_ARGS="--patches $OUT/patches" SUMMARIZE=0 \
+  BUDGET=${BUDGET:-shapes} RESERVE=${RESERVE:-80} PER_CALL_ARGS="--patches $OUT/patches" SUMMARIZE=0 \
   bash benchmarks/gpu/run_all.sh "$OUT"
 
 echo "== record"

@@ -18,6 +18,11 @@
 # BUDGET (seconds, default 420) bounds the three steps together (builds come first, outside it): each
 # evaluation's harness timeout is cut to its share of what is left (the timed step leaves RESERVE, default
 # 100 s, to the checks), and a cut evaluation keeps the shapes it finished (RESULTS.md then says "n of N").
+# An op's timed share, by its shape count, is at least what its evaluation takes: TIMED_START (default 25 s: the
+# child's start, SGLang's import, the roofline probes) plus TIMED_PER_SHAPE (default 5 s) a shape (an H200 timed
+# rope's 7 shapes in ~45 s, topk_softmax's 14 in 46 s), taken from the ops after it only as far as theirs stays;
+# a share below that is said (WARN). BUDGET=shapes sizes the budget by the ops' shapes: PER_CALL_S (default 60)
+# for per_call, each op's timed minimum, and RESERVE.
 # OPS (default: the four shipped ops), SETS (the timed shape sets, default paper+quick) and STEPS (default
 # "per_call timed checks") narrow or widen the run; CHECK_SETS (default edge+held_out) are the checked sets,
 # PER_CALL_ARGS go to per_call.py, SUMMARIZE=0 leaves out summarize.py (benchmarks/gpu/families.sh sets them). The model-shape column of benchmarks/RESULTS.md comes from a
@@ -45,6 +50,8 @@ RESERVE=${RESERVE:-100}
 OPS=${OPS:-silu_and_mul fused_add_rmsnorm rmsnorm merge_attn_states_lse}
 SETS=${SETS:-paper+quick}
 STEPS=${STEPS:-per_call timed checks}
+TIMED_START=${TIMED_START:-25}
+TIMED_PER_SHAPE=${TIMED_PER_SHAPE:-5}
 TIMED=kernels.jsonl
 [ "$SETS" = paper+quick ] || TIMED="kernels-${SETS//+/-}.jsonl"
 has() { case " $STEPS " in *" $1 "*) return 0;; esac; return 1; }
@@ -92,6 +99,15 @@ with ThreadPoolExecutor(1) as pool:  # the C++ fast path (a torch extension) bui
     except Exception as exc:  # per_call.py then takes the Python path and says so in its rows
         print(f"the C++ fast path did not build: {exc}")
 PY
+shapes_of() {  # shapes_of OP SETS: how many shapes the sets hold (the timed step splits its time by them)
+  python3 -c "from astra_sglang.specs.registry import get_spec, resolve_shapes as r; print(len(r(get_spec('$1'), '$2')))"
+}
+declare -A COUNT NEED; total=0; needs=0
+for op in $OPS; do  # each op's timed shapes, and the least time its timed evaluation takes
+  COUNT[$op]=$(shapes_of "$op" "$SETS"); NEED[$op]=$((TIMED_START + TIMED_PER_SHAPE * COUNT[$op]))
+  total=$((total + COUNT[$op])); needs=$((needs + NEED[$op]))
+done
+[ "$BUDGET" = shapes ] && BUDGET=$((${PER_CALL_S:-60} + needs + RESERVE))
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
 echo "run_all: $GPU, $SOFTWARE, commit $COMMIT, budget ${BUDGET}s, setup and builds $((START - T0))s"
@@ -106,9 +122,6 @@ print(json.dumps({"file": file, "kind": kind, "sets": [s for s in sets.split("+"
                   "date": date, "gpu": gpu, "commit": commit, "command": command, "software": software}))
 PY
 }
-shapes_of() {  # shapes_of OP SETS: how many shapes the sets hold (the timed step splits its time by them)
-  python3 -c "from astra_sglang.specs.registry import get_spec, resolve_shapes as r; print(len(r(get_spec('$1'), '$2')))"
-}
 dtypes_of() {  # dtypes_of OP: the spec's dtypes, comma-separated (the checks run each; bench refuses any other)
   python3 -c "from astra_sglang.specs.registry import get_spec; print(','.join(get_spec('$1').dtypes))"
 }
@@ -117,7 +130,7 @@ bench_op() {
   local seconds=$1 op=$2; shift 2
   if [ "$seconds" -lt 20 ]; then echo "SKIPPED $op $*: ${seconds}s left of the budget"; return 0; fi
   step "$OUT/step.log" timeout -k 10 $((seconds + 30)) astra-sglang bench "$op" --timeout "$seconds" "$@"
-  grep -E "^[a-z_]+: |geomean|FAILED|error|results:" "$OUT/step.log"
+  grep -E "^[a-z0-9_]+: |geomean|FAILED|error|results:" "$OUT/step.log"
   rm -f "$OUT/step.log"
 }
 
@@ -137,11 +150,13 @@ fi
 if has timed; then
   echo "== timed (t=$(( $(date +%s) - START ))s)"
   TIMED_ARGS="--shapes $SETS --dtypes bf16"
-  declare -A COUNT; total=0
-  for op in $OPS; do COUNT[$op]=$(shapes_of "$op" "$SETS"); total=$((total + COUNT[$op])); done
   reserve=0; has checks && reserve=$RESERVE
-  for op in $OPS; do  # each op gets its share of what is left, by shape count
+  for op in $OPS; do  # each op gets its share of what is left, by shape count, and at least its NEED if it can
+    needs=$((needs - NEED[$op]))  # what the ops after it need
     t=$(( ($(left) - reserve) * COUNT[$op] / total )); total=$((total - COUNT[$op]))
+    spare=$(( $(left) - reserve - needs ))
+    [ "$t" -lt "${NEED[$op]}" ] && t=$(( spare < NEED[$op] ? (spare > t ? spare : t) : NEED[$op] ))
+    [ "$t" -lt "${NEED[$op]}" ] && echo "WARN timed $op: ${t}s of the budget for about ${NEED[$op]}s of work (BUDGET=shapes sizes it)"
     bench_op "$t" "$op" $TIMED_ARGS --out "$OUT/$TIMED"
   done
   source_line "$TIMED" timed "$SETS" "$OPS" "astra-sglang bench OP $TIMED_ARGS"
@@ -162,7 +177,7 @@ if has checks; then
   done
   [ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
   for op in $OPS; do
-    [ -f "$OUT/checks-$op.log" ] && grep -E "^[a-z_]+: |geomean|FAILED|error" "$OUT/checks-$op.log"
+    [ -f "$OUT/checks-$op.log" ] && grep -E "^[a-z0-9_]+: |geomean|FAILED|error" "$OUT/checks-$op.log"
     [ -f "$OUT/checks-$op.jsonl" ] && cat "$OUT/checks-$op.jsonl" >> "$OUT/checks.jsonl"
     rm -f "$OUT/checks-$op.log" "$OUT/checks-$op.jsonl"
   done

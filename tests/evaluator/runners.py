@@ -93,3 +93,11 @@ def silu_spec_order(input, out):
     """The honest op as a `py:` callable takes it: the spec's arguments in order."""
     d = out.shape[-1]
     out.copy_(torch.nn.functional.silu(input[..., :d].float()) * input[..., d:].float())
+
+
+def silu_through_a_shadowed_name(input, out):
+    """A `py:` adapter whose callee name is a module (what a package attribute turns into once a submodule of that
+    name is imported): Python raises TypeError, as SGLang's ops do where they refuse a shape."""
+    import types
+
+    types.ModuleType("per_token_group_quant")(input, out)

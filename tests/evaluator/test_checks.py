@@ -189,3 +189,29 @@ def test_a_library_patching_torch_is_not_the_candidates(monkeypatch):
     sglang_own = type("Event", (torch.cuda.Event,), {"__module__": "sglang.srt.patch_torch"})
     monkeypatch.setattr(torch.cuda, "Event", sglang_own)
     assert watch.changed() == ""
+
+
+def test_what_a_python_op_raised_is_kept_for_the_rows_reason(cpu_cuda):
+    launch = python_op(get_spec("silu_and_mul"), "py:tests.evaluator.runners:silu_through_a_shadowed_name")
+    verdict = _run(cpu_cuda, "silu_and_mul", (4, 64), lambda args: launch(args.tensors, args.scalars))
+    assert not verdict.ok and not verdict.covered
+    assert launch.refusal == "TypeError: 'module' object is not callable"
+
+
+def _timed(shape, speedup=None, defect=""):
+    from astra_sglang.harness.records import ShapeResult, Timing
+
+    return ShapeResult(shape=shape, dtype="bfloat16", correct=True, candidate=Timing(median_us=2, p10_us=2, p90_us=2),
+                       speedup=speedup, baseline_defect=defect)
+
+
+def test_a_timed_evaluation_whose_baseline_timed_nothing_is_no_result():
+    """The H200 run where SGLang's FP8 quant raised at every call: candidate times only, and `bench` said ok."""
+    from astra_sglang.harness.records import ShapeResult
+    from astra_sglang.harness.worker import uncompared
+
+    defect = "not covered by this kernel (TypeError: 'module' object is not callable)"
+    reason = uncompared([_timed((1, 7168), defect=defect), _timed((64, 7168), defect=defect)])
+    assert reason == f"nothing compared: the baseline gave no time at any of the 2 timed shapes (1x7168 bfloat16: {defect})"
+    assert uncompared([_timed((1, 7168), defect=defect), _timed((64, 7168), speedup=1.1)]) == ""
+    assert uncompared([ShapeResult(shape=(3, 5), dtype="bfloat16", covered=False)]) == ""  # nothing timed at all

@@ -4,6 +4,8 @@ that a scalar argument carries (group_size = group), drawn, referenced and compa
 what that layer leaves to SGLang's op."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -141,3 +143,44 @@ def test_what_the_kernel_does_not_cover_is_served_by_sglangs_op(call, reason):
     op.fn(*args, **kwargs)
     assert not launched and stats.kernel_calls == 0 and stats.fallbacks == 1 and stats.reasons == {reason: 1}
     assert len(calls) == 1 and calls[0]["group_size"] == args[1]  # SGLang's op got the caller's own call
+
+
+def _sglang_quantization_package(monkeypatch, shadowed: bool):
+    """SGLang 0.5.17's sglang.kernels.ops.quantization as modules in sys.modules (it does not import on CPU): the
+    package holds the function per_token_group_quant and the submodule of the same name defines the JIT kernel's
+    function; `shadowed`: the state once SGLang's kernel registry imported that submodule (at the package function's
+    first call), where the package's attribute is the submodule. Returns the calls each kernel function saw."""
+    import sys
+    import types
+
+    calls = {"group": [], "token": []}
+    package = types.ModuleType("sglang.kernels.ops.quantization")
+    package.__path__ = []
+    submodule = types.ModuleType("sglang.kernels.ops.quantization.per_token_group_quant")
+    submodule.per_token_group_quant = lambda x, x_q, x_s, group_size: calls["group"].append(group_size)
+    package.sgl_per_token_quant_fp8 = lambda x, x_q, x_s: calls["token"].append(x.shape)
+    package.per_token_group_quant = submodule if shadowed else submodule.per_token_group_quant
+    monkeypatch.setitem(sys.modules, package.__name__, package)
+    monkeypatch.setitem(sys.modules, submodule.__name__, submodule)
+    from astra_sglang.baselines import adapters
+
+    monkeypatch.setattr(adapters, "_sglang_group_quant", functools.cache(adapters._sglang_group_quant.__wrapped__))
+    return calls
+
+
+@pytest.mark.parametrize("shadowed", [False, True])
+def test_sglangs_group_quant_adapter_reaches_its_kernel_on_every_call(monkeypatch, shadowed):
+    """The harness's SGLang baseline calls the JIT kernel function on every call, also once the package's attribute of
+    its name is the submodule (the H200 run where every call after the first raised "'module' object is not
+    callable" and the op's timed rows had no SGLang figure)."""
+    from astra_sglang.baselines import adapters
+
+    calls = _sglang_quantization_package(monkeypatch, shadowed)
+    for tokens, layout in [(1, (False, False)), (3, (True, True)), (3, (True, False))]:
+        x = torch.zeros(tokens, 256, dtype=torch.bfloat16)
+        x_q, x_s = torch.empty(x.shape, dtype=torch.float8_e4m3fn), allocate_scales(x, 128, 1e-10, *layout)
+        adapters.sglang_per_token_group_quant_fp8(x, 128, 1e-10, *layout, x_q, x_s)
+    x = torch.zeros(2, 128, dtype=torch.bfloat16)  # one group per row: SGLang's per-token kernel
+    adapters.sglang_per_token_group_quant_fp8(x, 128, 1e-10, False, False, torch.empty(x.shape, dtype=torch.float8_e4m3fn),
+                                              torch.empty(2, 1))
+    assert calls == {"group": [128, 128, 128], "token": [(2, 128)]}

@@ -186,8 +186,8 @@ ORIGINAL_CALLS: list = []
 
 
 def sglang_topk_softmax(topk_weights, topk_ids, gating_output, renormalize=False, moe_softcapping=0.0,
-                        correction_bias=None):
-    """SGLang's signature (sglang.kernels.ops.moe.topk_softmax), computed by the fp64 reference."""
+                        correction_bias=None) -> None:
+    """SGLang's signature (sglang.kernels.ops.moe.topk_softmax, `-> None`), computed by the fp64 reference."""
     ORIGINAL_CALLS.append((renormalize, moe_softcapping, correction_bias is not None))
     moe_routing.topk_softmax(topk_weights, topk_ids, gating_output, renormalize)
 
@@ -225,6 +225,18 @@ def test_fused_topks_positional_call_reaches_the_kernel():
     assert seen == [((5, 128), [1.0])]
     want_w, want_ids = _reference(gating, 8, True)
     assert torch.equal(ids, want_ids) and torch.allclose(weights.double(), want_w)
+
+
+@pytest.mark.parametrize("experts", [128, 512])  # the kernel's call, and one it declines (SGLang's op serves it)
+def test_the_patched_call_returns_what_sglangs_returns(experts):
+    """SGLang's topk_softmax returns None; the spec names the weights and ids as outputs, but a patched call that
+    returned them would differ from SGLang's (the H200 per-call check: "5 outputs, the original gave 3")."""
+    op, stats, seen = _make()
+    args = _call_args(experts=experts)
+    assert sglang_topk_softmax(*_call_args(experts=experts), True) is None
+    assert op.fn(*args, True) is None and op.fn(*args, renormalize=True) is None
+    assert stats.kernel_calls == (2 if experts <= 256 else 0)
+    assert torch.equal(args[1], _reference(args[2], 8, True)[1])
 
 
 def test_a_call_without_renormalize_gets_sglangs_default():
@@ -272,6 +284,23 @@ def test_families_warmup_keeps_the_earlier_families_and_adds_topk(bench_script):
             "rotary_embedding", "topk_softmax", "per_token_group_quant_fp8"} <= set(warmup.WARMUPS)
     script = (ROOT / "benchmarks" / "gpu" / "families.sh").read_text()
     assert 'python3 benchmarks/families_warmup.py --sets "$SETS" $FAMILIES' in script
+
+
+def test_a_failing_warmup_is_named_and_the_others_still_run(bench_script, monkeypatch, capsys):
+    """The H200 run where the FP8 quant's warm-up raised and topk_softmax's, after it, never ran."""
+    warmup = bench_script("families_warmup")
+    ran = []
+
+    def broken(sets):
+        raise TypeError("'module' object is not callable")
+
+    monkeypatch.setattr(warmup, "WARMUPS", {"per_token_group_quant_fp8": broken, "topk_softmax": ran.append})
+    monkeypatch.setattr(warmup.torch.cuda, "synchronize", lambda: None)
+    assert warmup.main(["per_token_group_quant_fp8", "topk_softmax"], "quick") == 1
+    assert ran == ["quick"]
+    out = capsys.readouterr().out
+    assert "ERROR warm-up of per_token_group_quant_fp8: TypeError: 'module' object is not callable" in out
+    assert "warm-up done: topk_softmax" in out
 
 
 def test_per_call_times_mixtral_and_qwen3_moe():

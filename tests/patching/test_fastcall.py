@@ -78,6 +78,20 @@ def test_second_call_of_a_shape_is_served_in_cpp(library):
     assert (rec.calls, rec.kernel_calls, rec.fallbacks) == (5, 5, 0)
 
 
+def test_an_original_declaring_none_gets_none_back_from_either_path(library):
+    """An original that writes the outputs its caller hands in and returns None (SGLang's topk_softmax): the patched
+    call returns None too, from C++ as from Python."""
+    def original(input, out) -> None:
+        reference.silu_and_mul(input, out)
+
+    op, stats = patched(library, "silu_and_mul", original)
+    x, out = torch.randn(5, 64), torch.empty(5, 32)
+    assert op.fn(x, out) is None and op._fast.calls == 0  # Python computes the verdict
+    assert op.fn(x, out) is None and op._fast.calls == 1  # served in C++
+    torch.testing.assert_close(out, silu_original(x))
+    assert stats.calls == 1
+
+
 def test_inplace_op_with_scalar_and_default(library):
     op, stats = patched(library, "fused_add_rmsnorm", reference.fused_add_rmsnorm)
     w = torch.rand(48) + 0.5
