@@ -1,8 +1,10 @@
 """After benchmarks/gpu/families.sh's run: its figures into copies of the ops' patch manifests, and a summary.
 
 Usage: python3 benchmarks/families_record.py OUT GPU_NAME DATE SOURCE OP...
-Reads OUT/kernels*.jsonl (the shipped patch timed against SGLang's op), OUT/checks.jsonl (the harness's trials)
-and OUT/per_call.jsonl; takes each OP's manifest from OUT/patches/OP (else patches/OP) and writes
+       python3 benchmarks/families_record.py --candidates OUT OP...   # the ops to sanitize: their rows pass
+Reads OUT/kernels*.jsonl (the shipped patch timed against SGLang's op), OUT/checks.jsonl (the harness's trials),
+OUT/per_call.jsonl and OUT/sanitize.jsonl (benchmarks/memcheck.py --out); takes each OP's manifest from
+OUT/patches/OP (else patches/OP) and writes
 OUT/manifests/OP/manifest.json: `measured` = the timed rows against SGLang (py: baselines), the provenance's date,
 GPU and "`measured`: SOURCE" clause, gate_max_bytes = the largest call (bytes of its tensors) that every check and
 timed run passed, or none where any failed; `enabled` as the rows decide (`verdict`), with the reason in a
@@ -49,10 +51,17 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-def verdict(timed: list[dict], checked: list[dict], per_call: list[dict], failures: list[str]) -> tuple[bool, str]:
+SLOWEST = 0.95
+"""The acceptance gate's rule (README, "Scoring and shipping"): no more than 5% slower than SGLang's op at any shape."""
+
+
+def verdict(timed: list[dict], checked: list[dict], per_call: list[dict], failures: list[str],
+            sanitized: dict | None = None) -> tuple[bool, str]:
     """Whether the rows of one op enable its patch, and why: every check passed, every timed shape has SGLang's
-    figure, the geomean against SGLang's op is at least 1, and no eager call costs more than SGLang's.
-    `failures`: the reasons of the op's evaluations that did not finish (a timeout leaves shapes untimed)."""
+    figure, the geomean against SGLang's op is at least 1 and no shape below SLOWEST, no eager call costs more than
+    SGLang's, and compute-sanitizer's memcheck and racecheck passed (`sanitized`: the op's line of
+    OUT/sanitize.jsonl, None where it did not run). `failures`: the reasons of the op's evaluations that did not
+    finish (a timeout leaves shapes untimed)."""
     bad = [r for r in timed + checked if r.get("correct") is False]
     if bad:
         return False, f"{len(bad)} checks failed"
@@ -67,14 +76,23 @@ def verdict(timed: list[dict], checked: list[dict], per_call: list[dict], failur
     speed = geomean([r["speedup"] for r in against])
     if speed < 1.0:
         return False, f"geomean {speed:.3f}x against SGLang's op over {len(against)} shapes"
+    slowest = min(against, key=lambda r: r["speedup"])
+    if slowest["speedup"] < SLOWEST:
+        return False, (f"{slowest['speedup']:.3f}x SGLang's op at {'x'.join(map(str, slowest['shape']))} "
+                       f"{slowest['dtype']} (geomean {speed:.3f}x)")
     if not per_call:
         return False, "no per-call row (the eager call was not checked and timed against SGLang's)"
     worst = max(per_call, key=lambda r: r["ratio"])
     if worst["ratio"] > 1.0:
         return False, (f"per call {worst['ratio']:.3f}x SGLang's eager time at {'x'.join(map(str, worst['shape']))} "
                        f"(geomean {speed:.3f}x kernel only)")
-    return True, (f"geomean {speed:.3f}x against SGLang's op over {len(against)} shapes, per call at most "
-                  f"{worst['ratio']:.3f}x its eager time")
+    figures = (f"geomean {speed:.3f}x against SGLang's op over {len(against)} shapes, per call at most "
+               f"{worst['ratio']:.3f}x its eager time")
+    if sanitized is None:
+        return False, f"{figures}, but compute-sanitizer memcheck and racecheck have not run"
+    if not sanitized.get("ok"):
+        return False, f"compute-sanitizer memcheck or racecheck failed ({sanitized.get('reason') or 'a finding'}), {figures}"
+    return True, f"{figures}, compute-sanitizer memcheck and racecheck clean"
 
 
 def summary(op: str, timed: list[dict], checked: list[dict], per_call: list[dict]) -> list[str]:
@@ -110,16 +128,35 @@ def failed_runs(paths: list[Path], op: str) -> list[str]:
     return found
 
 
+def sanitizer_lines(out: Path) -> dict[str, dict]:
+    """OUT/sanitize.jsonl (benchmarks/memcheck.py --out) by op, the last line of each op."""
+    path = out / "sanitize.jsonl"
+    return {r["op"]: r for r in map(json.loads, path.read_text().splitlines())} if path.is_file() else {}
+
+
+def candidates(out: Path, ops: list[str]) -> list[str]:
+    """The ops whose rows enable them once compute-sanitizer passes: those families.sh sanitizes."""
+    timed, checked, per_call = rows(out, "kernels*.jsonl"), rows(out, "checks.jsonl"), rows(out, "per_call.jsonl")
+    clean = {"ok": True}
+    return [op for op in ops if verdict([r for r in timed if r["kernel"] == op], [r for r in checked if r["kernel"] == op],
+                                        [r for r in per_call if r["op"] == op],
+                                        failed_runs(sorted(out.glob("kernels*.jsonl")), op), clean)[0]]
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--candidates":
+        print(" ".join(candidates(Path(argv[1]), argv[2:])))
+        return 0
     out, gpu, date, source, ops = Path(argv[0]), argv[1], argv[2], argv[3], argv[4:]
     timed, checked, per_call = rows(out, "kernels*.jsonl"), rows(out, "checks.jsonl"), rows(out, "per_call.jsonl")
+    sanitized = sanitizer_lines(out)
     text = [f"# Op families ({', '.join(ops)}): {gpu}, {date}", "", f"Source: {source}", ""]
     for op in ops:
         folder = out / "patches" / op if (out / "patches" / op / "manifest.json").is_file() else Path("patches") / op
         mine = [r for r in timed if r["kernel"] == op]
         checks = [r for r in checked if r["kernel"] == op]
         calls = [r for r in per_call if r["op"] == op]
-        decision = verdict(mine, checks, calls, failed_runs(sorted(out.glob("kernels*.jsonl")), op))
+        decision = verdict(mine, checks, calls, failed_runs(sorted(out.glob("kernels*.jsonl")), op), sanitized.get(op))
         manifest = record(PatchManifest.load(folder), mine, checks, gpu, date, source, decision)
         target = out / "manifests" / op
         target.mkdir(parents=True, exist_ok=True)

@@ -21,9 +21,12 @@ def _row(shape, speedup=None, correct=True, dtype="bfloat16", timed=True):
     return row
 
 
-def _run(bench_script, tmp_path, checks, timed=None, summary=None, ratio=0.556):
+def _run(bench_script, tmp_path, checks, timed=None, summary=None, ratio=0.556, sanitized=True):
     out = tmp_path / "out"
     out.mkdir(parents=True)
+    if sanitized is not None:  # benchmarks/memcheck.py --out's line for the op
+        (out / "sanitize.jsonl").write_text(json.dumps({"op": OP, "ok": sanitized,
+                                                        "reason": "" if sanitized else "exit code 1"}) + "\n")
     timed = timed or [_row((1, 3584), 1.25), _row((64, 4608), 1.10), _row((8192, 3584), 0.98), _row((17, 2048), 1.3)]
     summary = summary or {"type": "summary", "kernel": OP, "ok": True}
     (out / "kernels-paper-quick-held_out.jsonl").write_text("".join(json.dumps(r) + "\n" for r in timed)
@@ -46,8 +49,8 @@ def test_records_the_timed_rows_and_the_largest_checked_call(bench_script, tmp_p
     spec = get_spec(OP)
     assert manifest.gate_max_bytes == max(spec.call_bytes((8192, 3584), "bfloat16"), spec.call_bytes((7, 8200), "float32"))
     assert manifest.enabled is True and manifest.kernel == "../rmsnorm/kernel.cu"
-    assert "`gate`: enabled, geomean 1.150x against SGLang's op over 4 shapes, per call at most 0.556x" \
-        in manifest.provenance.notes
+    assert "`gate`: enabled, geomean 1.150x against SGLang's op over 4 shapes, per call at most 0.556x its eager " \
+        "time, compute-sanitizer memcheck and racecheck clean" in manifest.provenance.notes
     assert manifest.defines == {"ASTRA_GEMMA": "1"}
     assert manifest.provenance.date == "2026-12-01" and manifest.provenance.gpu == "NVIDIA H100"
     assert "`measured`: H100, 2026-12-01, commit abc, `cmd`" in manifest.provenance.notes
@@ -94,3 +97,26 @@ def test_shapes_without_sglangs_figure_or_a_cut_evaluation_leave_it_off(bench_sc
     _, manifest = _run(bench_script, tmp_path / "cut", [], summary=cut)
     assert _verdict(manifest) == (False, "left off, the timed step failed: timed out after 44s after shape "
                                          "(1500, 16, 16, 64) bfloat16, 7 of 7 done")
+
+
+def test_a_shape_more_than_5_percent_slower_leaves_it_off(bench_script, tmp_path):
+    """The acceptance gate's rule: a fast geomean does not carry a shape where SGLang's op is over 5% faster."""
+    timed = [_row((1, 3584), 1.40), _row((64, 4608), 1.30), _row((8192, 3584), 0.94)]
+    _, manifest = _run(bench_script, tmp_path, [], timed=timed)
+    assert _verdict(manifest) == (False, "left off, 0.940x SGLang's op at 8192x3584 bfloat16 (geomean 1.196x)")
+
+
+def test_fast_rows_wait_for_compute_sanitizer(bench_script, tmp_path):
+    """topk_softmax on the H200: every figure passed, but no memcheck or racecheck had run: left off, saying so;
+    a sanitizer finding leaves it off too; --candidates names the op for families.sh to sanitize."""
+    out, manifest = _run(bench_script, tmp_path, [], sanitized=None)
+    assert _verdict(manifest) == (False, "left off, geomean 1.150x against SGLang's op over 4 shapes, per call at "
+                                         "most 0.556x its eager time, but compute-sanitizer memcheck and racecheck "
+                                         "have not run")
+    _, manifest = _run(bench_script, tmp_path / "found", [], sanitized=False)
+    assert _verdict(manifest)[1].startswith("left off, compute-sanitizer memcheck or racecheck failed (exit code 1)")
+    module = bench_script("families_record")
+    assert module.candidates(out, [OP]) == [OP]
+    slow = tmp_path / "slow"
+    _run(bench_script, slow, [], ratio=1.2)
+    assert module.candidates(slow / "out", [OP]) == []

@@ -9,11 +9,13 @@
 #             for a variant op the sibling op's kernel file with the manifest's define, against SGLang's op, kernel
 #             only, CUDA graphs, L2 cold, bf16, SETS) and checks (the harness's trials on CHECK_SETS in
 #             each spec's dtypes, no timing)
+#   sanitize  benchmarks/memcheck.py: compute-sanitizer memcheck and racecheck over the ops whose rows pass
 #   record    benchmarks/families_record.py: the timed rows into copies of the ops' manifests (`measured`,
 #             provenance), gate_max_bytes from the largest call every check passed, enabled where every check
-#             passed, every timed shape has SGLang's figure, the geomean is at least 1 and no eager call costs more
-#             than SGLang's (else left off with the figure in `off_reason`), OUT/families.md
-# Writes OUT/{per_call,kernels-*,checks,sources}.jsonl, OUT/per_call.md, OUT/families.md, OUT/run.log and
+#             passed, every timed shape has SGLang's figure, the geomean is at least 1, no shape is below 0.95x, no
+#             eager call costs more than SGLang's and compute-sanitizer was clean (else left off with the figure in
+#             `off_reason`), OUT/families.md
+# Writes OUT/{per_call,kernels-*,checks,sources,sanitize}.jsonl, OUT/per_call.md, OUT/families.md, OUT/run.log and
 # OUT/manifests/<op>/manifest.json.
 #
 # Usage (GPU machine, repo root, SGLang importable or its runtime kit unpacked as .stage/: see setup.sh):
@@ -53,6 +55,16 @@ timeout 300 python3 benchmarks/families_warmup.py --sets "$SETS" $FAMILIES
 OPS=$FAMILIES SETS=$SETS CHECK_SETS=${CHECK_SETS:-edge+quick+held_out} \
   BUDGET=${BUDGET:-shapes} RESERVE=${RESERVE:-80} PER_CALL_ARGS="--patches $OUT/patches" SUMMARIZE=0 \
   bash benchmarks/gpu/run_all.sh "$OUT"
+
+# compute-sanitizer over the ops whose rows would enable them (the shipping rule: memcheck and racecheck clean);
+# the others are left off by their figures without it.
+SANITIZE=$(python3 benchmarks/families_record.py --candidates "$OUT" $FAMILIES)
+rm -f "$OUT/sanitize.jsonl"
+if [ -n "$SANITIZE" ]; then
+  echo "== sanitize: $SANITIZE"
+  timeout "${SANITIZE_S:-240}" python3 benchmarks/memcheck.py --patches "$OUT/patches" --out "$OUT/sanitize.jsonl" \
+    $SANITIZE 2>&1 | tail -20
+fi
 
 echo "== record"
 DATE=$(date -u +%F)
