@@ -17,7 +17,7 @@ STAND_IN = """#!/usr/bin/env bash
 dir=${{1:-$OUT}}
 mkdir -p "$dir"
 {{ echo "args=$*"; for v in OUT STAGES DEADLINE PERIODS ROUNDS RUNS GPUS CORES SHAPES BUCKETS CUDA_VISIBLE_DEVICES PORT \\
-    HOME_FROM CONFIGS FINAL_S; do echo "$v=${{!v-<unset>}}"; done; }} > "$dir/seen.txt"
+    HOME_FROM CONFIGS FINAL_S AA; do echo "$v=${{!v-<unset>}}"; done; }} > "$dir/seen.txt"
 {setup}
 exit {rc}
 """
@@ -39,7 +39,9 @@ def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     ab = stand_in(tmp_path, "ab", setup='echo "== model ready at 1 s" > "$OUT/console.txt"')
     tiers = stand_in(tmp_path, "tiers", rc=3)  # a failing job loses no other's results
     onboard = stand_in(tmp_path, "onboard")
+    abruns = stand_in(tmp_path, "abruns")
     full = {**os.environ, "AB_SCRIPT": str(ab), "TIERS_SCRIPT": str(tiers), "ONBOARD_SCRIPT": str(onboard),
+            "ABRUNS_SCRIPT": str(abruns),
             "STAGGER": "0", "WORKDIR": str(tmp_path / "work"), "ASTRA_COMMIT": "abc1234", **env}
     return subprocess.run(["bash", "benchmarks/gpu/host_split.sh", str(tmp_path / "out")], cwd=REPO, env=full,
                           capture_output=True, text=True, timeout=120)
@@ -68,3 +70,22 @@ def test_only_the_jobs_asked_for_run(tmp_path, jobs):
     done = run(tmp_path, JOBS=jobs)
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in (tmp_path / "out").glob("*.tgz")) == sorted(f"{j}.tgz" for j in jobs.split())
+
+
+def test_the_ab_runs_beside_the_aa_get_gpus_2_3_their_port_and_the_aas_folder(tmp_path):
+    done = run(tmp_path, JOBS="ab abruns", AB_STAGES="aa", ABRUNS_RUNS="/earlier/abruns", AA="/earlier/ab/aa",
+               PERIODS="3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = tmp_path / "out"
+    abruns = seen(out / "abruns.tgz", "abruns")
+    assert abruns["GPUS"] == "2,3" and abruns["PORT"] == "30233" and abruns["STAGES"] == "mixtral"
+    assert abruns["CUDA_VISIBLE_DEVICES"] == "<unset>"  # ab gives each server its GPU from --gpus
+    assert abruns["RUNS"] == "/earlier/abruns" and abruns["AA"] == "/earlier/ab/aa" and abruns["PERIODS"] == "3"
+    assert abruns["OUT"] == str(tmp_path / "work" / "abruns")
+    ab = seen(out / "ab.tgz", "ab")
+    assert ab["PORT"] == "<unset>" and ab["CUDA_VISIBLE_DEVICES"] == "<unset>" and ab["STAGES"] == "aa"
+
+
+def test_abruns_and_tiers_together_are_refused(tmp_path):
+    done = run(tmp_path, JOBS="ab abruns tiers")
+    assert done.returncode == 2 and "both run on GPUs 2,3" in done.stdout

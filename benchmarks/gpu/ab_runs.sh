@@ -25,8 +25,9 @@ source benchmarks/gpu/ab_common.sh
 DEADLINE=${DEADLINE:-500}
 STAGES=${STAGES:-mixtral dense}
 DESIGN=${DESIGN:-crossover}
-if [ "$DESIGN" = crossover ]; then PLACE=(--design crossover --gpus 0,1 --runs "${PERIODS:-6}")
-else PLACE=(--design restarts --runs "${STARTS:-3}"); fi
+# GPUS: the two GPUs of the crossover (nvidia-smi indices: the servers' CUDA_VISIBLE_DEVICES), or the one of restarts
+if [ "$DESIGN" = crossover ]; then PLACE=(--design crossover --gpus "${GPUS:-0,1}" --runs "${PERIODS:-6}")
+else PLACE=(--design restarts ${GPUS:+--gpus "$GPUS"} --runs "${STARTS:-3}"); fi
 AA_FLAG=(); [ -n "${AA:-}" ] && [ -f "$AA/parity.jsonl" ] && AA_FLAG=(--aa "$AA")
 set -- $STAGES
 SHARE=$(( (DEADLINE - $(elapsed)) / $# ))

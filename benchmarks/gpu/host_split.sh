@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The project's GPU jobs side by side on one 4-GPU host, in one command of at most ~9.5 minutes:
 #   ab       benchmarks/gpu/ab_design.sh on GPUs 0,1 (its --gpus 0,1): the serving controls, one GPU per arm
+#   abruns   benchmarks/gpu/ab_runs.sh on GPUs 2,3 (its GPUS=2,3, its own port range): the serving A/Bs
+#            beside the A/A, read against it (not with tiers: both take GPUs 2,3)
 #   tiers    benchmarks/gpu/moe_tiers.sh on TIERS_GPUS (default 2): fused MoE's two tiers
 #   onboard  benchmarks/gpu/onboard_run.sh on GPU 3: onboarding steps (ONBOARD_STEPS)
-# Each job runs on its own CPU cores where the host has 64 or more (ab 0-15, tiers 16-55, onboard 56-63), so that
+# Each job runs on its own CPU cores where the host has 64 or more (ab 0-15, abruns 16-31, tiers 16-55, onboard
+# 56-63), so that
 # Triton's compile processes do not take the servers' host threads. The first job's set-up (the kit unpacked, the
 # model's weights made) runs alone; the others start once it is done, because setup.sh copies the model folder
 # anew and installs this checkout, and two at once race.
@@ -11,10 +14,12 @@
 #   ASTRA_COMMIT=<commit> bash benchmarks/gpu/host_split.sh OUTDIR
 # env: JOBS ("ab tiers onboard"), DEADLINE (the wall of every job, 560 s)
 #   ab:      AB_STAGES ("aa wrong"), AB_RUNS (an earlier OUTDIR/ab to go on from), PERIODS, ROUNDS, AB_DEADLINE (510)
+#   abruns:  ABRUNS_STAGES ("mixtral"), ABRUNS_RUNS (an earlier OUTDIR/abruns), AA (the A/A's run folder: the parity
+#            reference), ABRUNS_DEADLINE (510); PERIODS and ROUNDS as ab's
 #   tiers:   TIERS_GPUS (2), TIERS_RUNS (an earlier OUTDIR/tiers), SHAPES, BUCKETS, TIERS_DEADLINE (440), CORES (36)
 #   onboard: ONBOARD_STEPS ("ops record optimize engage"), HOME_FROM (an earlier run's OUTDIR/onboard/home),
 #            CONFIGS, FINAL_S
-#   AB_SCRIPT, TIERS_SCRIPT, ONBOARD_SCRIPT: the scripts run (their CPU test swaps in stand-ins)
+#   AB_SCRIPT, ABRUNS_SCRIPT, TIERS_SCRIPT, ONBOARD_SCRIPT: the scripts run (their CPU test swaps in stand-ins)
 # Writes OUTDIR/<job>.tgz (the job's whole folder) and OUTDIR/<job>.console; prints each job's exit code and tail.
 set -u
 OUTDIR=$(realpath -m "${1:?usage: host_split.sh OUTDIR}"); mkdir -p "$OUTDIR"
@@ -40,6 +45,9 @@ job() {  # job NAME CORES ENV... -- CMD...: the command under `env ENV...`, its 
   echo "$name exit code $? at $(elapsed) s" | tee -a "$WORKDIR/$name.console"
 }
 
+if has abruns && has tiers; then
+  echo "host_split.sh: JOBS has both abruns and tiers, and both run on GPUs 2,3: choose one"; exit 2
+fi
 pids=()
 if has ab; then
   ab_env=("OUT=$WORKDIR/ab" "STAGES=${AB_STAGES:-aa wrong}" "DEADLINE=${AB_DEADLINE:-510}")
@@ -54,6 +62,17 @@ if has ab; then
     sleep 2
   done
   echo "== ab set up at $(elapsed) s"
+fi
+if has abruns; then
+  abruns_env=("OUT=$WORKDIR/abruns" "STAGES=${ABRUNS_STAGES:-mixtral}" "DEADLINE=${ABRUNS_DEADLINE:-510}"
+              "GPUS=2,3" "PORT=30233")  # ab sets each server's CUDA_VISIBLE_DEVICES from its --gpus
+  [ -n "${PERIODS:-}" ] && abruns_env+=("PERIODS=$PERIODS")
+  [ -n "${ROUNDS:-}" ] && abruns_env+=("ROUNDS=$ROUNDS")
+  [ -n "${ABRUNS_RUNS:-}" ] && abruns_env+=("RUNS=$ABRUNS_RUNS")
+  [ -n "${AA:-}" ] && abruns_env+=("AA=$AA")
+  job abruns 16-31 "${abruns_env[@]}" -- bash "${ABRUNS_SCRIPT:-benchmarks/gpu/ab_runs.sh}" &
+  pids+=($!)
+  sleep "${STAGGER:-10}"  # its set-up before the next one's
 fi
 if has tiers; then
   tiers_env=("GPUS=${TIERS_GPUS:-2}" "CORES=${CORES:-36}" "DEADLINE=${TIERS_DEADLINE:-440}")
