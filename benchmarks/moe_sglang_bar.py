@@ -3,16 +3,18 @@
   picks     what SGLang picks itself at each batch size (its config file for this GPU and shape, else its default)
   tuner     SGLang's tuner from the checkout folder given (astra_sglang.triton.moe.sglang_tuner_run): bounded by
             default (its own tune loop over our ranked configs first, then a seeded random sample of its space,
-            stopped at its share of the deadline), in full with --full; per-config costs, wall time, its picks
+            stopped at its share of the deadline), in full with --full; per-config costs, wall time, its picks; then,
+            bounded, SGLang's pick, its best and ours timed by its script's own benchmark_config in its process
   evaluate  isolated evaluations spread over the GPUs (LocalPool): SGLang tuner's best against SGLang's pick, the
             split-K variants of the tuner's best config against it, ours (--ours) against it; then the splits that
-            won, timed again (astra_sglang.triton.moe.bar)
+            won, timed again (astra_sglang.triton.moe.bar); none for an fp8_w8a8 shape (the evaluator's fused_moe
+            spec is unquantized: the report says so)
   report    OUT/bar.jsonl (a header line, the tuner's batch sizes, every comparison row), OUT/tuner.json, OUT/bar.md
 
 Ranked configs (--ranked FILE, JSON {batch size: [config codes]}, e.g. our screening's order) go first in the
 bounded subset; without it, the configs SGLang ships for this expert shape on other GPUs. Only configs inside
 SGLang's space count: SGLang's tuner could not have picked any other.
-Usage: python3 benchmarks/moe_sglang_bar.py --tuner-dir DIR --out OUT [--preset mixtral-8x7b-tp2 | --shape ExNxHxK]
+Usage: python3 benchmarks/moe_sglang_bar.py --tuner-dir DIR --out OUT [--preset NAME | --shape ExNxHxK [--quant fp8_w8a8]]
        [--batch-sizes 1,4,16,64] [--gpus 0,1] [--sample 24] [--seed 0] [--deadline 400] [--tuner-share 0.45]
        [--ranked FILE] [--ours FILE] [--full]
 """
