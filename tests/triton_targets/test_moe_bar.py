@@ -83,10 +83,9 @@ def test_the_summary_and_the_report(tmp_path):
     assert "over these 3 batch sizes on 2 GPU(s): 96 min (estimated)" in text
 
 
-def test_the_gpu_script_end_to_end_with_its_gpu_stages_stood_in_for(bench_script, tmp_path, monkeypatch):
-    script = bench_script("moe_sglang_bar")
-    folder = tmp_path / "fused_moe_triton"
-    folder.mkdir()
+def _stand_in_gpu_stages(script, monkeypatch) -> dict:
+    """The tuner folder's check, the header's GPU facts and SGLang's picks (the default config everywhere) stood in
+    for; returns where the picks' dtype is recorded."""
     monkeypatch.setattr(script.TunerScript, "open", classmethod(lambda cls, f: cls(f, {}, True)))
     monkeypatch.setattr(script, "header", lambda args, shape, gpus: {"kind": "header", "date": "d", "gpu": "G",
                                                                       "commit": "c", "sglang": "0.5.17", "triton": "3.6.0",
@@ -98,6 +97,14 @@ def test_the_gpu_script_end_to_end_with_its_gpu_stages_stood_in_for(bench_script
         return [Pick(t, MoeConfig(64, 64, 32, 8), "default") for t in sizes]
 
     monkeypatch.setattr(script.moe_configs, "sglang_picks", picks)
+    return seen
+
+
+def test_the_gpu_script_end_to_end_with_its_gpu_stages_stood_in_for(bench_script, tmp_path, monkeypatch):
+    script = bench_script("moe_sglang_bar")
+    folder = tmp_path / "fused_moe_triton"
+    folder.mkdir()
+    seen = _stand_in_gpu_stages(script, monkeypatch)
 
     def bounded(tuner_script, shape, tokens, gpus, work, ranked, sample, seed, seconds, compare=None):
         seen.update(tokens=tokens, gpus=gpus, ranked=ranked, sample=sample, seconds=seconds, compare=compare,
@@ -126,15 +133,7 @@ def test_the_gpu_script_end_to_end_with_its_gpu_stages_stood_in_for(bench_script
 def test_an_fp8_preset_runs_the_tuner_fp8_and_says_why_nothing_is_judged_strictly(bench_script, tmp_path,
                                                                                   monkeypatch):
     script = bench_script("moe_sglang_bar")
-    monkeypatch.setattr(script.TunerScript, "open", classmethod(lambda cls, f: cls(f, {}, True)))
-    monkeypatch.setattr(script, "header", lambda args, shape, gpus: {"kind": "header", "date": "d", "gpu": "G",
-                                                                      "commit": "c", "sglang": "0.5.17", "triton": "3.6.0",
-                                                                      "shape": shape.describe(), "command": "cmd"})
-    seen = {}
-
-    def picks(e, n, h, k, sizes, dtype=None):
-        seen.update(dtype=dtype)
-        return [Pick(t, MoeConfig(64, 64, 32, 8), "default") for t in sizes]
+    seen = _stand_in_gpu_stages(script, monkeypatch)
 
     def bounded(tuner_script, shape, tokens, gpus, work, ranked, sample, seed, seconds, compare=None):
         seen.update(shape=shape)
@@ -142,7 +141,6 @@ def test_an_fp8_preset_runs_the_tuner_fp8_and_says_why_nothing_is_judged_strictl
         batches = [b.model_copy(update={"timed": {"pick": 20.0, "tuner": 16.0}}) for b in run.batches if b.tokens == 1]
         return run.model_copy(update={"batches": batches})
 
-    monkeypatch.setattr(script.moe_configs, "sglang_picks", picks)
     monkeypatch.setattr(script, "run_bounded", bounded)
     monkeypatch.setattr(script, "evaluate", lambda gpus, comparisons: pytest.fail("no strict evaluation at fp8"))
     report = script.main(["--tuner-dir", str(tmp_path), "--out", str(tmp_path / "out"), "--batch-sizes", "1",
