@@ -8,10 +8,13 @@ import json
 from astra_sglang.optimize.tuner.moe_simulate import landscape_us
 from astra_sglang.optimize.tuner.screen_worker_handle import WorkerSettings
 from astra_sglang.triton.moe import configs as moe_configs
+from astra_sglang.triton.moe.bar import PRESETS
 from astra_sglang.triton.moe.shapes import MoeShape
 
-SHAPES = {"qwen3": MoeShape(128, 768, 2048, 8), "mixtral": MoeShape(8, 14336, 4096, 2)}
-"""Qwen3-30B-A3B's experts (128 x 768, hidden 2048, top-8) and Mixtral-8x7B's at TP1 (8 x 14336, 4096, top-2)."""
+SHAPES = {"qwen3": PRESETS["qwen3-30b-a3b"], "mixtral": MoeShape(8, 14336, 4096, 2), **PRESETS}
+"""Qwen3-30B-A3B's experts (128 x 768, hidden 2048, top-8), Mixtral-8x7B's at TP1 (8 x 14336, 4096, top-2), and the
+bar's shapes by their preset names (astra_sglang.triton.moe.bar.PRESETS: Mixtral-8x7B at TP2 in bf16 and fp8_w8a8,
+Qwen3-30B-A3B, DeepSeek-V2-Lite)."""
 SIMULATED_GPU = "NVIDIA H100 80GB HBM3"
 SIMULATED_SMEM = 227 * 1024
 SIMULATE = "astra_sglang.optimize.tuner.screen_simulate:SimulatedLaunch"

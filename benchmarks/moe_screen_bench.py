@@ -188,7 +188,8 @@ class Bench:
             self.log(f"{name}: scaling phases skipped, past the deadline")
             return
         batch = self.args.batch
-        pick = moe_configs.sglang_picks(shape.experts, shape.inter, shape.hidden, shape.topk, [batch])[0]
+        pick = moe_configs.sglang_picks(shape.experts, shape.inter, shape.hidden, shape.topk, [batch],
+                                         shape.config_dtype)[0]
         order = ordered(shape, batch, pick.config, gpu_model(self.gpu, self.smem), prune=None)
         first, second = self.gpus[0], (self.gpus[1] if len(self.gpus) > 1 else None)
         shared = child is not None and second in self.tier_gpus()

@@ -3,22 +3,25 @@
   picks     what SGLang picks itself at each batch size (its config file for this GPU and shape, else its default)
   tuner     SGLang's tuner from the checkout folder given (astra_sglang.triton.moe.sglang_tuner_run): bounded by
             default (its own tune loop over our ranked configs first, then a seeded random sample of its space,
-            stopped at its share of the deadline), in full with --full; per-config costs, wall time, its picks
+            stopped at its share of the deadline), in full with --full; per-config costs, wall time, its picks; then,
+            bounded, SGLang's pick, its best and ours timed by its script's own benchmark_config in its process
   evaluate  isolated evaluations spread over the GPUs (LocalPool): SGLang tuner's best against SGLang's pick, the
             split-K variants of the tuner's best config against it, ours (--ours) against it; then the splits that
-            won, timed again (astra_sglang.triton.moe.bar)
+            won, timed again (astra_sglang.triton.moe.bar); none for an fp8_w8a8 shape (the evaluator's fused_moe
+            spec is unquantized: the report says so)
   report    OUT/bar.jsonl (a header line, the tuner's batch sizes, every comparison row), OUT/tuner.json, OUT/bar.md
 
 Ranked configs (--ranked FILE, JSON {batch size: [config codes]}, e.g. our screening's order) go first in the
 bounded subset; without it, the configs SGLang ships for this expert shape on other GPUs. Only configs inside
 SGLang's space count: SGLang's tuner could not have picked any other.
-Usage: python3 benchmarks/moe_sglang_bar.py --tuner-dir DIR --out OUT [--preset mixtral-8x7b-tp2 | --shape ExNxHxK]
+Usage: python3 benchmarks/moe_sglang_bar.py --tuner-dir DIR --out OUT [--preset NAME | --shape ExNxHxK [--quant fp8_w8a8]]
        [--batch-sizes 1,4,16,64] [--gpus 0,1] [--sample 24] [--seed 0] [--deadline 400] [--tuner-share 0.45]
        [--ranked FILE] [--ours FILE] [--full]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import shlex
@@ -46,6 +49,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--preset", choices=sorted(PRESETS), default="mixtral-8x7b-tp2")
     p.add_argument("--shape", help="EXPERTSxNxHIDDENxTOPK instead of --preset")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
+    p.add_argument("--quant", default="", choices=["", "fp8_w8a8"], help="with --shape (a preset names its own)")
     p.add_argument("--batch-sizes", default="1,4,16,64")
     p.add_argument("--gpus", help="e.g. 0,1 (default: every visible GPU)")
     p.add_argument("--sample", type=int, default=24, help="random configs of SGLang's space per batch size")
@@ -61,9 +65,8 @@ def parse(argv=None) -> argparse.Namespace:
 def shape_of(args) -> MoeShape:
     if args.shape:
         experts, inter, hidden, topk = (int(x) for x in args.shape.lower().split("x"))
-        return MoeShape(experts, inter, hidden, topk, args.dtype)
-    base = PRESETS[args.preset]
-    return MoeShape(base.experts, base.inter, base.hidden, base.topk, args.dtype)
+        return MoeShape(experts, inter, hidden, topk, args.dtype, args.quant)
+    return dataclasses.replace(PRESETS[args.preset], dtype=args.dtype)
 
 
 def ranked_configs(path: Path | None, shape: MoeShape, tokens: list[int]) -> dict[int, list[dict]]:
@@ -71,7 +74,17 @@ def ranked_configs(path: Path | None, shape: MoeShape, tokens: list[int]) -> dic
     if path:
         codes = {int(k): v for k, v in json.loads(path.read_text()).items()}
         return {t: [MoeConfig.from_code(c).sglang() for c in codes[moe_configs.nearest(codes, t)]] for t in tokens}
-    return {t: [c.sglang() for c in moe_configs.shipped_configs(shape.experts, shape.inter, t)] for t in tokens}
+    return {t: [c.sglang() for c in moe_configs.shipped_configs(shape.experts, shape.inter, t, dtype=shape.config_dtype)]
+            for t in tokens}
+
+
+def compare_configs(picks: dict, ours: dict[int, MoeConfig] | None, tokens: list[int]) -> dict[int, dict[str, dict]]:
+    """Per batch size, the configs timed beside the tuner's best by its own script: SGLang's pick, ours (the
+    file's key nearest the batch size, as SGLang reads a file)."""
+    out = {t: {"pick": picks[t].config.sglang()} for t in tokens}
+    for t in tokens if ours else []:
+        out[t]["ours"] = ours[moe_configs.nearest(ours, t)].sglang()
+    return out
 
 
 def header(args, shape: MoeShape, gpus: list[str]) -> dict:
@@ -111,13 +124,17 @@ def main(argv=None) -> Path:
     script = TunerScript.open(args.tuner_dir)
     head = header(args, shape, gpus)
     picks = {p.tokens: p for p in moe_configs.sglang_picks(shape.experts, shape.inter, shape.hidden, shape.topk,
-                                                             tokens)}
+                                                             tokens, shape.config_dtype)}
     print(f"{shape.describe()} on {head['gpu']} x{len(gpus)}: SGLang picks {picks[tokens[0]].describe()}", flush=True)
+    ours = None
+    if args.ours:
+        ours = {m: MoeConfig.from_sglang(c) for m, c in moe_configs.read(args.ours).items()}
     if args.full:
         tuner = run_full(script, shape, tokens, gpus, args.out / "tuner")
     else:
         tuner = run_bounded(script, shape, tokens, gpus, args.out / "tuner", ranked_configs(args.ranked, shape, tokens),
-                            args.sample, args.seed, args.tuner_share * args.deadline - (time.time() - started))
+                            args.sample, args.seed, args.tuner_share * args.deadline - (time.time() - started),
+                            compare_configs(picks, ours, tokens))
     (args.out / "tuner.json").write_text(tuner.model_dump_json(indent=1))
     print(f"SGLang's tuner: {tuner.mode}, {tuner.wall_s:.0f} s", flush=True)
     jsonl = args.out / "bar.jsonl"  # written as the stages end: a run cut short keeps what it measured
@@ -126,17 +143,17 @@ def main(argv=None) -> Path:
         for batch in tuner.batches:
             fh.write(json.dumps({"kind": "tuner", **batch.model_dump()}) + "\n")
     best = {b.tokens: MoeConfig.from_sglang(b.best) for b in tuner.batches if b.best}
-    ours = None
-    if args.ours:
-        ours = {m: MoeConfig.from_sglang(c) for m, c in moe_configs.read(args.ours).items()}
     left = args.deadline - (time.time() - started)
-    comparisons = requests(shape, best, ours, timeout_s=min(EVAL_TIMEOUT_S, left)) if best else []
+    note = (f"{shape.quant}: no strict evaluation (the isolated evaluator's fused_moe spec is unquantized): the "
+            "figures are the script's own timings above." if shape.quant else "")
+    comparisons = requests(shape, best, ours, timeout_s=min(EVAL_TIMEOUT_S, left)) if best and not note else []
     found = append(jsonl, rows(shape, best, comparisons, evaluate(gpus, comparisons))) if comparisons else []
     left = args.deadline - (time.time() - started)
-    final = final_request(shape, best, found, timeout_s=min(EVAL_TIMEOUT_S, left)) if left > FINAL_NEEDS_S else None
+    final = final_request(shape, best, found, timeout_s=min(EVAL_TIMEOUT_S, left)) if left > FINAL_NEEDS_S and \
+        comparisons else None
     if final:
         found += append(jsonl, rows(shape, best, [final], evaluate(gpus[:1], [final])))
-    report = write_report(args.out / "bar.md", head, summarize(picks, tuner, found), tuner)
+    report = write_report(args.out / "bar.md", head, summarize(picks, tuner, found), tuner, note)
     print(report.read_text())
     return report
 

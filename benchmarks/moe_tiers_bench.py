@@ -42,7 +42,7 @@ def _sizes(text: str) -> list[int]:
 
 
 def picks_at(shape, sizes):
-    return moe_configs.sglang_picks(shape.experts, shape.inter, shape.hidden, shape.topk, sizes)
+    return moe_configs.sglang_picks(shape.experts, shape.inter, shape.hidden, shape.topk, sizes, shape.config_dtype)
 
 
 def setup_of(args) -> tuple[TiersSetup, object]:

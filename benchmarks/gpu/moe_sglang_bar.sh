@@ -3,13 +3,16 @@
 # SGLang's pick, SGLang's tuner (bounded: its own tune loop over our ranked configs first, then SAMPLE configs of its
 # space drawn at random, a process per GPU, Ray served in-process), then the strict evaluator on every GPU: the
 # tuner's best against SGLang's pick, split-K on the tuner's best config against it (then the winners again), ours
-# (OURS, a config file in SGLang's format) against it.
+# (OURS, a config file in SGLang's format) against it; and in the tuner's own process, after its loop, SGLang's pick,
+# its best and ours timed by its script's benchmark_config (every dtype: the only figures of an fp8_w8a8 shape, which
+# the strict evaluator does not take). RANKED and OURS from a tiers run: benchmarks/moe_tiers_export.py.
 # Needs, carried: .stage/ (the SGLang runtime kit, see setup.sh) and TUNER_DIR (default .bar/fused_moe_triton):
 # tuning_fused_moe_triton.py and common_utils.py of SGLang's benchmark/kernels/fused_moe_triton/ at the installed
 # SGLang's release tag (v0.5.17), never committed.
 # Usage (GPU machine, repo root): bash benchmarks/gpu/moe_sglang_bar.sh [OUTDIR]
-# env: PRESET (mixtral-8x7b-tp2 | qwen3-30b-a3b | deepseek-v2-lite), BATCH_SIZES (1,4,16,64), SAMPLE (24), SEED (0),
-#      DEADLINE (400 s for the python part), GPUS (every visible), RANKED (JSON {batch: [codes]}), OURS, FULL=1
+# env: PRESET (mixtral-8x7b-tp2 | qwen3-30b-a3b | deepseek-v2-lite | mixtral-8x7b-tp2-fp8), BATCH_SIZES (1,4,16,64),
+#      SAMPLE (24), SEED (0), DEADLINE (400 s for the python part), TUNER_SHARE (0.45 of it for SGLang's tuner; an
+#      fp8 shape has no strict stage after it: 0.9), GPUS (every visible), RANKED (JSON {batch: [codes]}), OURS, FULL=1
 # OUTDIR (default $OUT, else /tmp/moe-bar) gets env.txt, bar.log, tuner.json, bar.jsonl, bar.md (printed last).
 set -u
 OUTDIR=${1:-${OUT:-/tmp/moe-bar}}; mkdir -p "$OUTDIR"
@@ -24,7 +27,8 @@ DEADLINE=${DEADLINE:-400}
 # Its own process group: an interrupted run leaves no tuner or evaluation child behind.
 setsid timeout --kill-after=10 $((DEADLINE + 40)) python3 benchmarks/moe_sglang_bar.py --tuner-dir "$TUNER_DIR" \
   --out "$OUTDIR" --preset "${PRESET:-mixtral-8x7b-tp2}" --batch-sizes "${BATCH_SIZES:-1,4,16,64}" \
-  --sample "${SAMPLE:-24}" --seed "${SEED:-0}" --deadline "$DEADLINE" ${GPUS:+--gpus "$GPUS"} \
+  --sample "${SAMPLE:-24}" --seed "${SEED:-0}" --deadline "$DEADLINE" --tuner-share "${TUNER_SHARE:-0.45}" \
+  ${GPUS:+--gpus "$GPUS"} \
   ${RANKED:+--ranked "$RANKED"} ${OURS:+--ours "$OURS"} ${FULL:+--full} > "$OUTDIR/bar.log" 2>&1 &
 PID=$!
 trap 'kill -- -$PID 2>/dev/null' EXIT INT TERM

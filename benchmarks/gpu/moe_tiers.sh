@@ -8,7 +8,8 @@
 # Usage (repo root; the SGLang runtime kit carried as .stage: setup.sh):
 #   ASTRA_COMMIT=<commit> GPUS=2,3 DEADLINE=480 bash benchmarks/gpu/moe_tiers.sh OUTDIR
 #   ASTRA_COMMIT=<commit> GPUS=2,3 DEADLINE=480 RUNS=<earlier OUTDIR> bash benchmarks/gpu/moe_tiers.sh OUTDIR2
-# env: GPUS (ids of this host's GPUs; unset: all), DEADLINE (seconds, 480), SHAPES (qwen3,mixtral), BUCKETS (batch
+# env: GPUS (ids of this host's GPUs; unset: all), DEADLINE (seconds, 480), SHAPES (qwen3,mixtral; also the bar's
+#      presets: mixtral-8x7b-tp2, qwen3-30b-a3b, deepseek-v2-lite, mixtral-8x7b-tp2-fp8), BUCKETS (batch
 #      sizes tried first: none), EXTRA (tried next: all of SGLang's 18; a batch size joins while the plan fits the
 #      deadline, those farthest from their floor first), KNOB (splitk; empty:
 #      none), FINALISTS (2), KNOB_FINALISTS (1), CORES (compile processes; default: this GPU share of the CPU cores,

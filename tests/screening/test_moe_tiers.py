@@ -185,3 +185,26 @@ def test_plan_only_tells_what_a_call_would_screen_without_a_gpu(tmp_path, torchv
     plan = json.loads((tmp_path / "p" / "plan.json").read_text())
     assert plan["units"] and [p["unit"] for p in plan["placed"]] and plan["estimate_s"]["end"] <= 480.0
     assert all(f"{u}: GPU " in proc.stdout for u in plan["units"]) and not list((tmp_path / "p" / "screen").glob("*"))
+
+
+def test_an_fp8_shape_is_screened_without_the_knob_and_left_unjudged_with_why(tmp_path):
+    out, text = _tiers(tmp_path, "a", SHAPES="mixtral-8x7b-tp2-fp8", EXTRA="1", KNOB="splitk")
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["units"] == ["mixtral-8x7b-tp2-fp8@1"]  # no knob unit: its variants run unquantized shapes only
+    (verdict,) = _jsonl(out / "verdicts.jsonl")
+    assert verdict["verdict"] == "not-measured" and verdict["chosen"] == verdict["pick"]
+    assert "fp8_w8a8: screening figures only" in verdict["note"] and "dtype=fp8_w8a8" in verdict["pick_source"]
+    assert not (out / "strict").exists() or not list((out / "strict").iterdir())
+    # what the bar takes from it: the ranked configs and ours (the fastest screened, not judged: said so)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from moe_tiers_export import export
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    ranked, ours = export(out, "mixtral-8x7b-tp2-fp8", tmp_path / "bar", top=5)
+    ranked, ours = json.loads(ranked.read_text()), json.loads(ours.read_text())
+    rows = [r for r in _jsonl(out / "screen" / "mixtral-8x7b-tp2-fp8@1.jsonl") if r["stage"] == "done"]
+    fastest = sorted(rows, key=lambda r: r["us"])
+    assert ranked == {"1": [r["config"] for r in fastest[:5]]}
+    assert ours == {"1": MoeConfig.from_code(fastest[0]["config"]).sglang()}
+    assert "fastest screened (not judged by the strict tier)" in (tmp_path / "bar" / "ours.md").read_text()

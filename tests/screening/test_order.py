@@ -105,3 +105,18 @@ def test_seeds_hold_every_shipped_file_at_its_nearest_key():
     for path in sample:
         table = moe_configs.read(path)
         assert MoeConfig.from_sglang(table[moe_configs.nearest(table, 1)]) in seeds, path.name
+
+
+def test_an_fp8_shape_seeds_its_own_quantizations_files_first_and_counts_a_byte_an_element():
+    fp8 = MoeShape(8, 7168, 4096, 2, quant="fp8_w8a8")
+    pick = MoeConfig(64, 64, 32, 8)
+    out, plain = ordered(fp8, 64, pick, H200), ordered(MoeShape(8, 7168, 4096, 2), 64, pick, H200)
+    own = set()
+    for path in (moe_configs.default_config_dir() / "configs").glob("triton_*/E=8,N=7168,*,dtype=fp8_w8a8.json"):
+        table = moe_configs.read(path)
+        own.add(MoeConfig.from_sglang(table[moe_configs.nearest(table, 64)]))
+    own -= {pick}
+    assert own and set(out.configs[1:1 + len(own)]) == own
+    smem = {k for k, why in out.pruned.items() if why.startswith("shared memory")}
+    assert smem < {k for k, why in plain.pruned.items() if why.startswith("shared memory")}  # fp8 tiles: half
+    assert all(infeasible(MoeConfig.from_code(k), H200, 1) for k in smem)

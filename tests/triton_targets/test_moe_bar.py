@@ -83,20 +83,32 @@ def test_the_summary_and_the_report(tmp_path):
     assert "over these 3 batch sizes on 2 GPU(s): 96 min (estimated)" in text
 
 
-def test_the_gpu_script_end_to_end_with_its_gpu_stages_stood_in_for(bench_script, tmp_path, monkeypatch):
-    script = bench_script("moe_sglang_bar")
-    folder = tmp_path / "fused_moe_triton"
-    folder.mkdir()
+def _stand_in_gpu_stages(script, monkeypatch) -> dict:
+    """The tuner folder's check, the header's GPU facts and SGLang's picks (the default config everywhere) stood in
+    for; returns where the picks' dtype is recorded."""
     monkeypatch.setattr(script.TunerScript, "open", classmethod(lambda cls, f: cls(f, {}, True)))
     monkeypatch.setattr(script, "header", lambda args, shape, gpus: {"kind": "header", "date": "d", "gpu": "G",
                                                                       "commit": "c", "sglang": "0.5.17", "triton": "3.6.0",
                                                                       "shape": shape.describe(), "command": "cmd"})
-    monkeypatch.setattr(script.moe_configs, "sglang_picks", lambda e, n, h, k, sizes: [
-        Pick(t, MoeConfig(64, 64, 32, 8), "default") for t in sizes])
     seen = {}
 
-    def bounded(tuner_script, shape, tokens, gpus, work, ranked, sample, seed, seconds):
-        seen.update(tokens=tokens, gpus=gpus, ranked=ranked, sample=sample, seconds=seconds)
+    def picks(e, n, h, k, sizes, dtype=None):
+        seen.update(dtype=dtype)
+        return [Pick(t, MoeConfig(64, 64, 32, 8), "default") for t in sizes]
+
+    monkeypatch.setattr(script.moe_configs, "sglang_picks", picks)
+    return seen
+
+
+def test_the_gpu_script_end_to_end_with_its_gpu_stages_stood_in_for(bench_script, tmp_path, monkeypatch):
+    script = bench_script("moe_sglang_bar")
+    folder = tmp_path / "fused_moe_triton"
+    folder.mkdir()
+    seen = _stand_in_gpu_stages(script, monkeypatch)
+
+    def bounded(tuner_script, shape, tokens, gpus, work, ranked, sample, seed, seconds, compare=None):
+        seen.update(tokens=tokens, gpus=gpus, ranked=ranked, sample=sample, seconds=seconds, compare=compare,
+                    shape=shape)
         run = _tuner()
         return run.model_copy(update={"batches": [b for b in run.batches if b.tokens in tokens]})
 
@@ -104,11 +116,35 @@ def test_the_gpu_script_end_to_end_with_its_gpu_stages_stood_in_for(bench_script
     monkeypatch.setattr(script, "evaluate", lambda gpus, comparisons: [result_for(c, {1: 1.05}) for c in comparisons])
     ranked = tmp_path / "ranked.json"
     ranked.write_text(json.dumps({"1": ["m16n64k128g1w4s4"], "64": ["m16n128k64g1w8s3", "m32n64k64g1w4s3"]}))
+    ours = tmp_path / "ours.json"
+    ours.write_text(json.dumps({"1": MoeConfig(16, 64, 128, 1, 4, 4).sglang(), "48": MoeConfig(32, 64, 64, 1, 4, 3).sglang()}))
     report = script.main(["--tuner-dir", str(folder), "--out", str(tmp_path / "out"), "--batch-sizes", "1,64",
-                          "--gpus", "0,1", "--ranked", str(ranked), "--deadline", "400"])
+                          "--gpus", "0,1", "--ranked", str(ranked), "--deadline", "400", "--ours", str(ours)])
     assert seen["tokens"] == [1, 64] and seen["gpus"] == ["0", "1"] and 170 < seen["seconds"] <= 180
+    assert seen["compare"][64] == {"pick": MoeConfig(64, 64, 32, 8).sglang(), "ours": MoeConfig(32, 64, 64, 1, 4, 3).sglang()}
+    assert seen["dtype"] is None and seen["shape"] == bar.PRESETS["mixtral-8x7b-tp2"]
     assert seen["ranked"][64] == [MoeConfig(16, 128, 64, 1, 8, 3).sglang(), MoeConfig(32, 64, 64, 1, 4, 3).sglang()]
     lines = [json.loads(x) for x in (tmp_path / "out" / "bar.jsonl").read_text().splitlines()]
     assert [x["kind"] for x in lines][:3] == ["header", "tuner", "tuner"]
     assert {x["comparison"] for x in lines if x["kind"] == "comparison"} >= {"tuner-vs-pick", "splitk-1", "splitk-final"}
     assert report.is_file() and (tmp_path / "out" / "tuner.json").is_file()
+
+
+def test_an_fp8_preset_runs_the_tuner_fp8_and_says_why_nothing_is_judged_strictly(bench_script, tmp_path,
+                                                                                  monkeypatch):
+    script = bench_script("moe_sglang_bar")
+    seen = _stand_in_gpu_stages(script, monkeypatch)
+
+    def bounded(tuner_script, shape, tokens, gpus, work, ranked, sample, seed, seconds, compare=None):
+        seen.update(shape=shape)
+        run = _tuner()
+        batches = [b.model_copy(update={"timed": {"pick": 20.0, "tuner": 16.0}}) for b in run.batches if b.tokens == 1]
+        return run.model_copy(update={"batches": batches})
+
+    monkeypatch.setattr(script, "run_bounded", bounded)
+    monkeypatch.setattr(script, "evaluate", lambda gpus, comparisons: pytest.fail("no strict evaluation at fp8"))
+    report = script.main(["--tuner-dir", str(tmp_path), "--out", str(tmp_path / "out"), "--batch-sizes", "1",
+                          "--gpus", "0", "--preset", "mixtral-8x7b-tp2-fp8"]).read_text()
+    assert seen["dtype"] == "fp8_w8a8" and seen["shape"].quant == "fp8_w8a8" and seen["shape"].inter == 7168
+    assert "| 1 | 20.00 | 16.00 | - | - | - |" in report
+    assert "fp8_w8a8: no strict evaluation (the isolated evaluator's fused_moe spec is unquantized)" in report

@@ -143,8 +143,8 @@ def predict_us(config: MoeConfig, tokens: int, shape: MoeShape, gpu: GpuModel) -
     return FIXED_US + up + down
 
 
-def infeasible(config: MoeConfig, gpu: GpuModel) -> str | None:
-    need = config.smem_bytes(wgmma=gpu.wgmma)
+def infeasible(config: MoeConfig, gpu: GpuModel, element: int = 2) -> str | None:
+    need = config.smem_bytes(element, wgmma=gpu.wgmma)
     if need > gpu.smem_block:
         return f"shared memory: {need // 1024} KiB a block > {gpu.smem_block // 1024} KiB"
     return None
@@ -152,10 +152,13 @@ def infeasible(config: MoeConfig, gpu: GpuModel) -> str | None:
 
 def shipped_seeds(tokens: int, shape: MoeShape, config_dir: Path | None = None) -> list[MoeConfig]:
     """The config at the key nearest `tokens` of every file SGLang ships (any GPU, Triton version, expert shape,
-    quantization): this expert shape's files first, newest Triton first."""
+    quantization): this expert shape's files first, those of its quantization before the others, newest Triton
+    first."""
     root = Path(config_dir or moe_configs.default_config_dir()) / "configs"
+    selector = f",dtype={shape.quant}" if shape.quant else ""
     files = sorted(root.glob("triton_*/E=*.json"), key=lambda p: (
         not p.name.startswith(f"E={shape.experts},N={shape.inter},"),
+        (selector not in p.name) if selector else ("dtype=" in p.name),
         [-x for x in moe_configs._version_key(p.parent.name)], p.name))
     out: list[MoeConfig] = []
     for path in files:
@@ -172,6 +175,7 @@ def shipped_seeds(tokens: int, shape: MoeShape, config_dir: Path | None = None) 
 def ordered(shape: MoeShape, tokens: int, pick: MoeConfig, gpu: GpuModel, space: str = "sglang",
             prune: float | None = PRUNE, config_dir: Path | None = None) -> Ordered[MoeConfig]:
     return order([pick], shipped_seeds(tokens, shape, config_dir), SPACES[space](),
-                 cost=lambda c: predict_us(c, tokens, shape, gpu), infeasible=lambda c: infeasible(c, gpu),
+                 cost=lambda c: predict_us(c, tokens, shape, gpu),
+                 infeasible=lambda c: infeasible(c, gpu, 1 if shape.quant else 2),  # fp8 tiles: a byte an element
                  code=MoeConfig.code, prune_factor=prune)
 

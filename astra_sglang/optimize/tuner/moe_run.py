@@ -115,11 +115,12 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
     facts = facts or facts_here()
     if picks_at is None:
         def picks_at(sizes):
-            return moe_configs.sglang_picks(shape.experts, shape.inter, shape.hidden, shape.topk, sizes)
+            return moe_configs.sglang_picks(shape.experts, shape.inter, shape.hidden, shape.topk, sizes,
+                                            shape.config_dtype)
     picks = {p.tokens: p for p in picks_at(buckets)}
     echo(f"fused_moe {shape.describe()} on {facts.gpu}, Triton {facts.triton}, SGLang {facts.sglang}: SGLang picks "
          f"{picks[buckets[0]].describe()}")
-    seeds = {t: moe_configs.shipped_configs(shape.experts, shape.inter, t) for t in buckets}
+    seeds = {t: moe_configs.shipped_configs(shape.experts, shape.inter, t, dtype=shape.config_dtype) for t in buckets}
     setup = Setup(shape=shape, buckets=buckets, picks=picks, gpu=facts.gpu, triton=facts.triton,
                   source_hash=facts.source_hash, seeds=seeds, smem=facts.smem)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,9 @@
 """Fused MoE's screening launch: SGLang's fused_experts with one config for both GEMMs, as SGLang's tuner times it
 (`override_config`, in place, the whole call: routing alignment, gate/up GEMM, activation, down GEMM, top-k sum).
 
-Per expert shape the weights are drawn once (the spec's scales, extract/fused_moe.toml); per batch size the
+Per expert shape the weights are drawn once (the spec's scales, extract/fused_moe.toml; with quant "fp8_w8a8"
+quantized per expert, static activation scales calibrated per batch size and a reference that rounds as the kernel
+does: triton/moe/fp8.py); per batch size the
 hidden states, `replays` routings (top-k of random logits, ties to the lower expert: the reference's rule) and
 the fp32 reference output of the first routing (moe_reference.fused_moe); SGLang's own pick is timed once there,
 and its time sets how many calls a timed graph holds at that batch size (GraphTimer.fit). Each config is checked on
@@ -23,6 +25,7 @@ from typing import Callable
 from astra_sglang.optimize.tuner.compile_ahead import HitCounter, record
 from astra_sglang.optimize.tuner.graph_timing import GraphTimer
 from astra_sglang.optimize.tuner.screen_launch import Checked, ScreenFailure, Timed, cuda_fatal
+from astra_sglang.triton.moe import fp8
 from astra_sglang.triton.moe.space import MoeConfig
 from astra_sglang.triton.screen_records import CompileJob
 
@@ -46,7 +49,7 @@ def parse(code: str) -> tuple[MoeConfig, str, dict[str, int]]:
 class MoeScreenLaunch:
     def __init__(self, experts: int, inter: int, hidden: int, topk: int, dtype: str = "bfloat16",
                  launches: int = 10, replays: int = 10, warmup: int = 1, seed: int = 0,
-                 variants: dict[str, str] | None = None):
+                 variants: dict[str, str] | None = None, quant: str = ""):
         import torch
 
         from astra_sglang.specs.registry import get_spec
@@ -57,14 +60,18 @@ class MoeScreenLaunch:
         self.dtype = getattr(torch, dtype)
         self.seed, self.replays = seed, max(replays, warmup)
         tol = get_spec("fused_moe").tolerance[dtype]
-        self.atol, self.rtol = tol.atol, tol.rtol
+        self.atol, self.rtol = (tol.atol, tol.rtol) if not quant else fp8.TOLERANCE
         self.fused_experts, self.override_config, runner_config, self.topk_output = _sglang()
         self.settings = runner_config(num_experts=experts, num_local_experts=experts, hidden_size=hidden,
                                       intermediate_size_per_partition=inter, top_k=topk, params_dtype=self.dtype,
                                       inplace=True)
         gen = torch.Generator(device="cuda").manual_seed(seed)
-        self.w1 = (torch.randn(experts, 2 * inter, hidden, device="cuda", generator=gen) * STD["w1"]).to(self.dtype)
-        self.w2 = (torch.randn(experts, hidden, inter, device="cuda", generator=gen) * STD["w2"]).to(self.dtype)
+        w1 = torch.randn(experts, 2 * inter, hidden, device="cuda", generator=gen) * STD["w1"]
+        w2 = torch.randn(experts, hidden, inter, device="cuda", generator=gen) * STD["w2"]
+        self.fp8 = fp8.Fp8Experts.of(w1, w2) if quant == "fp8_w8a8" else None
+        self.quant = self.fp8.kwargs() if self.fp8 else {}
+        self.w1, self.w2 = (self.fp8.w1, self.fp8.w2) if self.fp8 else (w1.to(self.dtype), w2.to(self.dtype))
+        del w1, w2
         self.variants = dict(variants or {})
         self._variant_fns: dict[str, Callable] = {}
         self.timer = GraphTimer(launches, replays, warmup)
@@ -84,9 +91,13 @@ class MoeScreenLaunch:
         self.weights, self.ids = self.routings[0][0].clone(), self.routings[0][1].clone()
         self.output = self.topk_output(self.weights, self.ids, logits[0].clone())
         self.check_hidden, self.time_hidden = torch.empty_like(self.x0), self.x0.clone()
-        ref = self.x0.float()
-        reference(ref, self.w1.float(), self.w2.float(), logits[0], torch.empty(tokens, self.topk, device="cuda"))
-        self.ref = ref
+        if self.fp8:  # static activation scales for this batch, then the quantized computation's output
+            self.fp8.calibrate(self.x0, logits[0], self.topk)
+            self.ref = self.fp8.reference(self.x0, logits[0], self.topk)
+        else:
+            ref = self.x0.float()
+            reference(ref, self.w1.float(), self.w2.float(), logits[0], torch.empty(tokens, self.topk, device="cuda"))
+            self.ref = ref
         self._route(0)
         self.check_hidden.copy_(self.x0)
         self._call(None, self.check_hidden)  # SGLang's own pick once: its kernels and torch.compile's warm up
@@ -110,15 +121,17 @@ class MoeScreenLaunch:
 
     def _call(self, code: str | None, hidden) -> None:
         if code is None:
-            self.fused_experts(hidden, self.w1, self.w2, self.output, moe_runner_config=self.settings)
+            self.fused_experts(hidden, self.w1, self.w2, self.output, moe_runner_config=self.settings, **self.quant)
             return
         config, variant, extra = parse(code)
         values = {**config.sglang(), **extra}
         if variant:
+            if self.quant:
+                raise ScreenFailure("launch", f"kernel variant {variant!r}: variants run unquantized shapes only")
             self._variant(variant)(hidden, self.w1, self.w2, self.output, self.settings, values)
             return
         with self.override_config(values):
-            self.fused_experts(hidden, self.w1, self.w2, self.output, moe_runner_config=self.settings)
+            self.fused_experts(hidden, self.w1, self.w2, self.output, moe_runner_config=self.settings, **self.quant)
 
     def jobs(self, code: str) -> list[CompileJob]:
         found: list[CompileJob] = []

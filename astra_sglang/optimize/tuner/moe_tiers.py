@@ -120,7 +120,9 @@ def shape_plans(setup: TiersSetup, records: Records, knob: KernelSourceProvider 
     out = {}
     for name, shape in setup.shapes.items():
         picks = {p.tokens: p for p in setup.picks_at(shape, buckets) if (name, p.tokens) not in judged}
-        sp = shape_plan(name, shape, picks, setup.facts.gpu, setup.facts.smem, setup.facts, None, knob, list(picks))
+        # the knob's variants run unquantized shapes only (moe_screen)
+        sp = shape_plan(name, shape, picks, setup.facts.gpu, setup.facts.smem, setup.facts, None,
+                        None if shape.quant else knob, [] if shape.quant else list(picks))
         sp.known = {t: records.known(unit_name(name, t)) for t in picks}
         sp.knob_known = {t: records.known(unit_name(name, t, True)) for t in sp.knob_tokens}
         out[name] = sp
@@ -130,9 +132,10 @@ def shape_plans(setup: TiersSetup, records: Records, knob: KernelSourceProvider 
 def _settings(setup: TiersSetup, shape: MoeShape, knob: KernelSourceProvider | None) -> WorkerSettings:
     if setup.settings:
         return setup.settings(shape)
-    variants = {knob.name: screen_hook(knob.name)} if knob else {}
+    variants = {knob.name: screen_hook(knob.name)} if knob and not shape.quant else {}
     return WorkerSettings(target=LAUNCH, options={"experts": shape.experts, "inter": shape.inter,
                                                   "hidden": shape.hidden, "topk": shape.topk, "dtype": shape.dtype,
+                                                  **({"quant": shape.quant} if shape.quant else {}),
                                                   **({"variants": variants} if variants else {})})
 
 
@@ -192,6 +195,12 @@ def judge(setup: TiersSetup, plans: dict[str, ShapePlan], records: Records, knob
         knobs = {t: records.known(unit_name(name, t, True)) for t in ready} if knob else {}
         knob_screens = {t: bucket_screen(t, list(k), k) for t, k in knobs.items() if k}
         picks = {t: sp.picks[t].config.code() for t in ready}
+        if sp.shape.quant:  # the strict evaluator's fused_moe spec is unquantized: nothing is judged or written
+            for t in ready:
+                records.verdict(_row(sp, t, screens[t], None, [], "not-measured", picks[t], note=(
+                    f"{sp.shape.quant}: screening figures only (the strict evaluator has no quantized fused_moe "
+                    "spec); SGLang's pick kept")))
+            continue
         chosen = finalists_by_bucket(screens, picks, setup.finalists, knob, echo, knob_screens, setup.knob_finalists)
         for t in [t for t in ready if not chosen[t]]:
             records.verdict(_row(sp, t, screens[t], knob_screens.get(t), [], "sglang-best", picks[t],

@@ -25,8 +25,10 @@ PRESETS = {
     "mixtral-8x7b-tp2": MoeShape(8, 7168, 4096, 2),
     "qwen3-30b-a3b": MoeShape(128, 768, 2048, 8),
     "deepseek-v2-lite": MoeShape(64, 1408, 2048, 6),
+    "mixtral-8x7b-tp2-fp8": MoeShape(8, 7168, 4096, 2, quant="fp8_w8a8"),
 }
-"""Expert shapes people serve (per tensor-parallel rank, bf16)."""
+"""Expert shapes people serve (per tensor-parallel rank; bf16 activations). The fp8 one is Mixtral-8x7B-Instruct
+FP8 at TP2 (per-tensor scales), for which SGLang ships H100 and H200 configs (triton_3_1_0)."""
 MOE_OP = "py:astra_sglang.triton.moe.op:"
 PICK = KernelSource(path=MOE_OP + "sglang_pick", label="sglang-pick")
 

@@ -34,6 +34,9 @@ class BatchSummary(BaseModel):
     mean_config_s: float | None = None
     estimate_s: float | None = None
     estimate_half_s: float | None = None
+    script_us: dict[str, float] = {}
+    """Label ("pick", "tuner", "ours") -> microseconds by SGLang's script's own benchmark_config, in its process."""
+    script_note: str = ""
 
 
 def _row(rows: list[BarRow], tokens: int, comparison: str) -> BarRow | None:
@@ -49,6 +52,7 @@ def summarize(picks: dict, tuner: TunerRun, rows: list[BarRow]) -> list[BatchSum
                          tuner_best=None, tuner_mode=batch.mode, tuner_given=batch.given, tuner_ranked=batch.ranked,
                          tuner_tried=len(batch.costs), tuner_space=batch.space, tuner_seconds=batch.seconds,
                          mean_config_s=sum(batch.costs) / len(batch.costs) if batch.costs else None)
+        s.script_us, s.script_note = dict(batch.timed), batch.timed_reason
         if batch.best:
             s.tuner_best = MoeConfig.from_sglang(batch.best).code()
         estimate = batch.estimate()
@@ -73,10 +77,12 @@ def summarize(picks: dict, tuner: TunerRun, rows: list[BarRow]) -> list[BatchSum
     return out
 
 
-def write_report(path: Path, header: dict, summaries: list[BatchSummary], tuner: TunerRun) -> Path:
+def write_report(path: Path, header: dict, summaries: list[BatchSummary], tuner: TunerRun, note: str = "") -> Path:
+    """`note`: a line on what the report lacks and why (e.g. no strict evaluation of a quantized shape)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")), trim_blocks=True,
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     estimates = [s.estimate_s for s in summaries if s.estimate_s is not None]
     total = sum(estimates) / max(1, len(tuner.gpus)) if len(estimates) == len(summaries) else None
-    path.write_text(env.get_template("moe_bar.md.j2").render(h=header, rows=summaries, tuner=tuner, total_s=total))
+    path.write_text(env.get_template("moe_bar.md.j2").render(h=header, rows=summaries, tuner=tuner, total_s=total,
+                                                             note=note))
     return path

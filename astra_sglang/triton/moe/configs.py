@@ -136,19 +136,21 @@ def triton_version() -> str:
     return triton.__version__
 
 
-def sglang_picks(experts: int, inter: int, hidden: int, topk: int, batch_sizes) -> list[Pick]:
-    """What SGLang picks at each batch size for this expert shape (bf16/fp16, no quantization), by its own
-    lookup (get_moe_configs, get_default_config) on this GPU, Triton and $SGLANG_MOE_CONFIG_DIR."""
+def sglang_picks(experts: int, inter: int, hidden: int, topk: int, batch_sizes, dtype: str | None = None
+                 ) -> list[Pick]:
+    """What SGLang picks at each batch size for this expert shape (`dtype` as its config files name it: None for
+    bf16/fp16, "fp8_w8a8" for per-tensor fp8), by its own lookup (get_moe_configs, get_default_config) on this
+    GPU, Triton and $SGLANG_MOE_CONFIG_DIR."""
     module = sglang_module()
-    table = module.get_moe_configs(experts, inter, None)
-    path = resolve(default_config_dir(), file_name(experts, inter, module.get_device_name()), triton_version())
+    table = module.get_moe_configs(experts, inter, dtype)
+    path = resolve(default_config_dir(), file_name(experts, inter, module.get_device_name(), dtype), triton_version())
     picks = []
     for tokens in batch_sizes:
         if table:
             key = nearest(table, tokens)
             picks.append(Pick(tokens, MoeConfig.from_sglang(table[key]), "file", str(path or ""), key))
         else:
-            default = module.get_default_config(tokens, experts, inter, hidden, topk, None, False, None)
+            default = module.get_default_config(tokens, experts, inter, hidden, topk, dtype, False, None)
             picks.append(Pick(tokens, MoeConfig.from_sglang(default), "default"))
     return picks
 
@@ -180,13 +182,15 @@ def shipped(config_dir: Path | None = None) -> ConfigFiles:
                        keys={k: sorted(v) for k, v in sorted(values.items())}, batch_sizes=sorted(sizes))
 
 
-def shipped_configs(experts: int, inter: int, tokens: int, config_dir: Path | None = None) -> list[MoeConfig]:
-    """The configs SGLang's files hold for this expert shape on any GPU and Triton version, at the key nearest
-    `tokens`: what tuning found elsewhere, a first guess here."""
+def shipped_configs(experts: int, inter: int, tokens: int, config_dir: Path | None = None,
+                    dtype: str | None = None) -> list[MoeConfig]:
+    """The configs SGLang's files hold for this expert shape and dtype (None: unquantized) on any GPU and Triton
+    version, at the key nearest `tokens`: what tuning found elsewhere, a first guess here."""
     root = Path(config_dir or (package_dir() / CONFIG_MODULE).parent) / "configs"
     found = []
     for path in sorted(root.glob(f"triton_*/E={experts},N={inter},device_name=*.json")):
-        if "dtype=" in path.name or path.name.endswith("_down.json"):
+        selector = path.stem.partition(",dtype=")[2]
+        if selector != (dtype or "") or path.name.endswith("_down.json"):
             continue
         try:
             table = read(path)

@@ -8,6 +8,8 @@ top-k that breaks near-ties differently (fp32 softmax vs fp64) would flip an exp
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 
@@ -19,10 +21,11 @@ def route(logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def fused_moe(hidden: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, router_logits: torch.Tensor,
-              topk_weights: torch.Tensor) -> None:
+              topk_weights: torch.Tensor, quant_in: Callable | None = None, quant_mid: Callable | None = None) -> None:
     """hidden <- sum over its top-k experts e of w_e * (silu(hidden @ gate_e.T) * (hidden @ up_e.T)) @ w2[e].T,
     where w1[e] = [gate_e; up_e] ([2N, H]) and w2[e] is [H, N]; topk_weights <- the routing weights. In place,
-    in the tensors' own precision (fp64 when the harness calls it)."""
+    in the tensors' own precision (fp64 when the harness calls it). `quant_in` / `quant_mid`, where given, map the
+    GEMMs' inputs (the hidden rows, the activation) as a quantized kernel rounds them (moe_quant.fake_quant)."""
     tokens, topk = topk_weights.shape
     inter = w2.shape[2]
     ids, weights = route(router_logits, topk)
@@ -34,7 +37,9 @@ def fused_moe(hidden: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, router_l
     for expert in torch.unique(flat).tolist():
         slots = torch.nonzero(flat == expert).squeeze(1)
         rows = rows_of[slots]
-        gate_up = hidden[rows] @ w1[expert].T
+        x = hidden[rows] if quant_in is None else quant_in(hidden[rows])
+        gate_up = x @ w1[expert].T
         act = torch.nn.functional.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+        act = act if quant_mid is None else quant_mid(act)
         out.index_add_(0, rows, (act @ w2[expert].T) * scale[slots, None].to(out.dtype))
     hidden.copy_(out)

@@ -25,6 +25,10 @@ SCRIPT = "tuning_fused_moe_triton.py"
 COMMON = "common_utils.py"
 DEFINES = {SCRIPT: ("BenchmarkWorker", "benchmark_config", "main", "ServerArgs"), COMMON: ("get_configs_compute_bound",)}
 """Module-level names the runner uses (defined or imported)."""
+KNOWN_PARAMS = ("config", "num_tokens", "num_experts", "shard_intermediate_size", "hidden_size", "topk", "dtype",
+                "use_fp8_w8a8", "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16", "per_channel_quant",
+                "block_shape", "search_space")
+"""The parameters the runner passes (by name) to the script's BenchmarkWorker.tune and benchmark_config."""
 
 
 @dataclass(frozen=True)
@@ -57,10 +61,30 @@ class TunerScript:
             if missing:
                 raise AstraError(f"{path} defines no {', '.join(missing)}: not a tuner script this runner knows")
             check_imports(path, tree)
+            if name == SCRIPT:
+                check_params(path, tree)
             hashes[name] = hashlib.sha256(text.encode()).hexdigest()[:16]
             for local in local_imports(folder, path, tree):
                 hashes.setdefault(local.name, hashlib.sha256(local.read_bytes()).hexdigest()[:16])
         return cls(folder, hashes, "--batch-sizes" in (folder / SCRIPT).read_text())
+
+
+def check_params(path: Path, tree: ast.Module) -> None:
+    """Every parameter without a default of BenchmarkWorker.tune and benchmark_config is one the runner passes
+    (AstraError naming the first that is not: a script of another release, found before any GPU time is spent)."""
+    worker = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "BenchmarkWorker"), None)
+    tune = next((n for n in (worker.body if worker else []) if isinstance(n, ast.FunctionDef) and n.name == "tune"),
+                None)
+    bench = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "benchmark_config")
+    if tune is None:
+        raise AstraError(f"{path} has no BenchmarkWorker.tune: not a tuner script this runner knows")
+    for fn in (tune, bench):
+        positional = fn.args.posonlyargs + fn.args.args
+        required = positional[:len(positional) - len(fn.args.defaults)]
+        required += [a for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is None]
+        unknown = [a.arg for a in required if a.arg not in KNOWN_PARAMS and a.arg != "self"]
+        if unknown:
+            raise AstraError(f"{path.name}: {fn.name}() takes {', '.join(unknown)}, which this runner does not pass")
 
 
 def sglang_imports(tree: ast.Module) -> list[tuple[str, str]]:
@@ -128,8 +152,13 @@ def shim_dir(root: Path) -> Path:
 
 
 def model_dir(shape: MoeShape, root: Path) -> Path:
-    """A model folder whose config.json gives SGLang's tuner this expert shape at tensor-parallel size 1."""
-    out = Path(root) / f"moe-{shape.experts}x{shape.inter}x{shape.hidden}x{shape.topk}"
+    """A model folder whose config.json gives SGLang's tuner this expert shape at tensor-parallel size 1, in
+    Mixtral's architecture whatever the model: common_utils.get_model_config reads (experts, intermediate size,
+    hidden size, top-k) from it, and for Qwen3-MoE or DeepSeek-V2 (no shared expert fused at V2) it would give the
+    same four from those models' own keys; the script's run() only asks whether it is DeepSeek-V4. Per-tensor fp8
+    takes no quantization_config (the script's --dtype fp8_w8a8 says it; a block_shape would come from one)."""
+    suffix = f"-{shape.quant}" if shape.quant else ""
+    out = Path(root) / f"moe-{shape.experts}x{shape.inter}x{shape.hidden}x{shape.topk}{suffix}"
     out.mkdir(parents=True, exist_ok=True)
     config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": shape.hidden,
               "intermediate_size": shape.inter, "num_local_experts": shape.experts,

@@ -6,7 +6,10 @@ cold Triton cache, every config's start logged (ray_local.tqdm), the configs it 
 - bounded: SGLang's own tuning loop (its worker's `tune`: its timing function, its error handling, its pick of the
   fastest) over a stated subset of its space per batch size (`sglang_tuner.subset`), stopped at a deadline inside
   the loop. Its full sweep's wall time is then an estimate: the mean measured cost of the randomly sampled
-  configs times the size of its space, with a 95% interval from their spread (`TunerBatch.estimate`).
+  configs times the size of its space, with a 95% interval from their spread (`TunerBatch.estimate`). Then, in the
+  same process, the configs given to compare (SGLang's shipped pick, ours) and the tuner's best are timed by the
+  script's own `benchmark_config` (its 100-iteration timing, rounds interleaved, the median kept): kernel time per
+  batch size the script's way, for every dtype it tunes (fp8_w8a8 included).
 
 `python -m astra_sglang.triton.moe.sglang_tuner_run REQUEST.json` is the bounded child (one per GPU).
 """
@@ -49,6 +52,9 @@ class TunerBatch(BaseModel):
     best: dict | None = None
     """The config it picked (SGLang's dict)."""
     reason: str = ""
+    timed: dict[str, float] = Field(default_factory=dict)
+    """Label ("pick", "tuner", "ours") -> microseconds by the script's benchmark_config (median of the rounds)."""
+    timed_reason: str = ""
 
     def estimate(self) -> tuple[float, float] | None:
         """(seconds, 95% half-width) of a full sweep of the space at this batch size, from the sampled configs'
@@ -77,6 +83,8 @@ class BoundedRequest(BaseModel):
     model: str
     shape: tuple[int, int, int, int]
     dtype: str
+    quant: str = ""
+    """"" or "fp8_w8a8" (the script's --dtype)."""
     tokens: list[int]
     ranked: dict[int, list[dict]] = Field(default_factory=dict)
     sample: int
@@ -85,6 +93,14 @@ class BoundedRequest(BaseModel):
     """Epoch seconds: no config starts after it (each batch size gets an equal share of the time left)."""
     out: str
     """JSON-lines file: one TunerBatch per batch size."""
+    compare: dict[int, dict[str, dict]] = Field(default_factory=dict)
+    """Batch size -> label -> SGLang config dict, timed with the tuner's best after its loop."""
+    rounds: int = 3
+
+
+COMPARE_S = 12.0
+"""Seconds kept per batch size (at most a quarter of its share), after its loop, for timing the compared configs
+(compiled already by the loop or a warm cache: a few 100-iteration runs each)."""
 
 
 def costs_of(log: Path) -> list[list[float]]:
@@ -103,16 +119,34 @@ def costs_of(log: Path) -> list[list[float]]:
     return loops
 
 
-def _bind(method, values: dict) -> dict:
-    """The keyword arguments of SGLang's `tune` by its parameter names (AstraError naming one it has that the
-    runner does not know)."""
+def _bind(method, values: dict, given: tuple[str, ...] = ("self",)) -> dict:
+    """The keyword arguments of SGLang's `tune` (or `benchmark_config`) by its parameter names, less those `given`
+    otherwise (AstraError naming one it requires that the runner does not know)."""
     import inspect
 
-    params = [p for p in inspect.signature(method).parameters.values() if p.name != "self"]
+    params = [p for p in inspect.signature(method).parameters.values() if p.name not in given
+              and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     unknown = [p.name for p in params if p.name not in values and p.default is inspect.Parameter.empty]
     if unknown:
-        raise AstraError(f"SGLang's tuner's tune() takes {', '.join(unknown)}, which this runner does not know")
+        raise AstraError(f"SGLang's tuner's {method.__name__}() takes {', '.join(unknown)}, which this runner does "
+                         "not know")
     return {p.name: values[p.name] for p in params if p.name in values}
+
+
+def time_configs(benchmark_config, values: dict, configs: dict[str, dict], rounds: int) -> tuple[dict, str]:
+    """(label -> median microseconds, what failed) of each config by the script's `benchmark_config` (its default
+    iteration count), the rounds interleaved so that a drift of the GPU's clock reaches every config alike."""
+    times: dict[str, list[float]] = {label: [] for label in configs}
+    failed = {}
+    for _ in range(rounds):
+        for label, config in configs.items():
+            if label in failed:
+                continue
+            try:
+                times[label].append(float(benchmark_config(config, **_bind(benchmark_config, values, ("config",)))))
+            except Exception as exc:  # noqa: BLE001 - the script's own loop skips a config that fails, so does this
+                failed[label] = f"{label}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return {k: statistics.median(v) for k, v in times.items() if v}, "; ".join(failed.values())
 
 
 def bounded_child(request: BoundedRequest) -> None:
@@ -129,8 +163,10 @@ def bounded_child(request: BoundedRequest) -> None:
     spec.loader.exec_module(script)
     import common_utils
 
-    script.args = argparse.Namespace(model=request.model, tp_size=1, ep_size=1, dtype="auto", seed=request.seed,
-                                     per_channel_quant=False, disable_shared_experts_fusion=False, tune=True)
+    # The script's module-global `args` (its benchmark_config reads args.model), as its __main__ would parse it.
+    script.args = argparse.Namespace(model=request.model, tp_size=1, ep_size=1, dtype=request.quant or "auto",
+                                     seed=request.seed, per_channel_quant=False, disable_shared_experts_fusion=False,
+                                     tune=True, batch_size=None, batch_sizes=request.tokens, search_space_file=None)
     # The script's own ServerArgs (it imports SGLang's), built as its main() builds it.
     worker = script.BenchmarkWorker.remote(request.seed, script.ServerArgs(model_path=request.model, tp_size=1,
                                                                            ep_size=1))
@@ -140,22 +176,26 @@ def bounded_child(request: BoundedRequest) -> None:
     for i, tokens in enumerate(request.tokens):
         configs, ranked = subset(space, request.ranked.get(tokens, []), request.sample, request.seed + tokens)
         log = Path(request.out).with_suffix(f".{tokens}.log")
-        share = (request.deadline - time.time()) / (len(request.tokens) - i)  # each batch size its share of the time
+        # each batch size its share of the time, less what timing the compared configs takes after its loop
+        share = (request.deadline - time.time()) / (len(request.tokens) - i)
+        share -= min(COMPARE_S, share / 4)
         os.environ.update(ASTRA_RAY_LOG=str(log), ASTRA_RAY_DEADLINE=repr(time.time() + share))
         values = dict(num_tokens=tokens, num_experts=experts, shard_intermediate_size=2 * inter, hidden_size=hidden,
-                      topk=topk, dtype=getattr(torch, request.dtype), use_fp8_w8a8=False, use_int8_w8a8=False,
-                      use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False, block_shape=None,
-                      search_space=configs)
+                      topk=topk, dtype=getattr(torch, request.dtype), use_fp8_w8a8=request.quant == "fp8_w8a8",
+                      use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False,
+                      block_shape=None, search_space=configs)
         started, best, reason = time.time(), None, ""
         try:
             best = worker.tune.remote(**_bind(tune, values)).value
         except AssertionError:  # its loop ended before any config finished (the deadline)
             reason = "no config finished before the deadline"
-        loops = costs_of(log)
+        seconds, loops = time.time() - started, costs_of(log)
+        compare = {**request.compare.get(tokens, {}), **({"tuner": best} if best else {})}
+        timed, timed_reason = time_configs(script.benchmark_config, values, compare, request.rounds)
         gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
         batch = TunerBatch(tokens=tokens, mode="bounded", gpu=gpu, space=len(space),
                            given=len(configs), ranked=ranked, costs=loops[-1] if loops else [],
-                           seconds=time.time() - started, best=best, reason=reason)
+                           seconds=seconds, best=best, reason=reason, timed=timed, timed_reason=timed_reason)
         with open(request.out, "a") as fh:
             fh.write(batch.model_dump_json() + "\n")
 
@@ -174,8 +214,10 @@ def _share(tokens: list[int], gpus: list[str]) -> dict[str, list[int]]:
 
 
 def run_bounded(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list[str], work: Path,
-                ranked: dict[int, list[dict]], sample: int, seed: int, seconds: float) -> TunerRun:
-    """SGLang's loop over each batch size's subset, a child per GPU, all stopped `seconds` from now."""
+                ranked: dict[int, list[dict]], sample: int, seed: int, seconds: float,
+                compare: dict[int, dict[str, dict]] | None = None) -> TunerRun:
+    """SGLang's loop over each batch size's subset, a child per GPU, all stopped `seconds` from now; then the
+    tuner's best and `compare`'s configs (batch size -> label -> config) timed by the script's benchmark_config."""
     work.mkdir(parents=True, exist_ok=True)
     model = model_dir(shape, work)
     deadline, started, children = time.time() + seconds, time.perf_counter(), []
@@ -183,9 +225,10 @@ def run_bounded(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: l
         out = work / f"tuner-gpu{gpu}.jsonl"
         out.unlink(missing_ok=True)
         request = BoundedRequest(folder=str(script.folder), model=str(model), shape=(shape.experts, shape.inter,
-                                 shape.hidden, shape.topk), dtype=shape.dtype, tokens=share,
+                                 shape.hidden, shape.topk), dtype=shape.dtype, quant=shape.quant, tokens=share,
                                  ranked={t: ranked.get(t, []) for t in share}, sample=sample, seed=seed,
-                                 deadline=deadline, out=str(out))
+                                 deadline=deadline, out=str(out),
+                                 compare={t: (compare or {}).get(t, {}) for t in share})
         path = work / f"tuner-gpu{gpu}.request.json"
         path.write_text(request.model_dump_json())
         cache = Path(tempfile.mkdtemp(prefix="triton-cold-", dir=work))  # a cold cache: compiles counted
@@ -212,8 +255,9 @@ def run_full(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list
         cwd.mkdir(exist_ok=True)
         runs = [["--batch-sizes", *map(str, share)]] if script.batch_sizes_flag else [["--batch-size", str(t)]
                                                                                       for t in share]
+        dtype = ["--dtype", shape.quant] if shape.quant else []
         command = " && ".join(" ".join([sys.executable, str(script.script), "--model", str(model), "--tp-size", "1",
-                                        "--tune", *r]) for r in runs)
+                                        *dtype, "--tune", *r]) for r in runs)
         log = cwd / "ray.log"
         env = _env(gpu, Path(tempfile.mkdtemp(prefix="triton-cold-", dir=work)),
                    {"PYTHONPATH": os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")])),

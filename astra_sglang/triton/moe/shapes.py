@@ -10,6 +10,10 @@ from astra_sglang.errors import AstraError
 
 KERNEL = "fused_moe_kernel"
 DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16"}
+QUANTS = ("", "fp8_w8a8")
+"""Weight/activation quantizations a shape can name: none, or SGLang's fp8_w8a8 with per-tensor scales (one per
+expert for the weights, static ones for the activations: the layout of per-tensor FP8 checkpoints such as
+Mixtral-8x7B-Instruct FP8). Block-quantized fp8 (block_shape) is not covered."""
 
 
 @dataclass(frozen=True)
@@ -22,13 +26,26 @@ class MoeShape:
     hidden: int
     topk: int
     dtype: str = "bfloat16"
+    """The activations' dtype (with fp8_w8a8 too: SGLang quantizes them inside the call)."""
+    quant: str = ""
+    """"" or "fp8_w8a8" (QUANTS): SGLang's config files name it (`,dtype=fp8_w8a8`)."""
+
+    def __post_init__(self):
+        if self.quant not in QUANTS:
+            known = ", ".join(q or "(none)" for q in QUANTS)
+            raise AstraError(f"unknown MoE quantization {self.quant!r}: one of {known}")
+
+    @property
+    def config_dtype(self) -> str | None:
+        """The dtype SGLang's config lookup and file names take (None: bf16/fp16)."""
+        return self.quant or None
 
     def shape(self, tokens: int) -> tuple[int, int, int, int, int]:
         """The spec's shape (tokens, experts, inter, hidden, topk)."""
         return (tokens, self.experts, self.inter, self.hidden, self.topk)
 
     def describe(self) -> str:
-        return f"E={self.experts} N={self.inter} hidden={self.hidden} topk={self.topk} {self.dtype}"
+        return f"E={self.experts} N={self.inter} hidden={self.hidden} topk={self.topk} {self.quant or self.dtype}"
 
 
 def from_config(path: str | Path, tp: int = 1) -> MoeShape:

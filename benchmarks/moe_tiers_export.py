@@ -1,0 +1,66 @@
+"""From a two-tier run's folder (benchmarks/moe_tiers_bench.py), what the bar (benchmarks/moe_sglang_bar.py) takes
+for one shape:
+
+  ranked.json  {batch size: [config codes]}: the configs screened there that passed, fastest first (--top of them),
+               for SGLang's bounded tuner to try first (--ranked)
+  ours.json    SGLang's config-file format {batch size: config}: what our tuning chose where the strict tier judged
+               (its verdict's config: a tuned one, or SGLang's pick kept), else the fastest screened config, and
+               ours.md saying which batch size took which (--ours)
+
+Usage: python3 benchmarks/moe_tiers_export.py TIERS_OUT SHAPE OUT_DIR [--top 16]
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+from pathlib import Path
+
+from astra_sglang.errors import AstraError
+from astra_sglang.optimize.tuner.moe_tiers_records import SCREEN_DIR, Records, unit_name
+from astra_sglang.triton.moe.space import MoeConfig
+
+JUDGED = ("tuned", "sglang-best")
+
+
+def export(tiers: Path, shape: str, out: Path, top: int = 16) -> tuple[Path, Path]:
+    records = Records(tiers)
+    verdicts = {t: v for (name, t), v in records.verdicts().items() if name == shape}
+    ranked, ours, lines = {}, {}, []
+    # every batch size screened, from the screen files (a unit cut by the deadline has no units.jsonl row)
+    units = [f.stem for f in (tiers / SCREEN_DIR).glob(f"{glob.escape(shape)}@*.jsonl") if "+" not in f.stem]
+    for tokens in sorted(int(u.partition("@")[2]) for u in units):
+        unit = unit_name(shape, tokens)
+        passed = sorted((s for s in records.known(unit).values() if s.stage == "done" and s.us), key=lambda s: s.us)
+        ranked[tokens] = [s.config for s in passed[:top]]
+        verdict = verdicts.get(tokens)
+        if verdict and verdict.verdict in JUDGED:
+            code, why = verdict.chosen, f"strict tier: {verdict.verdict}"
+        elif passed:
+            code, why = passed[0].config, "fastest screened (not judged by the strict tier)"
+        else:
+            continue
+        ours[tokens] = MoeConfig.from_code(code.partition("+")[0]).sglang()
+        lines.append(f"| {tokens} | `{code}` | {why} |")
+    if not ours:
+        raise AstraError(f"{tiers} holds no screened batch size of shape {shape!r}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ranked.json").write_text(json.dumps({str(t): ranked[t] for t in sorted(ranked)}, indent=1) + "\n")
+    (out / "ours.json").write_text(json.dumps({str(t): ours[t] for t in sorted(ours)}, indent=4) + "\n")
+    (out / "ours.md").write_text("| batch size | config | from |\n|---|---|---|\n" + "\n".join(lines) + "\n")
+    return out / "ranked.json", out / "ours.json"
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("tiers", type=Path)
+    p.add_argument("shape")
+    p.add_argument("out", type=Path)
+    p.add_argument("--top", type=int, default=16)
+    args = p.parse_args(argv)
+    for path in export(args.tiers, args.shape, args.out, args.top):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
