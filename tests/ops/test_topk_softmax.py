@@ -138,8 +138,9 @@ def test_bench_defaults_name_sglangs_op_and_our_kernels(monkeypatch):
 
 def test_manifest_ships_disabled_with_the_specs_target():
     manifest = PatchManifest.load(patches_dir() / "topk_softmax")
-    # Disabled after its GPU figures: the gate refused it on two shapes (see the provenance notes).
-    assert not manifest.enabled and manifest.provenance.method == "hand" and "refused" in manifest.provenance.notes
+    # Left off after its H200 figures (1.315x geomean) until compute-sanitizer's memcheck and racecheck have run.
+    assert not manifest.enabled and manifest.provenance.method == "hand"
+    assert "compute-sanitizer memcheck and racecheck have not run" in manifest.off_reason
     assert manifest.measured and all(m.speedup > 0 and m.baseline_us > 0 for m in manifest.measured)
     assert manifest.targets == ["sglang.srt.layers.moe.topk:topk_softmax"]
     assert manifest.baseline == adapters.KERNEL_BASELINES["topk_softmax"]

@@ -9,6 +9,7 @@ endpoint is missing (404); crash: /start_profile answers, then the server dies b
 crash-second: the first recording is written, the second kills the server."""
 from __future__ import annotations
 
+import random
 import socket
 import textwrap
 
@@ -55,20 +56,30 @@ SERVER = textwrap.dedent('''
 ''')
 
 
-def free_port() -> int:
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port() -> int:
+    """A free port below Linux's ephemeral range (32768-60999): a port the kernel hands out (bind to 0) can be taken
+    as the source port of a client's connection before the stand-in server binds it ("Address already in use")."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        if _bindable(port):
+            return port
+    pytest.skip("no free port in 20000-32000")
 
 
 def free_port_pair() -> int:
     """A free port whose successor is free too (the paired A/B's B listens on port + 1)."""
     for _ in range(50):
         port = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
+        if _bindable(port + 1):
+            return port
     pytest.skip("no two adjacent free ports")
