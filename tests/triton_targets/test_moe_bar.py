@@ -13,7 +13,7 @@ from astra_sglang.triton.moe.bar_report import summarize, write_report
 from astra_sglang.triton.moe.configs import Pick
 from astra_sglang.triton.moe.knobs import Variant
 from astra_sglang.triton.moe.op import parse_table
-from astra_sglang.triton.moe.sglang_tuner_run import TunerBatch, TunerRun
+from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch, TunerRun
 from astra_sglang.triton.moe.source_op import parse
 from astra_sglang.triton.moe.space import MoeConfig
 

@@ -17,7 +17,8 @@ import pytest
 from astra_sglang.errors import AstraError
 from astra_sglang.triton.moe import ray_local, sglang_tuner
 from astra_sglang.triton.moe.sglang_tuner import TunerScript, subset
-from astra_sglang.triton.moe.sglang_tuner_run import TunerBatch, run_bounded, run_full
+from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch
+from astra_sglang.triton.moe.sglang_tuner_run import run_bounded, run_full
 from astra_sglang.triton.moe.shapes import MoeShape
 
 SHAPE = MoeShape(8, 96, 64, 2)

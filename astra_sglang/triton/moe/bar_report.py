@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from astra_sglang.paths import templates_dir
 from astra_sglang.triton.moe.bar import BarRow
-from astra_sglang.triton.moe.sglang_tuner_run import TunerRun
+from astra_sglang.triton.moe.sglang_tuner_records import TunerRun
 from astra_sglang.triton.moe.space import MoeConfig
 
 
