@@ -214,7 +214,7 @@ def child(request: ChildRequest) -> None:
                 subset(space, request.ranked.get(tokens, []), request.sample, request.seed + tokens)
             # each batch size its share of the time, less what timing the compared configs takes after its loop
             share = (request.deadline - time.time()) / (len(request.tokens) - i)
-            share -= min(COMPARE_S, share / 4)
+            share -= min(COMPARE_S, share / 4) if request.rounds else 0.0
             values = values_of(request, tokens, configs)
             before = skips.count if skips else 0
             best, reason, seconds, costs = tune(worker, script, values, log, time.time() + share)

@@ -74,9 +74,12 @@ def collect(children, what: str, record=TunerBatch) -> list:
 
 def run_bounded(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list[str], work: Path,
                 ranked: dict[int, list[dict]], sample: int, seed: int, seconds: float,
-                compare: dict[int, dict[str, dict]] | None = None) -> TunerRun:
+                compare: dict[int, dict[str, dict]] | None = None, rounds: int = 3,
+                cache_root: Path | None = None) -> TunerRun:
     """SGLang's loop over each batch size's subset, a child per GPU, all stopped `seconds` from now; then the
-    tuner's best and `compare`'s configs (batch size -> label -> config) timed by the script's benchmark_config."""
+    tuner's best and `compare`'s configs (batch size -> label -> config) timed by the script's benchmark_config
+    over `rounds` rounds (0: none). Each child's cold Triton cache is a fresh folder under `cache_root` (default
+    `work`)."""
     work.mkdir(parents=True, exist_ok=True)
     model = model_dir(shape, work)
     deadline, started, children = time.time() + seconds, time.perf_counter(), []
@@ -84,8 +87,9 @@ def run_bounded(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: l
         out = work / f"tuner-gpu{gpu}.jsonl"
         request = request_for(shape, script, model, tokens=mine, ranked={t: ranked.get(t, []) for t in mine},
                               sample=sample, seed=seed, deadline=deadline, out=str(out),
-                              compare={t: (compare or {}).get(t, {}) for t in mine})
-        cache = Path(tempfile.mkdtemp(prefix="triton-cold-", dir=work))  # a cold cache: compiles counted
+                              compare={t: (compare or {}).get(t, {}) for t in mine}, rounds=rounds)
+        (cache_root or work).mkdir(parents=True, exist_ok=True)
+        cache = Path(tempfile.mkdtemp(prefix="triton-cold-", dir=cache_root or work))  # a cold cache: compiles counted
         children.append((gpu, out, *spawn(request, f"tuner-gpu{gpu}", gpu, cache, work)))
     batches = collect(children, "loop")
     return TunerRun(files=script.hashes, mode="bounded", batches=sorted(batches, key=lambda b: b.tokens),
