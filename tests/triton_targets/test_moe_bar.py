@@ -80,7 +80,7 @@ def test_the_summary_and_the_report(tmp_path):
     text = write_report(tmp_path / "bar.md", header, summary, _tuner()).read_text()
     assert "| 1 | `m64n64k32g8wdsd` (SGLang's default config" in text and "1.100x" in text and "1.020x" in text
     assert "64.0 +- " in text and "own tune loop over our ranked configs first, then 24 drawn at random" in text
-    assert "over these 3 batch sizes on 2 GPU(s): 96 min (estimated)" in text
+    assert "over these 3 batch sizes on 2 GPU(s): 128 min (estimated)" in text
 
 
 def _stand_in_gpu_stages(script, monkeypatch) -> dict:
