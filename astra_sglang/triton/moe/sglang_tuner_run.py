@@ -96,9 +96,12 @@ def run_bounded(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: l
                     wall_s=time.perf_counter() - started, gpus=gpus, sample=sample, seed=seed)
 
 
-def run_full(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list[str], work: Path) -> TunerRun:
-    """The script as its users run it (`--tune`), a process per GPU with its share of the batch sizes."""
+def run_full(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list[str], work: Path,
+             cache_root: Path | None = None) -> TunerRun:
+    """The script as its users run it (`--tune`), a process per GPU with its share of the batch sizes, each on a
+    fresh Triton cache under `cache_root` (default `work`)."""
     work.mkdir(parents=True, exist_ok=True)
+    (cache_root or work).mkdir(parents=True, exist_ok=True)
     model, shim, started = model_dir(shape, work), shim_dir(work), time.perf_counter()
     children = []
     for gpu, mine in share(tokens, gpus).items():
@@ -110,7 +113,7 @@ def run_full(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list
         command = " && ".join(" ".join([sys.executable, str(script.script), "--model", str(model), "--tp-size", "1",
                                         *dtype, "--tune", *r]) for r in runs)
         log = cwd / "ray.log"
-        env = env_for(gpu, Path(tempfile.mkdtemp(prefix="triton-cold-", dir=work)),
+        env = env_for(gpu, Path(tempfile.mkdtemp(prefix="triton-cold-", dir=cache_root or work)),
                       {"PYTHONPATH": os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")])),
                        "ASTRA_RAY_LOG": str(log)})
         children.append((gpu, mine, cwd, log, subprocess.Popen(command, shell=True, cwd=cwd, env=env)))
