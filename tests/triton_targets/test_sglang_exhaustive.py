@@ -12,6 +12,7 @@ from sglang_tuner_standin import tuner_folder
 from astra_sglang.triton.moe.bar_report import summarize, write_report
 from astra_sglang.triton.moe.configs import Pick
 from astra_sglang.triton.moe.sglang_tuner import TunerScript, key
+from astra_sglang.triton.moe.sglang_tuner_child import shard_of
 from astra_sglang.triton.moe.sglang_tuner_exhaustive import default_warm_procs, run_exhaustive
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch, TunerRun
 from astra_sglang.triton.moe.shapes import MoeShape
@@ -91,6 +92,16 @@ def test_the_report_says_which_wall_is_which(tmp_path):
     assert "Its users' wall (the script as they run it, cold Triton cache): 64 min, estimated" in text
     assert "| 1 | 1920 | 1920 (its whole space) | 416 | 192 | 1920 | 150 | 64.0 +- " in text
     assert "A tuner's wall is measured against this users' wall" in text and "The deadline cut" not in text
+
+
+@pytest.mark.parametrize("size, count", [(1920, 32), (1920, 16), (18, 4), (7, 9)])
+def test_warm_shards_cover_the_space_once_and_mix_its_tiles(size, count):
+    space = [{"BLOCK_SIZE_N": (32, 64, 128, 256)[i // 8 % 4], "i": i} for i in range(size)]
+    shards = [shard_of(space, i, count) for i in range(count)]
+    assert sorted(c["i"] for s in shards for c in s) == list(range(size))
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    if size == 1920:  # in the space's own order, a stride of 32 would give every shard one BLOCK_SIZE_N
+        assert all(len({c["BLOCK_SIZE_N"] for c in s}) == 4 for s in shards)
 
 
 def test_warm_processes_share_the_cores_over_the_gpus():

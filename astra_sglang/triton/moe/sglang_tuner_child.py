@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -47,7 +48,7 @@ class ChildRequest(BaseModel):
     sample: int = 0
     seed: int = 0
     shard: tuple[int, int] = (0, 1)
-    """warm: (index, count): this child warms the space's configs index, index + count, ..."""
+    """warm: (index, count): this child warms shard `index` of `count` (shard_of)."""
     deadline: float
     """Epoch seconds: no config starts after it (each batch size gets an equal share of the time left)."""
     out: str
@@ -171,6 +172,15 @@ def script_space(common_utils, block_shape: list[int] | None = None) -> list[dic
     return [c for c in space if block_shape[1] % c["BLOCK_SIZE_K"] == 0] if block_shape else space
 
 
+def shard_of(space: list[dict], index: int, count: int) -> list[dict]:
+    """Warm shard `index` of `count`: every config in exactly one shard, dealt round-robin over a fixed shuffle of
+    the space, since in its own order a stride of 8 or 32 configs keeps BLOCK_SIZE_N, warps and group size fixed
+    per shard, and compile time grows with the tile: some shards would take far longer than others."""
+    order = list(range(len(space)))
+    random.Random(0).shuffle(order)
+    return [space[j] for j in sorted(order[index::count])]
+
+
 def values_of(request: ChildRequest, tokens: int, configs: list[dict]) -> dict:
     """The arguments of the script's tune and benchmark_config, by name."""
     import torch
@@ -204,7 +214,7 @@ def child(request: ChildRequest) -> None:
     for i, tokens in enumerate(request.tokens):
         log = Path(request.out).with_suffix(f".{tokens}.log")
         if request.role == "warm":
-            configs = space[request.shard[0]::request.shard[1]]
+            configs = shard_of(space, *request.shard)
             begin = time.time()
             _, _, _, costs = tune(worker, script, values_of(request, tokens, configs), log, request.deadline)
             record = WarmShard(tokens=tokens, shard=request.shard, given=len(configs), started=len(costs),
