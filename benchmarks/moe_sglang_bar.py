@@ -1,10 +1,13 @@
 """SGLang's own fused MoE tuner as the bar, in one GPU command (benchmarks/gpu/moe_sglang_bar.sh runs it):
 
   picks     what SGLang picks itself at each batch size (its config file for this GPU and shape, else its default)
-  tuner     SGLang's tuner from the checkout folder given (astra_sglang.triton.moe.sglang_tuner_run): bounded by
-            default (its own tune loop over our ranked configs first, then a seeded random sample of its space,
-            stopped at its share of the deadline), in full with --full; per-config costs, wall time, its picks; then,
-            bounded, SGLang's pick, its best and ours timed by its script's own benchmark_config in its process
+  tuner     SGLang's tuner from the checkout folder given (astra_sglang.triton.moe.sglang_tuner_run), --mode:
+            bounded (default: its own tune loop over our ranked configs first, then a seeded random sample of its
+            space, stopped at its share of the deadline), full (the script as its users run it, no deadline) or
+            exhaustive (sglang_tuner_exhaustive: a cold sample for its users' wall, a warm phase compiling its whole
+            space into one shared Triton cache on every core, then its tune loop over the whole space, a process per
+            GPU, stopped at its share of the deadline); per-config costs, wall time, its picks; then, bounded or
+            exhaustive, SGLang's pick, its best and ours timed by its script's own benchmark_config in its process
   evaluate  isolated evaluations spread over the GPUs (LocalPool): SGLang tuner's best against SGLang's pick, the
             split-K variants of the tuner's best config against it, ours (--ours) against it; then the splits that
             won, timed again (astra_sglang.triton.moe.bar); none for an fp8_w8a8 shape (the evaluator's fused_moe
@@ -16,7 +19,9 @@ bounded subset; without it, the configs SGLang ships for this expert shape on ot
 SGLang's space count: SGLang's tuner could not have picked any other.
 Usage: python3 benchmarks/moe_sglang_bar.py --tuner-dir DIR --out OUT [--preset NAME | --shape ExNxHxK [--quant fp8_w8a8]]
        [--batch-sizes 1,4,16,64] [--gpus 0,1] [--sample 24] [--seed 0] [--deadline 400] [--tuner-share 0.45]
-       [--ranked FILE] [--ours FILE] [--full]
+       [--ranked FILE] [--ours FILE] [--mode bounded|full|exhaustive] [--warm-procs N] [--warm-share 0.5]
+       [--cold-sample 8] [--cold-seconds 30] [--work DIR]
+Triton caches go under --work (default: the temp folder), never under --out.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import datetime as dt
 import json
 import shlex
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +39,7 @@ from astra_sglang.triton.moe import configs as moe_configs
 from astra_sglang.triton.moe.bar import PRESETS, final_request, requests, rows
 from astra_sglang.triton.moe.bar_report import summarize, write_report
 from astra_sglang.triton.moe.sglang_tuner import TunerScript
+from astra_sglang.triton.moe.sglang_tuner_exhaustive import default_warm_procs, run_exhaustive
 from astra_sglang.triton.moe.sglang_tuner_run import run_bounded, run_full
 from astra_sglang.triton.moe.shapes import MoeShape, parse_buckets
 from astra_sglang.triton.moe.space import MoeConfig
@@ -58,8 +65,20 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--tuner-share", type=float, default=0.45, help="of the deadline, for SGLang's tuner")
     p.add_argument("--ranked", type=Path)
     p.add_argument("--ours", type=Path, help="a config file in SGLang's format to compare with the tuner's best")
-    p.add_argument("--full", action="store_true", help="SGLang's tuner over its whole space (no deadline)")
-    return p.parse_args(argv)
+    p.add_argument("--mode", choices=["bounded", "full", "exhaustive"], default="bounded")
+    p.add_argument("--full", action="store_true", help="the same as --mode full")
+    p.add_argument("--warm-procs", type=int, default=0, help="exhaustive: warm processes per GPU (0: cores / GPUs, "
+                   "fewer where GPU memory is short)")
+    p.add_argument("--warm-share", type=float, default=0.5, help="exhaustive: of the tuner's time after the cold "
+                   "sample, at most this for the warm phase")
+    p.add_argument("--cold-sample", type=int, default=8, help="exhaustive: configs per batch size timed on a cold "
+                   "cache for its users' wall (0: none)")
+    p.add_argument("--cold-seconds", type=float, default=30.0, help="exhaustive: at most this for the cold sample")
+    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "moe-bar-work",
+                   help="Triton caches (thousands of kernels in exhaustive mode)")
+    args = p.parse_args(argv)
+    args.mode = "full" if args.full else args.mode
+    return args
 
 
 def shape_of(args) -> MoeShape:
@@ -129,12 +148,17 @@ def main(argv=None) -> Path:
     ours = None
     if args.ours:
         ours = {m: MoeConfig.from_sglang(c) for m, c in moe_configs.read(args.ours).items()}
-    if args.full:
-        tuner = run_full(script, shape, tokens, gpus, args.out / "tuner")
+    seconds = args.tuner_share * args.deadline - (time.time() - started)
+    if args.mode == "full":
+        tuner = run_full(script, shape, tokens, gpus, args.out / "tuner", args.work)
+    elif args.mode == "exhaustive":
+        tuner = run_exhaustive(script, shape, tokens, gpus, args.out / "tuner", seconds,
+                               args.warm_procs or default_warm_procs(shape, gpus), args.warm_share, args.cold_sample,
+                               args.cold_seconds, args.seed, compare_configs(picks, ours, tokens), args.work)
     else:
         tuner = run_bounded(script, shape, tokens, gpus, args.out / "tuner", ranked_configs(args.ranked, shape, tokens),
-                            args.sample, args.seed, args.tuner_share * args.deadline - (time.time() - started),
-                            compare_configs(picks, ours, tokens))
+                            args.sample, args.seed, seconds, compare_configs(picks, ours, tokens),
+                            cache_root=args.work)
     (args.out / "tuner.json").write_text(tuner.model_dump_json(indent=1))
     print(f"SGLang's tuner: {tuner.mode}, {tuner.wall_s:.0f} s", flush=True)
     jsonl = args.out / "bar.jsonl"  # written as the stages end: a run cut short keeps what it measured

@@ -9,11 +9,18 @@
 # Needs, carried: .stage/ (the SGLang runtime kit, see setup.sh) and TUNER_DIR (default .bar/fused_moe_triton):
 # tuning_fused_moe_triton.py and common_utils.py of SGLang's benchmark/kernels/fused_moe_triton/ at the installed
 # SGLang's release tag (v0.5.17), never committed.
+# MODE=exhaustive: SGLang's tuner's exact answer over its whole space instead of a bounded sample: a cold sample of
+# COLD_SAMPLE configs per batch size (its users' wall, estimated), then WARM_PROCS processes per GPU running its
+# own tune loop over shards of its space into one fresh Triton cache (timings discarded), then its tune loop over
+# the whole space, a process per GPU, on that cache; a deadline cut is reported with how far its loop got.
 # Usage (GPU machine, repo root): bash benchmarks/gpu/moe_sglang_bar.sh [OUTDIR]
 # env: PRESET (mixtral-8x7b-tp2 | qwen3-30b-a3b | deepseek-v2-lite | mixtral-8x7b-tp2-fp8), BATCH_SIZES (1,4,16,64),
 #      SAMPLE (24), SEED (0), DEADLINE (400 s for the python part), TUNER_SHARE (0.45 of it for SGLang's tuner; an
-#      fp8 shape has no strict stage after it: 0.9), GPUS (every visible), RANKED (JSON {batch: [codes]}), OURS, FULL=1
-# OUTDIR (default $OUT, else /tmp/moe-bar) gets env.txt, bar.log, tuner.json, bar.jsonl, bar.md (printed last).
+#      fp8 shape has no strict stage after it: 0.9; exhaustive: 0.8), GPUS (every visible), RANKED (JSON {batch:
+#      [codes]}), OURS, MODE (bounded | full | exhaustive; FULL=1 is MODE=full), WARM_PROCS (cores / GPUs),
+#      WARM_SHARE (0.5), COLD_SAMPLE (8), COLD_SECONDS (30)
+# OUTDIR (default $OUT, else /tmp/moe-bar) gets env.txt, bar.log, tuner.json, bar.jsonl, bar.md (printed last) and
+# tuner-logs.tgz (every tuner process's log and records); Triton caches stay in /tmp/moe-bar-work.
 set -u
 OUTDIR=${1:-${OUT:-/tmp/moe-bar}}; mkdir -p "$OUTDIR"
 source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt" 2>&1
@@ -24,17 +31,23 @@ TUNER_DIR=${TUNER_DIR:-.bar/fused_moe_triton}
 [ -f "$TUNER_DIR/tuning_fused_moe_triton.py" ] || { echo "no SGLang tuner in $TUNER_DIR (carry it: see this script's head)"; exit 2; }
 export ASTRA_SGLANG_CACHE=${ASTRA_SGLANG_CACHE:-/tmp/astra-cache}
 DEADLINE=${DEADLINE:-400}
+MODE=${MODE:-${FULL:+full}}; MODE=${MODE:-bounded}
+[ "$MODE" = exhaustive ] && TUNER_SHARE=${TUNER_SHARE:-0.8}
 # Its own process group: an interrupted run leaves no tuner or evaluation child behind.
 setsid timeout --kill-after=10 $((DEADLINE + 40)) python3 benchmarks/moe_sglang_bar.py --tuner-dir "$TUNER_DIR" \
   --out "$OUTDIR" --preset "${PRESET:-mixtral-8x7b-tp2}" --batch-sizes "${BATCH_SIZES:-1,4,16,64}" \
   --sample "${SAMPLE:-24}" --seed "${SEED:-0}" --deadline "$DEADLINE" --tuner-share "${TUNER_SHARE:-0.45}" \
   ${GPUS:+--gpus "$GPUS"} \
-  ${RANKED:+--ranked "$RANKED"} ${OURS:+--ours "$OURS"} ${FULL:+--full} > "$OUTDIR/bar.log" 2>&1 &
+  ${RANKED:+--ranked "$RANKED"} ${OURS:+--ours "$OURS"} --mode "$MODE" --work /tmp/moe-bar-work \
+  ${WARM_PROCS:+--warm-procs "$WARM_PROCS"} --warm-share "${WARM_SHARE:-0.5}" --cold-sample "${COLD_SAMPLE:-8}" \
+  --cold-seconds "${COLD_SECONDS:-30}" > "$OUTDIR/bar.log" 2>&1 &
 PID=$!
 trap 'kill -- -$PID 2>/dev/null' EXIT INT TERM
 wait $PID; rc=$?
+# the tuner's many per-process logs in one file
+[ -d "$OUTDIR/tuner" ] && tar czf "$OUTDIR/tuner-logs.tgz" -C "$OUTDIR" tuner && rm -rf "$OUTDIR/tuner"
 grep -E "Error|error|SGLang's tuner" "$OUTDIR/bar.log" | tail -20
 if [ $rc -eq 0 ]; then cat "$OUTDIR/bar.md"
-else echo "moe_sglang_bar.py exit code $rc"; tail -40 "$OUTDIR/bar.log"; ls "$OUTDIR"/tuner/*.log 2>/dev/null | head -4 | xargs -r tail -5
+else echo "moe_sglang_bar.py exit code $rc"; tail -40 "$OUTDIR/bar.log"; tar xzOf "$OUTDIR/tuner-logs.tgz" --wildcards '*.log' 2>/dev/null | tail -20
 fi
 exit $rc

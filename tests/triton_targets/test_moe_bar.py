@@ -13,7 +13,7 @@ from astra_sglang.triton.moe.bar_report import summarize, write_report
 from astra_sglang.triton.moe.configs import Pick
 from astra_sglang.triton.moe.knobs import Variant
 from astra_sglang.triton.moe.op import parse_table
-from astra_sglang.triton.moe.sglang_tuner_run import TunerBatch, TunerRun
+from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch, TunerRun
 from astra_sglang.triton.moe.source_op import parse
 from astra_sglang.triton.moe.space import MoeConfig
 
@@ -80,7 +80,7 @@ def test_the_summary_and_the_report(tmp_path):
     text = write_report(tmp_path / "bar.md", header, summary, _tuner()).read_text()
     assert "| 1 | `m64n64k32g8wdsd` (SGLang's default config" in text and "1.100x" in text and "1.020x" in text
     assert "64.0 +- " in text and "own tune loop over our ranked configs first, then 24 drawn at random" in text
-    assert "over these 3 batch sizes on 2 GPU(s): 96 min (estimated)" in text
+    assert "over these 3 batch sizes on 2 GPU(s): 128 min (estimated)" in text
 
 
 def _stand_in_gpu_stages(script, monkeypatch) -> dict:
@@ -106,9 +106,9 @@ def test_the_gpu_script_end_to_end_with_its_gpu_stages_stood_in_for(bench_script
     folder.mkdir()
     seen = _stand_in_gpu_stages(script, monkeypatch)
 
-    def bounded(tuner_script, shape, tokens, gpus, work, ranked, sample, seed, seconds, compare=None):
+    def bounded(tuner_script, shape, tokens, gpus, work, ranked, sample, seed, seconds, compare=None, cache_root=None):
         seen.update(tokens=tokens, gpus=gpus, ranked=ranked, sample=sample, seconds=seconds, compare=compare,
-                    shape=shape)
+                    shape=shape, cache_root=cache_root)
         run = _tuner()
         return run.model_copy(update={"batches": [b for b in run.batches if b.tokens in tokens]})
 
@@ -128,6 +128,42 @@ def test_the_gpu_script_end_to_end_with_its_gpu_stages_stood_in_for(bench_script
     assert [x["kind"] for x in lines][:3] == ["header", "tuner", "tuner"]
     assert {x["comparison"] for x in lines if x["kind"] == "comparison"} >= {"tuner-vs-pick", "splitk-1", "splitk-final"}
     assert report.is_file() and (tmp_path / "out" / "tuner.json").is_file()
+    assert not str(seen["cache_root"]).startswith(str(tmp_path / "out"))  # Triton caches kept out of the results
+
+
+def test_the_gpu_script_runs_the_exhaustive_tuner_and_judges_its_best(bench_script, tmp_path, monkeypatch):
+    script = bench_script("moe_sglang_bar")
+    seen = _stand_in_gpu_stages(script, monkeypatch)
+
+    def exhaustive(tuner_script, shape, tokens, gpus, work, seconds, warm_procs, warm_share, cold_sample,
+                   cold_seconds, seed, compare, cache_root):
+        seen.update(tokens=tokens, seconds=seconds, warm_procs=warm_procs, warm_share=warm_share,
+                    cold=(cold_sample, cold_seconds), compare=compare, cache_root=cache_root)
+        batches = [TunerBatch(tokens=t, mode="exhaustive", space=1920, given=1920, costs=[0.1] * 1920, seconds=192.0,
+                              best=BEST[t].sglang(), warmed=1920, warm_s=140.0, cold_costs=[1.0, 2.0])
+                   for t in tokens]
+        return TunerRun(files={}, mode="exhaustive", batches=batches, wall_s=340.0, gpus=gpus, sample=cold_sample,
+                        warm_s=145.0, timing_s=195.0, cold_s=30.0, warm_procs=warm_procs)
+
+    monkeypatch.setattr(script, "run_exhaustive", exhaustive)
+    monkeypatch.setattr(script, "default_warm_procs", lambda shape, gpus: 16)
+    monkeypatch.setattr(script, "run_bounded", lambda *a, **k: pytest.fail("exhaustive runs no bounded loop"))
+    judged = []
+
+    def evaluate(gpus, comparisons):
+        judged.extend(comparisons)
+        return [result_for(c, {1: 1.05}) for c in comparisons]
+
+    monkeypatch.setattr(script, "evaluate", evaluate)
+    report = script.main(["--tuner-dir", str(tmp_path), "--out", str(tmp_path / "out"), "--batch-sizes", "1,64",
+                          "--gpus", "0,1", "--mode", "exhaustive", "--deadline", "470", "--tuner-share", "0.8",
+                          "--work", str(tmp_path / "work")]).read_text()
+    assert seen["tokens"] == [1, 64] and 370 < seen["seconds"] <= 376 and seen["warm_procs"] == 16
+    assert seen["warm_share"] == 0.5 and seen["cold"] == (8, 30.0) and seen["cache_root"] == tmp_path / "work"
+    assert seen["compare"][1] == {"pick": MoeConfig(64, 64, 32, 8).sglang()}
+    first = judged[0].request
+    assert parse_table(first.candidate.path.rsplit(":", 1)[1]) == {1: BEST[1], 64: BEST[64]}
+    assert "exhaustive: its own tune loop over its whole space" in " ".join(report.split())
 
 
 def test_an_fp8_preset_runs_the_tuner_fp8_and_says_why_nothing_is_judged_strictly(bench_script, tmp_path,
@@ -135,7 +171,7 @@ def test_an_fp8_preset_runs_the_tuner_fp8_and_says_why_nothing_is_judged_strictl
     script = bench_script("moe_sglang_bar")
     seen = _stand_in_gpu_stages(script, monkeypatch)
 
-    def bounded(tuner_script, shape, tokens, gpus, work, ranked, sample, seed, seconds, compare=None):
+    def bounded(tuner_script, shape, tokens, gpus, work, ranked, sample, seed, seconds, compare=None, cache_root=None):
         seen.update(shape=shape)
         run = _tuner()
         batches = [b.model_copy(update={"timed": {"pick": 20.0, "tuner": 16.0}}) for b in run.batches if b.tokens == 1]

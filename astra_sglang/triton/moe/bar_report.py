@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from astra_sglang.paths import templates_dir
 from astra_sglang.triton.moe.bar import BarRow
-from astra_sglang.triton.moe.sglang_tuner_run import TunerRun
+from astra_sglang.triton.moe.sglang_tuner_records import TunerRun
 from astra_sglang.triton.moe.space import MoeConfig
 
 
@@ -37,6 +37,12 @@ class BatchSummary(BaseModel):
     script_us: dict[str, float] = {}
     """Label ("pick", "tuner", "ours") -> microseconds by SGLang's script's own benchmark_config, in its process."""
     script_note: str = ""
+    tuner_skipped: int = 0
+    """exhaustive: configs its loop skipped (compile or resource errors)."""
+    tuner_warmed: int = 0
+    """exhaustive: configs the warm phase started at this batch size."""
+    tuner_warm_s: float = 0.0
+    """exhaustive: the warm phase's wall at this batch size."""
 
 
 def _row(rows: list[BarRow], tokens: int, comparison: str) -> BarRow | None:
@@ -51,7 +57,8 @@ def summarize(picks: dict, tuner: TunerRun, rows: list[BarRow]) -> list[BatchSum
         s = BatchSummary(tokens=t, pick=picks[t].config.code(), pick_source=picks[t].describe(),
                          tuner_best=None, tuner_mode=batch.mode, tuner_given=batch.given, tuner_ranked=batch.ranked,
                          tuner_tried=len(batch.costs), tuner_space=batch.space, tuner_seconds=batch.seconds,
-                         mean_config_s=sum(batch.costs) / len(batch.costs) if batch.costs else None)
+                         mean_config_s=sum(batch.costs) / len(batch.costs) if batch.costs else None,
+                         tuner_skipped=batch.skipped, tuner_warmed=batch.warmed, tuner_warm_s=batch.warm_s)
         s.script_us, s.script_note = dict(batch.timed), batch.timed_reason
         if batch.best:
             s.tuner_best = MoeConfig.from_sglang(batch.best).code()
@@ -81,8 +88,6 @@ def write_report(path: Path, header: dict, summaries: list[BatchSummary], tuner:
     """`note`: a line on what the report lacks and why (e.g. no strict evaluation of a quantized shape)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")), trim_blocks=True,
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    estimates = [s.estimate_s for s in summaries if s.estimate_s is not None]
-    total = sum(estimates) / max(1, len(tuner.gpus)) if len(estimates) == len(summaries) else None
-    path.write_text(env.get_template("moe_bar.md.j2").render(h=header, rows=summaries, tuner=tuner, total_s=total,
-                                                             note=note))
+    path.write_text(env.get_template("moe_bar.md.j2").render(h=header, rows=summaries, tuner=tuner,
+                                                             total_s=tuner.users_wall(), note=note))
     return path

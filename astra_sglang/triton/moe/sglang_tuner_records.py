@@ -1,0 +1,98 @@
+"""What SGLang's fused MoE tuner runs record (sglang_tuner_run, sglang_tuner_exhaustive): per batch size and per
+run, and the wall time its users would wait for it."""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Mode = Literal["full", "bounded", "exhaustive"]
+
+
+class TunerBatch(BaseModel):
+    """SGLang's tuner at one batch size."""
+
+    tokens: int
+    mode: Mode
+    gpu: str = ""
+    space: int = 0
+    """Configs in SGLang's space (get_configs_compute_bound, filtered as its main filters it)."""
+    given: int = 0
+    """Configs its loop was given (the whole space, or the subset)."""
+    ranked: int = 0
+    """Of the subset, how many came first as ranked by us (the rest: a random sample)."""
+    costs: list[float] = Field(default_factory=list)
+    """Seconds its loop spent on each config it started, in order (compile or cache load, run, graph capture,
+    timing); how many it started is len(costs): fewer than `given` where the deadline cut its loop."""
+    seconds: float = 0.0
+    """Wall time of its loop at this batch size."""
+    best: dict | None = None
+    """The config it picked (SGLang's dict)."""
+    reason: str = ""
+    timed: dict[str, float] = Field(default_factory=dict)
+    """Label ("pick", "tuner", "ours") -> microseconds by the script's benchmark_config (median of the rounds)."""
+    timed_reason: str = ""
+    skipped: int = 0
+    """exhaustive: configs its loop started and skipped (its benchmark_config raised: compile or resource errors)."""
+    skip_reasons: dict[str, int] = Field(default_factory=dict)
+    """exhaustive: the skips' distinct first lines -> how many."""
+    warmed: int = 0
+    """exhaustive: configs of the space the warm phase started at this batch size (all shards together)."""
+    warm_s: float = 0.0
+    """exhaustive: seconds from the first warm shard's start to the last one's end at this batch size."""
+    cold_costs: list[float] = Field(default_factory=list)
+    """exhaustive: seconds per config of a cold-cache sample of its space drawn at random (a bounded run in the same
+    call, before the warm phase): what its users' full sweep is estimated from."""
+
+    @property
+    def covered(self) -> int:
+        """Configs its loop started (the whole space only where this equals `space`)."""
+        return len(self.costs)
+
+    def estimate(self) -> tuple[float, float] | None:
+        """(seconds, 95% half-width) of a full sweep of the space at this batch size as its users run it (a cold
+        Triton cache), from the randomly sampled configs' costs (the ranked ones left out: not drawn at random)."""
+        if self.mode == "full":
+            return self.seconds, 0.0
+        if self.mode == "exhaustive":
+            sample = self.cold_costs
+        else:
+            sample = self.costs[self.ranked:] if len(self.costs) > self.ranked + 1 else self.costs
+        if len(sample) < 2:
+            return None
+        mean, sd = statistics.fmean(sample), statistics.stdev(sample)
+        return mean * self.space, 1.96 * sd / math.sqrt(len(sample)) * self.space
+
+
+class TunerRun(BaseModel):
+    files: dict[str, str]
+    mode: Mode
+    batches: list[TunerBatch]
+    wall_s: float
+    """full, bounded: the run's wall. exhaustive: the warm phase's plus the timing phase's (the cold sample,
+    which only feeds the users' estimate, left out)."""
+    gpus: list[str]
+    sample: int = 0
+    seed: int = 0
+    warm_s: float = 0.0
+    """exhaustive: the warm phase's wall (every shard, every batch size)."""
+    timing_s: float = 0.0
+    """exhaustive: the timing phase's wall (a process per GPU)."""
+    cold_s: float = 0.0
+    """exhaustive: the cold sample's wall (not part of wall_s)."""
+    warm_procs: int = 0
+    """exhaustive: warm processes per GPU."""
+
+    def users_wall(self) -> float | None:
+        """Seconds SGLang's script takes as its users run it on these GPUs: it deals the batch sizes round-robin
+        over one worker per GPU, each running its batch sizes one after another, so the slowest worker's sum
+        (estimated from cold per-config costs except in full mode; None without an estimate at every size)."""
+        estimates = [b.estimate() for b in self.batches]
+        if not self.batches or any(e is None for e in estimates):
+            return None
+        workers = [0.0] * max(1, len(self.gpus))
+        for i, (seconds, _) in enumerate(estimates):
+            workers[i % len(workers)] += seconds
+        return max(workers)

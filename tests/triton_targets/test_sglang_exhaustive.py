@@ -1,0 +1,108 @@
+"""SGLang's tuner over its whole space (sglang_tuner_exhaustive), on CPU against the stand-in tuner folder: the warm
+phase's shards, the timing phase's space, the one Triton cache they share, a config failing in both, the deadline
+cut, and how the report words it all."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from sglang_tuner_standin import tuner_folder
+
+from astra_sglang.triton.moe.bar_report import summarize, write_report
+from astra_sglang.triton.moe.configs import Pick
+from astra_sglang.triton.moe.sglang_tuner import TunerScript, key
+from astra_sglang.triton.moe.sglang_tuner_child import shard_of
+from astra_sglang.triton.moe.sglang_tuner_exhaustive import default_warm_procs, run_exhaustive
+from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch, TunerRun
+from astra_sglang.triton.moe.shapes import MoeShape
+from astra_sglang.triton.moe.space import MoeConfig
+
+SHAPE = MoeShape(8, 96, 32, 2)
+"""hidden 32: the stand-in's configs with BLOCK_SIZE_K 128 (9 of its 18) fail as a config that does not compile."""
+SPACE = 18
+
+
+def calls(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_every_config_is_warmed_once_per_batch_size_then_timed_whole_on_the_same_cache(tmp_path, monkeypatch):
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("STANDIN_CALLS", str(log))
+    script = TunerScript.open(tuner_folder(tmp_path, sleep=0.01))
+    run = run_exhaustive(script, SHAPE, [1, 64, 256], ["0", "1"], tmp_path / "work", seconds=120, warm_procs=2,
+                         cold_sample=3, cold_seconds=60, cache_root=tmp_path / "caches")
+    seen = calls(log)
+    warm_cache = {c["cache"] for c in seen if "triton-warm-" in c["cache"]}
+    assert len(warm_cache) == 1 and warm_cache.pop().startswith(str(tmp_path / "caches"))
+    cold = [c for c in seen if "triton-cold-" in c["cache"]]
+    assert Counter(c["tokens"] for c in cold) == {1: 3, 64: 3, 256: 3}
+    loops = [c for c in seen if "triton-warm-" in c["cache"] and c["iters"] == 10]  # the script's tune loops
+    phases = {p: [c for c in loops if c["log"].startswith(p)] for p in ("warm-", "timing-")}
+    assert len(phases["warm-"]) + len(phases["timing-"]) == len(loops)
+    assert [len({c["pid"] for c in phases[p]}) for p in phases] == [4, 2]  # 2 per GPU, then 1 per GPU
+    for phase in phases.values():
+        for tokens in (1, 64, 256):  # every config of the space exactly once per batch size, failing ones included
+            got = Counter(key(c["config"]) for c in phase if c["tokens"] == tokens)
+            assert len(got) == SPACE and set(got.values()) == {1}
+    assert [b.tokens for b in run.batches] == [1, 64, 256] and run.mode == "exhaustive" and run.warm_procs == 2
+    for batch in run.batches:
+        assert (batch.space, batch.given, batch.covered, batch.warmed, batch.skipped) == (SPACE, SPACE, SPACE, SPACE, 9)
+        assert batch.skip_reasons == {"RuntimeError: out of resources": 9} and len(batch.cold_costs) == 3
+        assert batch.best == {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
+                              "num_warps": 4, "num_stages": 3} and batch.timed["tuner"] == pytest.approx(10.064)
+        assert batch.warm_s > 0 and batch.seconds > 0
+    assert run.wall_s == pytest.approx(run.warm_s + run.timing_s) and run.cold_s > 0
+    assert run.users_wall() == pytest.approx(max(run.batches[0].estimate()[0] + run.batches[2].estimate()[0],
+                                                 run.batches[1].estimate()[0]))
+
+
+def test_a_deadline_cuts_the_timing_loop_and_says_how_far_it_got(tmp_path):
+    script = TunerScript.open(tuner_folder(tmp_path, sleep=0.4))
+    run = run_exhaustive(script, MoeShape(8, 96, 64, 2), [4], ["0"], tmp_path / "work", seconds=14, warm_procs=6,
+                         warm_share=0.2, cold_sample=0)
+    (batch,) = run.batches
+    assert batch.given == SPACE and 0 < batch.covered < SPACE and batch.best is not None
+    assert batch.warmed < SPACE and not batch.cold_costs and run.users_wall() is None
+    picks = {4: Pick(4, MoeConfig(64, 64, 32, 8), "default")}
+    text = write_report(tmp_path / "bar.md", HEADER, summarize(picks, run, []), run).read_text()
+    text = " ".join(text.split())  # the template wraps its lines
+    assert f"| 4 | {SPACE} | {batch.covered} (cut by the deadline) |" in text
+    assert f"at batch size 4 its loop reached {batch.covered} of its {SPACE} configs" in text
+    assert "not estimated in this run (no cold sample)" in text
+
+
+HEADER = {"date": "2026-11-28", "gpu": "NVIDIA H100 80GB HBM3", "commit": "abc1234", "sglang": "0.5.17",
+          "triton": "3.6.0", "shape": "8x7168x4096 top-2", "command": "bash benchmarks/gpu/moe_sglang_bar.sh"}
+
+
+def test_the_report_says_which_wall_is_which(tmp_path):
+    best = MoeConfig(16, 64, 64, 1, 4, 3).sglang()
+    batches = [TunerBatch(tokens=t, mode="exhaustive", space=1920, given=1920, costs=[0.1] * 1920, seconds=192.0,
+                          best=best, skipped=416, warmed=1920, warm_s=150.0, cold_costs=[1.0, 2.0, 3.0])
+               for t in (1, 64)]
+    run = TunerRun(files={"tuning_fused_moe_triton.py": "ab" * 8}, mode="exhaustive", batches=batches,
+                   wall_s=350.0, gpus=["0", "1"], sample=3, warm_s=155.0, timing_s=195.0, cold_s=40.0, warm_procs=16)
+    picks = {t: Pick(t, MoeConfig(64, 64, 32, 8), "default") for t in (1, 64)}
+    text = write_report(tmp_path / "bar.md", HEADER, summarize(picks, run, []), run).read_text()
+    text = " ".join(text.split())  # the template wraps its lines
+    assert "exhaustive: its own tune loop over its whole space" in text and "16 warm processes per GPU" in text
+    assert "This run's wall: 350 s (warm phase 155 s, timing phase 195 s)" in text
+    assert "Its users' wall (the script as they run it, cold Triton cache): 64 min, estimated" in text
+    assert "| 1 | 1920 | 1920 (its whole space) | 416 | 192 | 1920 | 150 | 64.0 +- " in text
+    assert "A tuner's wall is measured against this users' wall" in text and "The deadline cut" not in text
+
+
+@pytest.mark.parametrize("size, count", [(1920, 32), (1920, 16), (18, 4), (7, 9)])
+def test_warm_shards_cover_the_space_once_and_mix_its_tiles(size, count):
+    space = [{"BLOCK_SIZE_N": (32, 64, 128, 256)[i // 8 % 4], "i": i} for i in range(size)]
+    shards = [shard_of(space, i, count) for i in range(count)]
+    assert sorted(c["i"] for s in shards for c in s) == list(range(size))
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    if size == 1920:  # in the space's own order, a stride of 32 would give every shard one BLOCK_SIZE_N
+        assert all(len({c["BLOCK_SIZE_N"] for c in s}) == 4 for s in shards)
+
+
+def test_warm_processes_share_the_cores_over_the_gpus():
+    assert default_warm_procs(SHAPE, ["0"]) >= default_warm_procs(SHAPE, ["0", "1"]) >= 1
