@@ -11,6 +11,10 @@
 #   wrong   Parity against a deliberately wrong patch (tests/fixtures/wrong-patches: fused_add_rmsnorm x 1.01):
 #           one period, no rounds, A unpatched on one GPU and B wrong on the other, judged against the A/A's own
 #           logprob differences. Its report must say parity FAIL; the script's last lines say whether it did.
+#   aa1     The A/A control in the one-GPU design (restarts): two unpatched arms started one at a time on GPU AA1_GPU
+#           (default 0) in the order A B B A A B ..., STARTS starts an arm (default 3, at least 3), each warmed by one
+#           untimed round, then ROUNDS timed rounds, the same client; resumable like aa (RUNS=<folder holding aa1/>).
+#           A start takes one server's start (~50 s warm) plus its rounds, so 6 starts take two calls.
 #   offset  Why the second of two servers on one GPU ran slower (benchmarks/aa_offset.py): both on GPU 0, their
 #           settings compared, each one's decode steps profiled (GPU time vs host wall). ~3 minutes.
 # The model: the kit's 8-layer Llama-3-8B shape with random weights of a trained model's scale (make_weights.py),
@@ -49,6 +53,14 @@ for stage in $STAGES; do
       --rounds "$ROUNDS" --port "$PORT" --stop-after "$left" --health-timeout 300 "${CLIENT[@]}" \
       $(stagger_opts "$MODEL") --out "$OUT/aa" -- "${SERVER_ARGS[@]}"
     echo "== aa: exit $? at $(elapsed) s"; mark_started "$MODEL" "$OUT/aa"; report_line "$OUT/aa" ;;
+  aa1)
+    resume_from aa1
+    left=$(( DEADLINE - $(elapsed) ))
+    echo "== aa1: restarts A/A on GPU ${AA1_GPU:-0}, ${STARTS:-3} starts an arm, ${left} s"
+    astra-sglang ab --model-path "$MODEL" --design restarts --gpus "${AA1_GPU:-0}" --control --runs "${STARTS:-3}" \
+      --rounds "$ROUNDS" --port "$PORT" --stop-after "$left" --health-timeout 300 "${CLIENT[@]}" \
+      --out "$OUT/aa1" -- "${SERVER_ARGS[@]}"
+    echo "== aa1: exit $? at $(elapsed) s"; mark_started "$MODEL" "$OUT/aa1"; report_line "$OUT/aa1" ;;
   wrong)
     [ -f "$OUT/aa/parity.jsonl" ] || { echo "== wrong: skipped, no A/A probes in $OUT/aa"; continue; }
     echo "== wrong: parity against tests/fixtures/wrong-patches"
