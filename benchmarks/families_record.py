@@ -84,10 +84,10 @@ def verdict(timed: list[dict], checked: list[dict], per_call: list[dict], failur
         return False, "no per-call row (the eager call was not checked and timed against SGLang's)"
     worst = max(per_call, key=lambda r: r["ratio"])
     if worst["ratio"] > 1.0:
-        return False, (f"per call {worst['ratio']:.3f}x SGLang's eager time at {'x'.join(map(str, worst['shape']))} "
+        return False, (f"eager calls up to {worst['ratio']:.3f}x SGLang's time at {'x'.join(map(str, worst['shape']))} "
                        f"(geomean {speed:.3f}x kernel only)")
-    figures = (f"geomean {speed:.3f}x against SGLang's op over {len(against)} shapes, per call at most "
-               f"{worst['ratio']:.3f}x its eager time")
+    figures = (f"geomean {speed:.3f}x against SGLang's op over {len(against)} shapes, eager calls at most "
+               f"{worst['ratio']:.3f}x SGLang's time")
     if sanitized is None:
         return False, f"{figures}, but compute-sanitizer memcheck and racecheck have not run"
     if not sanitized.get("ok"):
