@@ -19,6 +19,7 @@ import re
 import sys
 from pathlib import Path
 
+from astra_sglang.harness.limits import REGRESSION_FLOOR
 from astra_sglang.patchset.manifest import PatchManifest
 from astra_sglang.patchset.record import gate_max_bytes, read_rows, timed_against_sglang
 from astra_sglang.patchset.record import record as record_measurements
@@ -51,15 +52,11 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-SLOWEST = 0.95
-"""The acceptance gate's rule (README, "Scoring and shipping"): no more than 5% slower than SGLang's op at any shape."""
-
-
 def verdict(timed: list[dict], checked: list[dict], per_call: list[dict], failures: list[str],
             sanitized: dict | None = None) -> tuple[bool, str]:
     """Whether the rows of one op enable its patch, and why: every check passed, every timed shape has SGLang's
-    figure, the geomean against SGLang's op is at least 1 and no shape below SLOWEST, no eager call costs more than
-    SGLang's, and compute-sanitizer's memcheck and racecheck passed (`sanitized`: the op's line of
+    figure, the geomean against SGLang's op is at least 1 and no shape below REGRESSION_FLOOR, no eager call costs
+    more than 1 / REGRESSION_FLOOR of SGLang's (the same 5% of noise room), and compute-sanitizer's memcheck and racecheck passed (`sanitized`: the op's line of
     OUT/sanitize.jsonl, None where it did not run). `failures`: the reasons of the op's evaluations that did not
     finish (a timeout leaves shapes untimed)."""
     bad = [r for r in timed + checked if r.get("correct") is False]
@@ -77,13 +74,13 @@ def verdict(timed: list[dict], checked: list[dict], per_call: list[dict], failur
     if speed < 1.0:
         return False, f"geomean {speed:.3f}x against SGLang's op over {len(against)} shapes"
     slowest = min(against, key=lambda r: r["speedup"])
-    if slowest["speedup"] < SLOWEST:
+    if slowest["speedup"] < REGRESSION_FLOOR:  # the acceptance gate's rule, as optimize's winner applies it
         return False, (f"{slowest['speedup']:.3f}x SGLang's op at {'x'.join(map(str, slowest['shape']))} "
                        f"{slowest['dtype']} (geomean {speed:.3f}x)")
     if not per_call:
         return False, "no per-call row (the eager call was not checked and timed against SGLang's)"
     worst = max(per_call, key=lambda r: r["ratio"])
-    if worst["ratio"] > 1.0:
+    if worst["ratio"] > 1 / REGRESSION_FLOOR:
         return False, (f"eager calls up to {worst['ratio']:.3f}x SGLang's time at {'x'.join(map(str, worst['shape']))} "
                        f"(geomean {speed:.3f}x kernel only)")
     figures = (f"geomean {speed:.3f}x against SGLang's op over {len(against)} shapes, eager calls at most "

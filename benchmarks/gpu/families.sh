@@ -13,7 +13,7 @@
 #   record    benchmarks/families_record.py: the timed rows into copies of the ops' manifests (`measured`,
 #             provenance), gate_max_bytes from the largest call every check passed, enabled where every check
 #             passed, every timed shape has SGLang's figure, the geomean is at least 1, no shape is below 0.95x, no
-#             eager call costs more than SGLang's and compute-sanitizer was clean (else left off with the figure in
+#             eager call costs more than 1/0.95 of SGLang's and compute-sanitizer was clean (else left off with the figure in
 #             `off_reason`), OUT/families.md
 # Writes OUT/{per_call,kernels-*,checks,sources,sanitize}.jsonl, OUT/per_call.md, OUT/families.md, OUT/run.log and
 # OUT/manifests/<op>/manifest.json.
