@@ -21,6 +21,10 @@ METRICS = [("output_throughput", "output throughput", "tok/s", True),
 AA_MAX_PCT = 2.0
 """An A/A control passes when its typical change is at most this (and its interval holds 0)."""
 AA_MIN_ROUNDS = 8
+AA_MIN_DF = 3
+"""And at least this many degrees of freedom in its interval: rounds inside few periods give a t-interval so wide
+(1 df: t = 12.7; 2 df: 4.3; 3 df: 3.2) that it holds 0 whatever the noise, and the control would pass vacuously.
+A crossover needs 5 periods (df = periods - 2), the restarts design 3 starts an arm."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,8 @@ class AACheck:
 
 def aa_check(c: Change | None, require_controlled: bool = True, short_windows: str = "") -> AACheck:
     """The A/A control's rule: at least AA_MIN_ROUNDS timed rounds, a typical change of at most AA_MAX_PCT, an
-    interval (with start variance inside, unless not `require_controlled`) that holds 0, and no round whose timed
+    interval of at least AA_MIN_DF degrees of freedom (with start variance inside, unless not
+    `require_controlled`) that holds 0, and no round whose timed
     window is too short to measure a server (`short_windows`: serving/window.py's reason, '' when none is)."""
     if c is None:
         return AACheck(False, ["no rounds"])
@@ -170,6 +175,9 @@ def aa_check(c: Change | None, require_controlled: bool = True, short_windows: s
     else:
         if not c.interval.contains_zero:
             reasons.append(f"the interval [{c.interval.lo:+.2f}, {c.interval.hi:+.2f}]% excludes 0")
+        if c.interval.df < AA_MIN_DF:
+            reasons.append(f"{c.interval.df:.3g} degrees of freedom < {AA_MIN_DF} ({c.interval.units} "
+                           f"{c.interval.unit}s): an interval that wide holds 0 whatever the noise")
         if require_controlled and not c.interval.controlled:
             reasons.append("the interval leaves out start-to-start variance (paired design)")
     return AACheck(not reasons, reasons)

@@ -33,10 +33,11 @@
 # patch (33 + ~260 + 81 = ~375 s; the stop rule counts the staggered ~260 s as a period until a period started at
 # once is timed, so a second one does not start in the stage's 357 s). A later call on the machine still warm
 # (STAGES=aa RUNS=...) runs 3 (~130 s each, ~390 s of the ~485 s left after setup; a fourth would end near 520 s;
-# at the 11k tok/s end 3 x ~158 s = ~474 s, the third just fits), 2 if the machine is a fresh one again. Two calls:
-# 4 periods, 12 timed rounds per arm (>= 8 rounds: the A/A rule; 4 periods: a crossover interval with 2 degrees
-# of freedom); 3 periods and 9 rounds if the second call lands on a fresh machine. These are H200 rates: an H100
-# runs slower steps, so longer rounds and periods; the stop rule goes by the periods it has timed.
+# at the 11k tok/s end 3 x ~158 s = ~474 s, the third just fits), 2 if the machine is a fresh one again. The A/A
+# rule needs >= 8 rounds and >= 3 degrees of freedom (design_stats.AA_MIN_DF), so 5 crossover periods: with
+# STAGES=aa alone the first call runs ~2 (no wrong-patch reserve) and a warm second one 3; a call short of that
+# leaves the stage to be resumed (RUNS=) on the next. These are H200 rates: an H100 runs slower steps, so longer
+# rounds and periods; the stop rule goes by the periods it has timed.
 source benchmarks/gpu/ab_common.sh
 DEADLINE=${DEADLINE:-500}
 STAGES=${STAGES:-aa wrong}

@@ -64,7 +64,7 @@ def test_describe_says_the_window_and_its_ttft_share():
 def test_the_aa_rule_fails_for_short_windows_alone():
     """A made-up A/A that passes every other part of the rule fails on its windows."""
     rows = [{**row, "period": p, "metrics": {**row["metrics"], "output_throughput": 1000.0 * (1 + e)}}
-            for p, e in zip(range(1, 5), (0.002, -0.003, 0.001, -0.001)) for row in
+            for p, e in zip(range(1, 6), (0.002, -0.003, 0.001, -0.001, 0.0015)) for row in
             ({"design": "crossover", "round": r, "arm": arm, "gpu_index": (p + (arm == "B")) % 2,
               "metrics": {"duration": 20.0}} for r in (1, 2) for arm in "AB")]
     for row in rows:  # B's value differs from A's by the period's e
@@ -145,3 +145,17 @@ def test_the_paired_report_shows_each_rounds_windows_and_flags_short_ones():
     assert "| 1 | AB |" in text and "| 1.02 s / 1.13 s |" in text and "| 0.51 s / 0.81 s |" in text
     assert f"per round under \"Paired rounds\"):\n{REASON}." in text
     assert "Rounds too short" not in report.render(rows, [], min_window_s=0.5)
+
+
+def test_the_aa_rule_fails_an_interval_of_too_few_periods():
+    """Four crossover periods (2 df) give an interval that holds 0 whatever the noise: the A/A cannot pass on it,
+    however small its differences; a fifth period (3 df) can."""
+    def rows(errors):
+        out = [{"design": "crossover", "period": p, "round": r, "arm": arm, "gpu_index": (p + (arm == "B")) % 2,
+                "metrics": {"duration": 20.0, "output_throughput": 1000.0 * (1 + (e if arm == "B" else 0.0))}}
+               for p, e in zip(range(1, len(errors) + 1), errors) for r in (1, 2) for arm in "AB"]
+        return design_stats.change(out, "output_throughput", "output throughput", "tok/s", True)
+
+    check = design_stats.aa_check(rows((0.002, -0.003, 0.001, -0.001)))
+    assert not check.ok and len(check.reasons) == 1 and check.reasons[0].startswith("2 degrees of freedom < 3")
+    assert design_stats.aa_check(rows((0.002, -0.003, 0.001, -0.001, 0.0015))).ok
