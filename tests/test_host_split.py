@@ -40,7 +40,8 @@ def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     tiers = stand_in(tmp_path, "tiers", rc=3)  # a failing job loses no other's results
     onboard = stand_in(tmp_path, "onboard")
     abruns = stand_in(tmp_path, "abruns")
-    full = {**os.environ, "AB_SCRIPT": str(ab), "TIERS_SCRIPT": str(tiers), "ONBOARD_SCRIPT": str(onboard),
+    inherited = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PORT", "GPUS")}
+    full = {**inherited, "AB_SCRIPT": str(ab), "TIERS_SCRIPT": str(tiers), "ONBOARD_SCRIPT": str(onboard),
             "ABRUNS_SCRIPT": str(abruns),
             "STAGGER": "0", "WORKDIR": str(tmp_path / "work"), "ASTRA_COMMIT": "abc1234", **env}
     return subprocess.run(["bash", "benchmarks/gpu/host_split.sh", str(tmp_path / "out")], cwd=REPO, env=full,
@@ -86,6 +87,7 @@ def test_the_ab_runs_beside_the_aa_get_gpus_2_3_their_port_and_the_aas_folder(tm
     assert ab["PORT"] == "<unset>" and ab["CUDA_VISIBLE_DEVICES"] == "<unset>" and ab["STAGES"] == "aa"
 
 
-def test_abruns_and_tiers_together_are_refused(tmp_path):
-    done = run(tmp_path, JOBS="ab abruns tiers")
-    assert done.returncode == 2 and "both run on GPUs 2,3" in done.stdout
+@pytest.mark.parametrize("other", ["tiers", "onboard"])
+def test_abruns_with_a_job_on_gpus_2_3_is_refused(tmp_path, other):
+    done = run(tmp_path, JOBS=f"ab abruns {other}")
+    assert done.returncode == 2 and f"both abruns and {other}, and both run on GPUs 2,3" in done.stdout

@@ -2,7 +2,7 @@
 # The project's GPU jobs side by side on one 4-GPU host, in one command of at most ~9.5 minutes:
 #   ab       benchmarks/gpu/ab_design.sh on GPUs 0,1 (its --gpus 0,1): the serving controls, one GPU per arm
 #   abruns   benchmarks/gpu/ab_runs.sh on GPUs 2,3 (its GPUS=2,3, its own port range): the serving A/Bs
-#            beside the A/A, read against it (not with tiers: both take GPUs 2,3)
+#            beside the A/A, read against it (not with tiers or onboard: they take GPUs 2,3)
 #   tiers    benchmarks/gpu/moe_tiers.sh on TIERS_GPUS (default 2): fused MoE's two tiers
 #   onboard  benchmarks/gpu/onboard_run.sh on GPU 3: onboarding steps (ONBOARD_STEPS)
 # Each job runs on its own CPU cores where the host has 64 or more (ab 0-15, abruns 16-31, tiers 16-55, onboard
@@ -45,9 +45,11 @@ job() {  # job NAME CORES ENV... -- CMD...: the command under `env ENV...`, its 
   echo "$name exit code $? at $(elapsed) s" | tee -a "$WORKDIR/$name.console"
 }
 
-if has abruns && has tiers; then
-  echo "host_split.sh: JOBS has both abruns and tiers, and both run on GPUs 2,3: choose one"; exit 2
-fi
+for other in tiers onboard; do  # abruns takes GPUs 2,3; tiers (default GPU 2) and onboard (GPU 3) would share one
+  if has abruns && has $other; then
+    echo "host_split.sh: JOBS has both abruns and $other, and both run on GPUs 2,3: choose one"; exit 2
+  fi
+done
 pids=()
 if has ab; then
   ab_env=("OUT=$WORKDIR/ab" "STAGES=${AB_STAGES:-aa wrong}" "DEADLINE=${AB_DEADLINE:-510}")
