@@ -104,5 +104,21 @@ def test_warm_shards_cover_the_space_once_and_mix_its_tiles(size, count):
         assert all(len({c["BLOCK_SIZE_N"] for c in s}) == 4 for s in shards)
 
 
-def test_warm_processes_share_the_cores_over_the_gpus():
-    assert default_warm_procs(SHAPE, ["0"]) >= default_warm_procs(SHAPE, ["0", "1"]) >= 1
+def test_warm_processes_share_the_cores_over_the_gpus(monkeypatch):
+    """32 cores: 32 warm children on one GPU, 16 a GPU on two; where a child's weights would not fit in 85% of a
+    GPU's memory, as many as fit."""
+    import os
+    import types
+
+    import torch
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)), raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert (default_warm_procs(SHAPE, ["0"]), default_warm_procs(SHAPE, ["0", "1"])) == (32, 16)
+    from astra_sglang.triton.moe import sglang_tuner_exhaustive as ex
+
+    per_child = SHAPE.experts * 3 * SHAPE.inter * SHAPE.hidden * 2 + ex.PROC_OVERHEAD_B
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(total_memory=int(10 * per_child / 0.85) + 1))
+    assert default_warm_procs(SHAPE, ["0"]) == 10
