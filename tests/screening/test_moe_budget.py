@@ -86,3 +86,14 @@ def test_experts_touched_match_random_top_k_routing(experts, topk, tokens):
     counts = [torch.rand(tokens, experts, generator=gen).topk(topk, dim=1).indices.unique().numel()
               for _ in range(2000)]
     assert experts_touched(experts, topk, tokens) == pytest.approx(sum(counts) / len(counts), rel=0.02)
+
+
+def test_an_fp8_shapes_floor_reads_its_weights_in_one_byte():
+    """fp8_w8a8 Mixtral TP2 at decode: half the weight bytes of bf16, so about half the memory floor (the bf16
+    activations keep it above exactly half); at 4096 tokens fp8 tensor cores halve the compute floor."""
+    bf16 = MoeShape(experts=8, inter=7168, hidden=4096, topk=2)
+    fp8 = MoeShape(experts=8, inter=7168, hidden=4096, topk=2, quant="fp8_w8a8")
+    assert floor(fp8, 64, H200).bytes < 0.52 * floor(bf16, 64, H200).bytes
+    assert floor(fp8, 64, H200).us == pytest.approx(floor(bf16, 64, H200).us / 2, rel=0.04)
+    assert floor(fp8, 4096, H200).flops == floor(bf16, 4096, H200).flops
+    assert floor(fp8, 4096, H200).us < floor(bf16, 4096, H200).us

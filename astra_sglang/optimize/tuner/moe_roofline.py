@@ -42,13 +42,16 @@ def experts_touched(experts: int, topk: int, tokens: int) -> float:
 
 def floor(shape: MoeShape, tokens: int, gpu: str) -> Floor:
     size = DTYPE_BYTES.get(shape.dtype, 2)
+    # fp8_w8a8: weights stored in one byte and the GEMMs run on fp8 tensor cores (Hopper: twice bf16's rate); the
+    # activations around them stay in shape.dtype, counted so (a floor a little high there, never too low)
+    weight_size, rate = (1, 2.0) if shape.quant else (size, 1.0)
     n, hidden = shape.inter, shape.hidden
     touched = experts_touched(shape.experts, shape.topk, tokens)
     slots = tokens * shape.topk
-    weights = touched * 3 * n * hidden * size
+    weights = touched * 3 * n * hidden * weight_size
     activations = (tokens * hidden + slots * (2 * n + n + hidden)) * size
     flops = 2.0 * slots * 3 * n * hidden
     model = gpu_model(gpu)
-    memory_s, compute_s = (weights + activations) / model.bandwidth, flops / model.tensor_flops
+    memory_s, compute_s = (weights + activations) / model.bandwidth, flops / (model.tensor_flops * rate)
     return Floor(us=max(memory_s, compute_s) * 1e6, bound="memory" if memory_s >= compute_s else "compute",
                  bytes=weights + activations, flops=flops, experts=touched)
