@@ -101,6 +101,8 @@ class UsageMeter:
         self._lock = threading.Lock()
         self._reserved: dict[int, tuple[float, int]] = {}
         self._calls = 0
+        self._answers = 0
+        """Answers recorded (a request of n answers counts n): what the completion tokens are spread over."""
         self._seconds = 0.0
         self._completion = 0
 
@@ -116,18 +118,18 @@ class UsageMeter:
     def price(self, model: str) -> Price:
         return price_of(model, self.prices)
 
-    def _expected(self, model: str, prompt_tokens: int) -> tuple[float, int]:
-        completion = self._completion // self._calls if self._calls else 0  # the mean answer so far
+    def _expected(self, model: str, prompt_tokens: int, n: int) -> tuple[float, int]:
+        """A request's expected (cost, tokens): its prompt billed once, n answers of the mean answer so far."""
+        completion = self._completion // self._answers if self._answers else 0
         p = self.price(model)
-        return (prompt_tokens * p.prompt + completion * p.completion) / 1e6, prompt_tokens + completion
+        return (prompt_tokens * p.prompt + n * completion * p.completion) / 1e6, prompt_tokens + n * completion
 
     @contextmanager
     def admit(self, model: str, prompt_chars: int, n: int = 1) -> Iterator[int | None]:
         """Hold a request's expected cost while it is in flight; BudgetExceeded where it would pass a limit.
         Yields the most answer tokens each of its n answers may take within the limits (None: no limit)."""
         prompt_tokens = prompt_chars // CHARS_PER_TOKEN
-        cost, tokens = self._expected(model, prompt_tokens)
-        cost, tokens = cost * n, tokens * n
+        cost, tokens = self._expected(model, prompt_tokens, n)
         with self._lock:
             spent = self.total
             held = sum(c for c, _ in self._reserved.values()), sum(t for _, t in self._reserved.values())
@@ -157,24 +159,16 @@ class UsageMeter:
 
     def _most(self, model: str, prompt_tokens: int, n: int, spent: Usage, held: tuple[float, int]) -> int | None:
         """The answer tokens (each of n) that what is left of the limits pays for, after what is spent, what the
-        requests in flight hold and this request's prompt."""
+        requests in flight hold and this request's prompt (billed once, however many answers)."""
         most = None
         price = self.price(model)
         if self.budget_usd is not None and price.completion > 0:
-            left = self.budget_usd - spent.cost_usd - held[0] - n * prompt_tokens * price.prompt / 1e6
+            left = self.budget_usd - spent.cost_usd - held[0] - prompt_tokens * price.prompt / 1e6
             most = int(left * 1e6 / price.completion / n)
         if self.max_tokens is not None:
-            left_tokens = (self.max_tokens - spent.tokens - held[1] - n * prompt_tokens) // n
+            left_tokens = (self.max_tokens - spent.tokens - held[1] - prompt_tokens) // n
             most = left_tokens if most is None else min(most, left_tokens)
         return most
-
-    def check(self) -> None:
-        """Raise BudgetExceeded if a limit is already reached."""
-        total = self.total
-        if self.budget_usd is not None and total.cost_usd >= self.budget_usd:
-            raise BudgetExceeded(f"budget spent: ${total.cost_usd:.4f} of ${self.budget_usd:.4f}")
-        if self.max_tokens is not None and total.tokens >= self.max_tokens:
-            raise BudgetExceeded(f"token budget spent: {total.tokens} of {self.max_tokens} tokens")
 
     def charge(self, model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
                estimated: bool = False) -> Usage:
@@ -197,6 +191,7 @@ class UsageMeter:
         """The call's cost line: to the logger and, when set, to `log_path`."""
         with self._lock:
             self._calls += 1
+            self._answers += n
             self._seconds += seconds
         unpriced = listed_price(model, self.prices) is None
         line = (f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%dT%H:%M:%SZ} {tag or '-'} {model} {endpoint}"
