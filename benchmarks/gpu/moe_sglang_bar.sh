@@ -15,9 +15,9 @@
 # the whole space, a process per GPU, on that cache; a deadline cut is reported with how far its loop got.
 # Usage (GPU machine, repo root): bash benchmarks/gpu/moe_sglang_bar.sh [OUTDIR]
 # env: PRESET (mixtral-8x7b-tp2 | qwen3-30b-a3b | deepseek-v2-lite | mixtral-8x7b-tp2-fp8), BATCH_SIZES (1,4,16,64),
-#      SAMPLE (24), SEED (0), DEADLINE (400 s for the python part), TUNER_SHARE (0.45 of it for SGLang's tuner; an
-#      fp8 shape has no strict stage after it: 0.9; exhaustive: 0.8), GPUS (every visible), RANKED (JSON {batch:
-#      [codes]}), OURS, MODE (bounded | full | exhaustive; FULL=1 is MODE=full), WARM_PROCS (cores / GPUs),
+#      SAMPLE (24), SEED (0), DEADLINE (400 s for the python part), TUNER_SHARE (0.45 of it for SGLang's tuner; pass
+#      0.9 for an fp8 shape, which has no strict stage after it; exhaustive: 0.8 by default), GPUS (every visible),
+#      RANKED (JSON {batch: [codes]}), OURS, MODE (bounded | full | exhaustive; FULL=1 is MODE=full), WARM_PROCS (cores / GPUs),
 #      WARM_SHARE (0.5), COLD_SAMPLE (8), COLD_SECONDS (30)
 # OUTDIR (default $OUT, else /tmp/moe-bar) gets env.txt, bar.log, tuner.json, bar.jsonl, bar.md (printed last) and
 # tuner-logs.tgz (every tuner process's log and records); Triton caches stay in /tmp/moe-bar-work.

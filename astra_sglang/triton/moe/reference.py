@@ -25,7 +25,7 @@ def fused_moe(hidden: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, router_l
     """hidden <- sum over its top-k experts e of w_e * (silu(hidden @ gate_e.T) * (hidden @ up_e.T)) @ w2[e].T,
     where w1[e] = [gate_e; up_e] ([2N, H]) and w2[e] is [H, N]; topk_weights <- the routing weights. In place,
     in the tensors' own precision (fp64 when the harness calls it). `quant_in` / `quant_mid`, where given, map the
-    GEMMs' inputs (the hidden rows, the activation) as a quantized kernel rounds them (moe_quant.fake_quant)."""
+    GEMMs' inputs (the hidden rows, the activation) as a quantized kernel rounds them (fp8.fake_quant)."""
     tokens, topk = topk_weights.shape
     inter = w2.shape[2]
     ids, weights = route(router_logits, topk)
