@@ -123,7 +123,7 @@ def test_fast_rows_wait_for_compute_sanitizer(bench_script, tmp_path):
 
 
 def test_eager_calls_get_the_kernel_rules_room_for_noise(bench_script, tmp_path):
-    """An eager call 3% slower than SGLang's is within the 5% the kernel rule allows; 6% is not."""
+    """Eager calls 3% slower than SGLang's are within the 5% the kernel rule allows; 6% is not."""
     _, manifest = _run(bench_script, tmp_path, [], ratio=1.03)
     assert manifest.enabled
     _, manifest = _run(bench_script, tmp_path / "slow", [], ratio=1.06)
