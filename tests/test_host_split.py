@@ -17,7 +17,7 @@ STAND_IN = """#!/usr/bin/env bash
 dir=${{1:-$OUT}}
 mkdir -p "$dir"
 {{ echo "args=$*"; for v in OUT STAGES DEADLINE PERIODS ROUNDS RUNS GPUS CORES SHAPES BUCKETS CUDA_VISIBLE_DEVICES PORT \\
-    HOME_FROM CONFIGS FINAL_S AA; do echo "$v=${{!v-<unset>}}"; done; }} > "$dir/seen.txt"
+    HOME_FROM CONFIGS FINAL_S AA PRESET MODE; do echo "$v=${{!v-<unset>}}"; done; }} > "$dir/seen.txt"
 {setup}
 exit {rc}
 """
@@ -40,9 +40,10 @@ def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     tiers = stand_in(tmp_path, "tiers", rc=3)  # a failing job loses no other's results
     onboard = stand_in(tmp_path, "onboard")
     abruns = stand_in(tmp_path, "abruns")
+    bar = stand_in(tmp_path, "bar")
     inherited = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PORT", "GPUS")}
     full = {**inherited, "AB_SCRIPT": str(ab), "TIERS_SCRIPT": str(tiers), "ONBOARD_SCRIPT": str(onboard),
-            "ABRUNS_SCRIPT": str(abruns),
+            "ABRUNS_SCRIPT": str(abruns), "BAR_SCRIPT": str(bar),
             "STAGGER": "0", "WORKDIR": str(tmp_path / "work"), "ASTRA_COMMIT": "abc1234", **env}
     return subprocess.run(["bash", "benchmarks/gpu/host_split.sh", str(tmp_path / "out")], cwd=REPO, env=full,
                           capture_output=True, text=True, timeout=120)
@@ -87,7 +88,18 @@ def test_the_ab_runs_beside_the_aa_get_gpus_2_3_their_port_and_the_aas_folder(tm
     assert ab["PORT"] == "<unset>" and ab["CUDA_VISIBLE_DEVICES"] == "<unset>" and ab["STAGES"] == "aa"
 
 
-@pytest.mark.parametrize("other", ["tiers", "onboard"])
-def test_abruns_with_a_job_on_gpus_2_3_is_refused(tmp_path, other):
-    done = run(tmp_path, JOBS=f"ab abruns {other}")
-    assert done.returncode == 2 and f"both abruns and {other}, and both run on GPUs 2,3" in done.stdout
+def test_the_bar_beside_the_aa_sees_only_gpus_2_3_and_gets_its_own_settings(tmp_path):
+    done = run(tmp_path, JOBS="ab bar", AB_STAGES="aa", PRESET="qwen3-30b-a3b", MODE="exhaustive", BAR_DEADLINE="300")
+    assert done.returncode == 0, done.stdout + done.stderr
+    bar = seen(tmp_path / "out" / "bar.tgz", "bar")
+    assert bar["CUDA_VISIBLE_DEVICES"] == "2,3" and bar["GPUS"] == "<unset>"  # its children get physical ids
+    assert bar["DEADLINE"] == "300" and bar["PRESET"] == "qwen3-30b-a3b" and bar["MODE"] == "exhaustive"
+    assert bar["args"] == str(tmp_path / "work" / "bar")
+    assert seen(tmp_path / "out" / "ab.tgz", "ab")["CUDA_VISIBLE_DEVICES"] == "<unset>"
+
+
+@pytest.mark.parametrize("pair", [("abruns", "tiers"), ("abruns", "onboard"), ("bar", "abruns"), ("bar", "tiers"),
+                                  ("bar", "onboard")])
+def test_two_jobs_on_gpus_2_3_are_refused(tmp_path, pair):
+    done = run(tmp_path, JOBS=f"ab {pair[0]} {pair[1]}")
+    assert done.returncode == 2 and f"both {pair[0]} and {pair[1]}, and both run on GPUs 2,3" in done.stdout

@@ -5,8 +5,11 @@
 #            beside the A/A, read against it (not with tiers or onboard: they take GPUs 2,3)
 #   tiers    benchmarks/gpu/moe_tiers.sh on TIERS_GPUS (default 2): fused MoE's two tiers
 #   onboard  benchmarks/gpu/onboard_run.sh on GPU 3: onboarding steps (ONBOARD_STEPS)
+#   bar      benchmarks/gpu/moe_sglang_bar.sh on GPUs 2,3: SGLang's own fused MoE tuner beside the A/A (not with
+#            abruns, tiers or onboard); its process sees only GPUs 2,3 (CUDA_VISIBLE_DEVICES), so that not even its
+#            parent's CUDA context lands on an A/A arm's GPU
 # Each job runs on its own CPU cores where the host has 64 or more (ab 0-15, abruns 16-31, tiers 16-55, onboard
-# 56-63), so that
+# 56-63, bar 16-63), so that
 # Triton's compile processes do not take the servers' host threads. The first job's set-up (the kit unpacked, the
 # model's weights made) runs alone; the others start once it is done, because setup.sh copies the model folder
 # anew and installs this checkout, and two at once race.
@@ -19,7 +22,9 @@
 #   tiers:   TIERS_GPUS (2), TIERS_RUNS (an earlier OUTDIR/tiers), SHAPES, BUCKETS, TIERS_DEADLINE (440), CORES (36)
 #   onboard: ONBOARD_STEPS ("ops record optimize engage"), HOME_FROM (an earlier run's OUTDIR/onboard/home),
 #            CONFIGS, FINAL_S
-#   AB_SCRIPT, ABRUNS_SCRIPT, TIERS_SCRIPT, ONBOARD_SCRIPT: the scripts run (their CPU test swaps in stand-ins)
+#   bar:     BAR_DEADLINE (440: its python part; the script adds its set-up and a 40 s kill margin), and the bar's
+#            own variables passed through as they are (PRESET, BATCH_SIZES, MODE, TUNER_SHARE, WARM_SHARE, ...)
+#   AB_SCRIPT, ABRUNS_SCRIPT, TIERS_SCRIPT, ONBOARD_SCRIPT, BAR_SCRIPT: the scripts run (their CPU test swaps in stand-ins)
 # Writes OUTDIR/<job>.tgz (the job's whole folder) and OUTDIR/<job>.console; prints each job's exit code and tail.
 set -u
 OUTDIR=$(realpath -m "${1:?usage: host_split.sh OUTDIR}"); mkdir -p "$OUTDIR"
@@ -45,9 +50,10 @@ job() {  # job NAME CORES ENV... -- CMD...: the command under `env ENV...`, its 
   echo "$name exit code $? at $(elapsed) s" | tee -a "$WORKDIR/$name.console"
 }
 
-for other in tiers onboard; do  # abruns takes GPUs 2,3; tiers (default GPU 2) and onboard (GPU 3) would share one
-  if has abruns && has $other; then
-    echo "host_split.sh: JOBS has both abruns and $other, and both run on GPUs 2,3: choose one"; exit 2
+for pair in "abruns tiers" "abruns onboard" "bar abruns" "bar tiers" "bar onboard"; do
+  set -- $pair  # abruns and bar take GPUs 2,3; tiers (default GPU 2) and onboard (GPU 3) would share one
+  if has $1 && has $2; then
+    echo "host_split.sh: JOBS has both $1 and $2, and both run on GPUs 2,3: choose one"; exit 2
   fi
 done
 pids=()
@@ -92,6 +98,11 @@ if has onboard; then
   [ -n "${FINAL_S:-}" ] && onboard_env+=("FINAL_S=$FINAL_S")
   job onboard 56-63 "${onboard_env[@]}" -- bash "${ONBOARD_SCRIPT:-benchmarks/gpu/onboard_run.sh}" \
     "$WORKDIR/onboard" &
+  pids+=($!)
+fi
+if has bar; then
+  job bar 16-63 "CUDA_VISIBLE_DEVICES=2,3" "DEADLINE=${BAR_DEADLINE:-440}" -- \
+    bash "${BAR_SCRIPT:-benchmarks/gpu/moe_sglang_bar.sh}" "$WORKDIR/bar" &
   pids+=($!)
 fi
 wait "${pids[@]}"
