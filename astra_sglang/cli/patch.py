@@ -243,6 +243,9 @@ def sanitize_patch(entry, echo) -> None:
         said = report.detail.strip().splitlines()[0] if report.detail.strip() else ""
         if not report.ran:
             raise AstraError(f"compute-sanitizer {report.tool} could not check {entry.op} here: {said}")
+        if not report.ok and not report.findings:  # it did not finish: nothing was checked, nothing was found
+            raise AstraError(f"patch {entry.op}: compute-sanitizer {report.tool} did not finish"
+                             + (f": {said}" if said else ""))
         if not report.ok:
             raise AstraError(f"patch {entry.op}: compute-sanitizer {report.tool} found {report.findings} problem(s)"
                              + (f": {said}" if said else ""))

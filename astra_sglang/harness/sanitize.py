@@ -80,6 +80,8 @@ def sanitize(req: SanitizeRequest, tools: tuple[str, ...] = TOOLS) -> list[Sanit
     if exe is None:
         return [SanitizerReport(tool=t, ran=False, detail="compute-sanitizer not found") for t in tools]
     reports = []
+    # The driven program runs in a scratch folder: a source named relative to the caller's folder must not move.
+    req = req.model_copy(update={"source": str(Path(req.source).resolve())})
     with tempfile.TemporaryDirectory(prefix="astra-sanitize-") as tmp:
         path = Path(tmp) / "request.json"
         path.write_text(req.model_dump_json())

@@ -196,6 +196,8 @@ def test_launch_refuses_a_patch_for_other_sglang_versions(run, tmp_path):
     ([("memcheck", True, True, 0, ""), ("racecheck", True, True, 0, "")], "racecheck clean over 40 launches"),
     ([("memcheck", True, False, 2, "Invalid __global__ write of size 4\nat kernel+0x40")],
      "error: patch rmsnorm: compute-sanitizer memcheck found 2 problem(s): Invalid __global__ write of size 4"),
+    ([("memcheck", True, False, 0, "the driven program exited with code 1: AstraError: kernel source not found")],
+     "error: patch rmsnorm: compute-sanitizer memcheck did not finish: the driven program exited with code 1"),
     ([("memcheck", False, False, 0, "compute-sanitizer not found")],
      "error: compute-sanitizer memcheck could not check rmsnorm here: compute-sanitizer not found"),
 ])
