@@ -20,7 +20,7 @@ SGLang's space count: SGLang's tuner could not have picked any other.
 Usage: python3 benchmarks/moe_sglang_bar.py --tuner-dir DIR --out OUT [--preset NAME | --shape ExNxHxK [--quant fp8_w8a8]]
        [--batch-sizes 1,4,16,64] [--gpus 0,1] [--sample 24] [--seed 0] [--deadline 400] [--tuner-share 0.45]
        [--ranked FILE] [--ours FILE] [--mode bounded|full|exhaustive] [--warm-procs N] [--warm-share 0.5]
-       [--cold-sample 8] [--cold-seconds 30] [--work DIR]
+       [--cold-sample 8] [--cold-seconds 60] [--work DIR]
 Triton caches go under --work (default: the temp folder), never under --out.
 """
 from __future__ import annotations
@@ -73,7 +73,8 @@ def parse(argv=None) -> argparse.Namespace:
                    "sample, at most this for the warm phase")
     p.add_argument("--cold-sample", type=int, default=8, help="exhaustive: configs per batch size timed on a cold "
                    "cache for its users' wall (0: none)")
-    p.add_argument("--cold-seconds", type=float, default=30.0, help="exhaustive: at most this for the cold sample")
+    p.add_argument("--cold-seconds", type=float, default=60.0, help="exhaustive: at most this for the cold sample, its processes' start "
+                   "included (20-30 s of the 30 s given in the 2026-11-27 H200 bar: 1-4 configs sampled)")
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "moe-bar-work",
                    help="Triton caches (thousands of kernels in exhaustive mode)")
     args = p.parse_args(argv)

@@ -18,7 +18,7 @@
 #      SAMPLE (24), SEED (0), DEADLINE (400 s for the python part), TUNER_SHARE (0.45 of it for SGLang's tuner; pass
 #      0.9 for an fp8 shape, which has no strict stage after it; exhaustive: 0.8 by default), GPUS (every visible),
 #      RANKED (JSON {batch: [codes]}), OURS, MODE (bounded | full | exhaustive; FULL=1 is MODE=full), WARM_PROCS (cores / GPUs),
-#      WARM_SHARE (0.5), COLD_SAMPLE (8), COLD_SECONDS (30)
+#      WARM_SHARE (0.5), COLD_SAMPLE (8), COLD_SECONDS (60)
 # OUTDIR (default $OUT, else /tmp/moe-bar) gets env.txt, bar.log, tuner.json, bar.jsonl, bar.md (printed last) and
 # tuner-logs.tgz (every tuner process's log and records); Triton caches stay in /tmp/moe-bar-work.
 set -u
@@ -40,7 +40,7 @@ setsid timeout --kill-after=10 $((DEADLINE + 40)) python3 benchmarks/moe_sglang_
   ${GPUS:+--gpus "$GPUS"} \
   ${RANKED:+--ranked "$RANKED"} ${OURS:+--ours "$OURS"} --mode "$MODE" --work /tmp/moe-bar-work \
   ${WARM_PROCS:+--warm-procs "$WARM_PROCS"} --warm-share "${WARM_SHARE:-0.5}" --cold-sample "${COLD_SAMPLE:-8}" \
-  --cold-seconds "${COLD_SECONDS:-30}" > "$OUTDIR/bar.log" 2>&1 &
+  --cold-seconds "${COLD_SECONDS:-60}" > "$OUTDIR/bar.log" 2>&1 &
 PID=$!
 trap 'kill -- -$PID 2>/dev/null' EXIT INT TERM
 wait $PID; rc=$?
