@@ -73,8 +73,8 @@ def parse(argv=None) -> argparse.Namespace:
                    "sample, at most this for the warm phase")
     p.add_argument("--cold-sample", type=int, default=8, help="exhaustive: configs per batch size timed on a cold "
                    "cache for its users' wall (0: none)")
-    p.add_argument("--cold-seconds", type=float, default=60.0, help="exhaustive: at most this for the cold sample, its processes' start "
-                   "included (20-30 s of the 30 s given in the 2026-11-27 H200 bar: 1-4 configs sampled)")
+    p.add_argument("--cold-seconds", type=float, default=60.0, help="exhaustive: at most this for the cold sample, "
+                   "its processes' start included (of 30 s in the 2026-11-27 H200 bar, 1-4 configs were sampled)")
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "moe-bar-work",
                    help="Triton caches (thousands of kernels in exhaustive mode)")
     args = p.parse_args(argv)
