@@ -32,7 +32,8 @@ class ServingRow:
     def design(self) -> str:
         s = self.summary
         where = f"{len(s.gpus)} GPUs" if s.design == "crossover" else "1 GPU"
-        return f"{s.design} ({where}), {s.periods_done} {'periods' if s.design == 'crossover' else 'starts'}"
+        unit = "period" if s.design == "crossover" else "start"
+        return f"{s.design} ({where}), {s.periods_done} {unit}{'' if s.periods_done == 1 else 's'}"
 
     @property
     def check(self) -> str:

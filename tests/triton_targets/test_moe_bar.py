@@ -159,7 +159,7 @@ def test_the_gpu_script_runs_the_exhaustive_tuner_and_judges_its_best(bench_scri
                           "--gpus", "0,1", "--mode", "exhaustive", "--deadline", "470", "--tuner-share", "0.8",
                           "--work", str(tmp_path / "work")]).read_text()
     assert seen["tokens"] == [1, 64] and 370 < seen["seconds"] <= 376 and seen["warm_procs"] == 16
-    assert seen["warm_share"] == 0.5 and seen["cold"] == (8, 30.0) and seen["cache_root"] == tmp_path / "work"
+    assert seen["warm_share"] == 0.5 and seen["cold"] == (8, 60.0) and seen["cache_root"] == tmp_path / "work"
     assert seen["compare"][1] == {"pick": MoeConfig(64, 64, 32, 8).sglang()}
     first = judged[0].request
     assert parse_table(first.candidate.path.rsplit(":", 1)[1]) == {1: BEST[1], 64: BEST[64]}
