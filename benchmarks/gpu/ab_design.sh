@@ -22,22 +22,15 @@
 # Usage (repo root, GPU machine with two GPUs, .stage carried): OUT=/path [RUNS=work/ab-runs] bash benchmarks/gpu/ab_design.sh
 # Writes OUT/aa/ and OUT/wrong/ (each: ab.md, summary.json, ab.jsonl, starts.jsonl, parity.jsonl, plan.json,
 # settings-diff-p*.json, server and benchmark logs), OUT/offset/ (offset.json, settings-diff.json), console.txt.
-# Time: an estimate from the figures of 4x NVIDIA H200 (2026-11-27, commit 45b7284), not yet a measured period of
-# this client: setup and weights 33 s on a fresh machine; a fresh machine's first period starts its servers one after
-# the other (ab_common.sh says why), 113 s then 67 s; later starts ~50 s, both at once (49 s in the wrong stage); a
-# round ~15-26 s (ab_common.sh: a window of ~12.6-23.8 s plus the benchmark's ~2 s; the client's 18-30 s start is
-# paid once a call, beside the first starts); probes and stops ~5 s; wrong 81 s (its patch build 12 s of it). So a
-# period of a warm-up and 3 timed rounds takes ~115-160 s (~130 s at 16k tok/s; ~211 s with a client start every
-# round) with both starts at once, ~245-290 s (~260 s) as a fresh machine's first. Periods per call at DEADLINE=500
-# (9 minutes with the margin): the first call on a fresh machine (STAGES="aa wrong") runs 1 period and the wrong
-# patch (33 + ~260 + 81 = ~375 s; the stop rule counts the staggered ~260 s as a period until a period started at
-# once is timed, so a second one does not start in the stage's 357 s). A later call on the machine still warm
-# (STAGES=aa RUNS=...) runs 3 (~130 s each, ~390 s of the ~485 s left after setup; a fourth would end near 520 s;
-# at the 11k tok/s end 3 x ~158 s = ~474 s, the third just fits), 2 if the machine is a fresh one again. The A/A
-# rule needs >= 8 rounds and >= 3 degrees of freedom (design_stats.AA_MIN_DF), so 5 crossover periods: with
-# STAGES=aa alone the first call runs ~2 (no wrong-patch reserve) and a warm second one 3; a call short of that
-# leaves the stage to be resumed (RUNS=) on the next. These are H200 rates: an H100 runs slower steps, so longer
-# rounds and periods; the stop rule goes by the periods it has timed.
+# Time, measured on 4x NVIDIA H200 (2026-11-27, commit d5b82c5, STAGES=aa under host_split.sh beside the bar job,
+# benchmarks/results/2026-11-27-h200/serving/): setup and weights 38 s on a fresh machine, 26-28 s on a warm one; a
+# fresh machine's first period starts its servers one after the other (ab_common.sh says why), 127 s then 87 s, and
+# took 331 s; later periods start both at once (the first healthy after 51-75 s, the second 1-7 s later) and took
+# 147-195 s with rounds of 16.5-28.9 s (the host's load moved the rate between 9.6k and 15.1k tok/s). So calls of
+# DEADLINE=510 ran 1 period (fresh machine), then 2 and 2 (warm): the 5 periods the A/A rule needs (>= 8 rounds and
+# >= 3 degrees of freedom, design_stats.AA_MIN_DF) take three calls, each going on from the last (RUNS=). The wrong
+# stage took 81 s more (its patch build 12 s of it; commit 45b7284). An H100 runs slower steps, so longer rounds and
+# periods; the stop rule goes by the periods it has timed.
 source benchmarks/gpu/ab_common.sh
 DEADLINE=${DEADLINE:-500}
 STAGES=${STAGES:-aa wrong}
