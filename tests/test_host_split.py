@@ -39,7 +39,7 @@ def run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     ab = stand_in(tmp_path, "ab", setup='echo "== model ready at 1 s" > "$OUT/console.txt"')
     tiers = stand_in(tmp_path, "tiers", rc=3)  # a failing job loses no other's results
     onboard = stand_in(tmp_path, "onboard")
-    abruns = stand_in(tmp_path, "abruns")
+    abruns = stand_in(tmp_path, "abruns", setup='echo "== model ready at 1 s" > "$OUT/console.txt"')
     bar = stand_in(tmp_path, "bar")
     inherited = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PORT", "GPUS")}
     full = {**inherited, "AB_SCRIPT": str(ab), "TIERS_SCRIPT": str(tiers), "ONBOARD_SCRIPT": str(onboard),
@@ -88,6 +88,20 @@ def test_the_ab_runs_beside_the_aa_get_gpus_2_3_their_port_and_the_aas_folder(tm
     assert ab["PORT"] == "<unset>" and ab["CUDA_VISIBLE_DEVICES"] == "<unset>" and ab["STAGES"] == "aa"
 
 
+def test_two_ab_runs_at_once_get_their_own_gpus_ports_stages_and_resume_folders(tmp_path):
+    done = run(tmp_path, JOBS="abruns01 abruns", ABRUNS01_RUNS="/earlier/abruns01", ABRUNS_RUNS="/earlier/abruns",
+               AA="/committed/aa", PERIODS="5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, second = (seen(tmp_path / "out" / f"{n}.tgz", n) for n in ("abruns01", "abruns"))
+    assert (first["GPUS"], first["PORT"], first["STAGES"], first["RUNS"]) == ("0,1", "30333", "dense",
+                                                                              "/earlier/abruns01")
+    assert (second["GPUS"], second["PORT"], second["STAGES"], second["RUNS"]) == ("2,3", "30233", "mixtral",
+                                                                               "/earlier/abruns")
+    assert first["AA"] == second["AA"] == "/committed/aa" and first["PERIODS"] == second["PERIODS"] == "5"
+    assert first["OUT"] == str(tmp_path / "work" / "abruns01") and first["CUDA_VISIBLE_DEVICES"] == "<unset>"
+    assert "== abruns01 set up at" in done.stdout
+
+
 def test_the_bar_beside_the_aa_sees_only_gpus_2_3_and_gets_its_own_settings(tmp_path):
     done = run(tmp_path, JOBS="ab bar", AB_STAGES="aa", PRESET="qwen3-30b-a3b", MODE="exhaustive", BAR_DEADLINE="300")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -98,8 +112,9 @@ def test_the_bar_beside_the_aa_sees_only_gpus_2_3_and_gets_its_own_settings(tmp_
     assert seen(tmp_path / "out" / "ab.tgz", "ab")["CUDA_VISIBLE_DEVICES"] == "<unset>"
 
 
-@pytest.mark.parametrize("pair", [("abruns", "tiers"), ("abruns", "onboard"), ("bar", "abruns"), ("bar", "tiers"),
-                                  ("bar", "onboard")])
-def test_two_jobs_on_gpus_2_3_are_refused(tmp_path, pair):
-    done = run(tmp_path, JOBS=f"ab {pair[0]} {pair[1]}")
-    assert done.returncode == 2 and f"both {pair[0]} and {pair[1]}, and both run on GPUs 2,3" in done.stdout
+@pytest.mark.parametrize("pair, gpus", [(("abruns", "tiers"), "2,3"), (("abruns", "onboard"), "2,3"),
+                                        (("bar", "abruns"), "2,3"), (("bar", "tiers"), "2,3"),
+                                        (("bar", "onboard"), "2,3"), (("ab", "abruns01"), "0,1")])
+def test_two_jobs_on_the_same_gpus_are_refused(tmp_path, pair, gpus):
+    done = run(tmp_path, JOBS=f"{pair[0]} {pair[1]}")
+    assert done.returncode == 2 and f"both {pair[0]} and {pair[1]}, and both run on GPUs {gpus}" in done.stdout

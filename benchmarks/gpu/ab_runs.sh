@@ -13,9 +13,11 @@
 # lengths, seed 1; ROUNDS=3 after a full warm-up round; one long-lived client per arm), so the A/A's interval there
 # is the floor to read them against; AA=<the A/A's run folder> makes it their parity reference (else each A/B's
 # own A across its starts).
-# Time: a period as ab_design.sh's (an estimate from the 2026-11-27 H200 figures: ~130 s with both starts at once
-# on a machine where the model's servers have started before, ~260 s as a fresh machine's first), so one stage per
-# call: STAGES=dense and STAGES=mixtral, 3 periods a call on a warm machine (the dense model's rates). The
+# Time: a period as ab_design.sh's (measured there on 4x H200, 2026-11-27: 147-195 s with both starts at once, 331 s
+# as a fresh machine's first), so a call runs 1 period on a fresh machine and 2 on a warm one; 5 periods (3 df) take
+# three calls going on from each other (RUNS=). host_split.sh runs two stages at once (JOBS="abruns01 abruns": dense
+# on GPUs 0,1, mixtral on 2,3), and AA=benchmarks/results/2026-11-27-h200/serving/aa, the committed A/A, is a parity
+# reference that travels with the checkout. The
 # Mixtral-shaped model reads ~3x the dense model's weights a decode step (4 layers x 8 experts x 3 x 4096 x 14336
 # in bf16, 11.3 GB, against the dense file's 4.0 GB), so its windows should be longer than the dense model's
 # (unmeasured at this client: ab's report flags any under 10 s).

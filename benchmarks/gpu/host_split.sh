@@ -3,6 +3,8 @@
 #   ab       benchmarks/gpu/ab_design.sh on GPUs 0,1 (its --gpus 0,1): the serving controls, one GPU per arm
 #   abruns   benchmarks/gpu/ab_runs.sh on GPUs 2,3 (its GPUS=2,3, its own port range): the serving A/Bs
 #            beside the A/A, read against it (not with tiers or onboard: they take GPUs 2,3)
+#   abruns01 benchmarks/gpu/ab_runs.sh on GPUs 0,1 (cores 0-15, a third port range), in place of ab: two A/B
+#            stages at once, e.g. dense here and mixtral on abruns
 #   tiers    benchmarks/gpu/moe_tiers.sh on TIERS_GPUS (default 2): fused MoE's two tiers
 #   onboard  benchmarks/gpu/onboard_run.sh on GPU 3: onboarding steps (ONBOARD_STEPS)
 #   bar      benchmarks/gpu/moe_sglang_bar.sh on GPUs 2,3: SGLang's own fused MoE tuner beside the A/A (not with
@@ -18,13 +20,16 @@
 # env: JOBS ("ab tiers onboard"), DEADLINE (the wall of every job, 560 s)
 #   ab:      AB_STAGES ("aa wrong"), AB_RUNS (an earlier OUTDIR/ab to go on from), PERIODS, ROUNDS, AB_DEADLINE (510)
 #   abruns:  ABRUNS_STAGES ("mixtral"), ABRUNS_RUNS (an earlier OUTDIR/abruns), AA (the A/A's run folder: the parity
-#            reference), ABRUNS_DEADLINE (510); PERIODS and ROUNDS as ab's
+#            reference, e.g. benchmarks/results/2026-11-27-h200/serving/aa), ABRUNS_DEADLINE (510); PERIODS and
+#            ROUNDS as ab's
+#   abruns01: ABRUNS01_STAGES ("dense"), ABRUNS01_RUNS (an earlier OUTDIR/abruns01); AA, ABRUNS_DEADLINE, PERIODS
+#            and ROUNDS as abruns's
 #   tiers:   TIERS_GPUS (2), TIERS_RUNS (an earlier OUTDIR/tiers), SHAPES, BUCKETS, TIERS_DEADLINE (440), CORES (36)
 #   onboard: ONBOARD_STEPS ("ops record optimize engage"), HOME_FROM (an earlier run's OUTDIR/onboard/home),
 #            CONFIGS, FINAL_S
 #   bar:     BAR_DEADLINE (440: its python part; the script adds its set-up and a 40 s kill margin), and the bar's
 #            own variables passed through as they are (PRESET, BATCH_SIZES, MODE, TUNER_SHARE, WARM_SHARE, ...)
-#   AB_SCRIPT, ABRUNS_SCRIPT, TIERS_SCRIPT, ONBOARD_SCRIPT, BAR_SCRIPT: the scripts run (their CPU test swaps in stand-ins)
+#   AB_SCRIPT, ABRUNS_SCRIPT (both abruns jobs), TIERS_SCRIPT, ONBOARD_SCRIPT, BAR_SCRIPT: the scripts run (their CPU test swaps in stand-ins)
 # Writes OUTDIR/<job>.tgz (the job's whole folder) and OUTDIR/<job>.console; prints each job's exit code and tail.
 set -u
 OUTDIR=$(realpath -m "${1:?usage: host_split.sh OUTDIR}"); mkdir -p "$OUTDIR"
@@ -50,12 +55,30 @@ job() {  # job NAME CORES ENV... -- CMD...: the command under `env ENV...`, its 
   echo "$name exit code $? at $(elapsed) s" | tee -a "$WORKDIR/$name.console"
 }
 
-for pair in "abruns tiers" "abruns onboard" "bar abruns" "bar tiers" "bar onboard"; do
+for pair in "abruns tiers 2,3" "abruns onboard 2,3" "bar abruns 2,3" "bar tiers 2,3" "bar onboard 2,3" \
+            "ab abruns01 0,1"; do
   set -- $pair  # abruns and bar take GPUs 2,3; tiers (default GPU 2) and onboard (GPU 3) would share one
   if has $1 && has $2; then
-    echo "host_split.sh: JOBS has both $1 and $2, and both run on GPUs 2,3: choose one"; exit 2
+    echo "host_split.sh: JOBS has both $1 and $2, and both run on GPUs $3: choose one"; exit 2
   fi
 done
+set_up_first() {  # set_up_first NAME PID: the job's set-up alone first (see above)
+  for _ in $(seq 1 150); do
+    grep -q "model ready" "$WORKDIR/$1/console.txt" 2>/dev/null && break
+    kill -0 "$2" 2>/dev/null || break
+    sleep 2
+  done
+  echo "== $1 set up at $(elapsed) s"
+}
+abruns_env() {  # abruns_env NAME GPUS PORT STAGES RUNS: ab_runs.sh's settings for one of the two abruns jobs
+  # (no CUDA_VISIBLE_DEVICES: ab sets each server's from its --gpus)
+  envs=("OUT=$WORKDIR/$1" "STAGES=$4" "DEADLINE=${ABRUNS_DEADLINE:-510}" "GPUS=$2" "PORT=$3")
+  [ -n "${PERIODS:-}" ] && envs+=("PERIODS=$PERIODS")
+  [ -n "${ROUNDS:-}" ] && envs+=("ROUNDS=$ROUNDS")
+  [ -n "$5" ] && envs+=("RUNS=$5")
+  [ -n "${AA:-}" ] && envs+=("AA=$AA")
+  return 0
+}
 pids=()
 if has ab; then
   ab_env=("OUT=$WORKDIR/ab" "STAGES=${AB_STAGES:-aa wrong}" "DEADLINE=${AB_DEADLINE:-510}")
@@ -64,21 +87,17 @@ if has ab; then
   [ -n "${AB_RUNS:-}" ] && ab_env+=("RUNS=$AB_RUNS")
   job ab 0-15 "${ab_env[@]}" -- bash "${AB_SCRIPT:-benchmarks/gpu/ab_design.sh}" &
   pids+=($!)
-  for _ in $(seq 1 150); do  # its set-up alone first (see above)
-    grep -q "model ready" "$WORKDIR/ab/console.txt" 2>/dev/null && break
-    kill -0 "${pids[0]}" 2>/dev/null || break
-    sleep 2
-  done
-  echo "== ab set up at $(elapsed) s"
+  set_up_first ab $!
+fi
+if has abruns01; then
+  abruns_env abruns01 0,1 30333 "${ABRUNS01_STAGES:-dense}" "${ABRUNS01_RUNS:-}"
+  job abruns01 0-15 "${envs[@]}" -- bash "${ABRUNS_SCRIPT:-benchmarks/gpu/ab_runs.sh}" &
+  pids+=($!)
+  set_up_first abruns01 $!
 fi
 if has abruns; then
-  abruns_env=("OUT=$WORKDIR/abruns" "STAGES=${ABRUNS_STAGES:-mixtral}" "DEADLINE=${ABRUNS_DEADLINE:-510}"
-              "GPUS=2,3" "PORT=30233")  # ab sets each server's CUDA_VISIBLE_DEVICES from its --gpus
-  [ -n "${PERIODS:-}" ] && abruns_env+=("PERIODS=$PERIODS")
-  [ -n "${ROUNDS:-}" ] && abruns_env+=("ROUNDS=$ROUNDS")
-  [ -n "${ABRUNS_RUNS:-}" ] && abruns_env+=("RUNS=$ABRUNS_RUNS")
-  [ -n "${AA:-}" ] && abruns_env+=("AA=$AA")
-  job abruns 16-31 "${abruns_env[@]}" -- bash "${ABRUNS_SCRIPT:-benchmarks/gpu/ab_runs.sh}" &
+  abruns_env abruns 2,3 30233 "${ABRUNS_STAGES:-mixtral}" "${ABRUNS_RUNS:-}"
+  job abruns 16-31 "${envs[@]}" -- bash "${ABRUNS_SCRIPT:-benchmarks/gpu/ab_runs.sh}" &
   pids+=($!)
   sleep "${STAGGER:-10}"  # its set-up before the next one's
 fi
