@@ -11,8 +11,8 @@
 # host_split.sh runs it as its bar job (GPUs 2,3): BAR_SCRIPT=benchmarks/gpu/moe_ours_vs_bar.sh BAR_DEADLINE=280
 # (BAR_DEADLINE becomes this script's DEADLINE: the bar's python part, after the tiers' TIERS_S).
 # env: PRESET, BATCH_SIZES (1,64), TIERS_S (our tiers' deadline, 200 s), DEADLINE (the bar's python part, 280 s),
-#      KNOB (the tiers' source knob: splitk; empty: none), TIERS_SCRIPT, BAR_SCRIPT, SETUP (their CPU test swaps
-#      in stand-ins); the bar's own variables (TUNER_SHARE, WARM_SHARE, COLD_SAMPLE, COLD_SECONDS, ...) pass through.
+#      KNOB (the tiers' source knob: splitk; empty: none), TIERS_SCRIPT, BAR_RUNNER (not BAR_SCRIPT: host_split.sh
+#      names this script by that), SETUP (their CPU test swaps in stand-ins); the bar's own variables (TUNER_SHARE, WARM_SHARE, COLD_SAMPLE, COLD_SECONDS, ...) pass through.
 # Time: our tiers screened 1,504 configs in 97 s at Mixtral batch 64 on one H200 (moe-tiers page, 2026-11-27); SGLang's
 # exhaustive tuner took 283-285 s of wall for two batch sizes on two H200s (moe-bar page), so 200 + 280 s plus two
 # set-ups (~30 s each) fit a 560 s job.
@@ -38,7 +38,7 @@ else
   echo "no answer of ours to compare (the export failed): SGLang's tuner runs alone"
 fi
 env "${bar_env[@]}" PRESET="$PRESET" BATCH_SIZES="$BATCH_SIZES" MODE=exhaustive DEADLINE="${DEADLINE:-280}" \
-  bash "${BAR_SCRIPT:-benchmarks/gpu/moe_sglang_bar.sh}" "$OUTDIR/bar"
+  bash "${BAR_RUNNER:-benchmarks/gpu/moe_sglang_bar.sh}" "$OUTDIR/bar"
 bar_rc=$?
 { echo "ours: our two tiers' command, ${ours_s} s (exit code $tiers_rc), batch sizes $BATCH_SIZES"
   python3 - "$OUTDIR/bar/tuner.json" <<'EOF' 2>/dev/null || echo "SGLang's tuner: no tuner.json"

@@ -32,7 +32,8 @@ def _run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     bar.write_text(BAR)
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]), "SIMULATE": "1",
                "ASTRA_SGLANG_CACHE": str(tmp_path / "cache"), "ASTRA_COMMIT": "c0ffee1", "WORK": str(tmp_path / "work"),
-               "KNOB": "", "SETUP": "/dev/null", "BAR_SCRIPT": str(bar), "PRESET": "qwen3-30b-a3b",
+               "KNOB": "", "SETUP": "/dev/null", "BAR_RUNNER": str(bar), "PRESET": "qwen3-30b-a3b",
+               "BAR_SCRIPT": "benchmarks/gpu/moe_ours_vs_bar.sh",  # as host_split.sh passes it: not run again
                "BATCH_SIZES": "1,64", "TIERS_S": "200", "TUNER_SHARE": "0.8", **env}
     return subprocess.run(["bash", "benchmarks/gpu/moe_ours_vs_bar.sh", str(tmp_path / "out")], cwd=ROOT,
                           env=environ, capture_output=True, text=True, timeout=600)
