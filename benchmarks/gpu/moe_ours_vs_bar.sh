@@ -12,7 +12,8 @@
 # (BAR_DEADLINE becomes this script's DEADLINE: the bar's python part, after the tiers' TIERS_S).
 # env: PRESET, BATCH_SIZES (1,64), TIERS_S (our tiers' deadline, 200 s), DEADLINE (the bar's python part, 280 s),
 #      KNOB (the tiers' source knob: splitk; empty: none), TIERS_SCRIPT, BAR_RUNNER (not BAR_SCRIPT: host_split.sh
-#      names this script by that), SETUP (their CPU test swaps in stand-ins); the bar's own variables (TUNER_SHARE, WARM_SHARE, COLD_SAMPLE, COLD_SECONDS, ...) pass through.
+#      names this script by that), SETUP (their CPU test swaps in stand-ins); the bar's own variables
+#      (TUNER_SHARE, WARM_SHARE, COLD_SAMPLE, COLD_SECONDS, ...) pass through.
 # Time: our tiers screened 1,504 configs in 97 s at Mixtral batch 64 on one H200 (moe-tiers page, 2026-11-27); SGLang's
 # exhaustive tuner took 283-285 s of wall for two batch sizes on two H200s (moe-bar page), so 200 + 280 s plus two
 # set-ups (~30 s each) fit a 560 s job.
