@@ -10,6 +10,8 @@ B: the configs `astra-sglang tune fused_moe` chose on an H100 (benchmarks/result
 
 Usage: python3 benchmarks/moe_ab_configs.py OUT --device "NVIDIA H100 80GB HBM3" [--triton 3.6.0]
 Writes OUT/baseline (A's $SGLANG_MOE_CONFIG_DIR) and OUT/patches (B's --patches); prints which file A reads.
+On another GPU it writes nothing and exits 2: B's configs are the answer of a tuning run on that H100, not on this
+GPU (on an H200, SGLang ships its own tuned file for the shape, and our tiers there kept SGLang's pick).
 """
 from __future__ import annotations
 
@@ -81,7 +83,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="SGLang's fused_moe config folder (default: the installed SGLang's)")
     args = parser.parse_args(argv)
     from astra_sglang.triton.moe.configs import CONFIG_MODULE, package_dir
+    from astra_sglang.triton.results import TuneResult
 
+    tuned_on = TuneResult.model_validate_json(TUNE.read_text()).gpu
+    if args.device != tuned_on:
+        print(f"moe_ab_configs: B's configs were tuned on {tuned_on}, not on {args.device}: no A/B of our tuning "
+              "on this GPU", file=sys.stderr)
+        return 2
     device = args.device.replace(" ", "_")
     sglang_dir = args.sglang_configs or (package_dir() / CONFIG_MODULE).parent
     if args.triton is None:

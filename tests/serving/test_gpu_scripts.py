@@ -69,6 +69,17 @@ def test_the_mixtral_arms_sglang_nearest_gpu_file_and_the_tuned_patch(tmp_path):
     assert (entry.folder / entry.manifest.configs[0].path).name == name
 
 
+def test_the_mixtral_arms_are_refused_on_a_gpu_the_configs_were_not_tuned_on(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import moe_ab_configs
+
+    assert moe_ab_configs.main([str(tmp_path / "out"), "--device", "NVIDIA H200", "--triton", "3.6.0"]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == ("moe_ab_configs: B's configs were tuned on NVIDIA H100 80GB HBM3, not on NVIDIA H200: no A/B of "
+                    "our tuning on this GPU")
+    assert not (tmp_path / "out").exists()
+
+
 def _common_functions(*names: str) -> str:
     """The bash text of ab_common.sh's helper functions `names` (the file itself sources the GPU set-up)."""
     text = (ROOT / "benchmarks" / "gpu" / "ab_common.sh").read_text()
