@@ -6,7 +6,8 @@
 #            runner). A: SGLang's best available fused-MoE config for this GPU: it ships none for E=8,N=14336 on
 #            an H100, so the file it ships for the nearest GPU (H200) is put under this GPU's name through
 #            $SGLANG_MOE_CONFIG_DIR (benchmarks/moe_ab_configs.py). B: the configs `tune fused_moe` chose on an
-#            H100 (benchmarks/results/2026-11-25-h100/mixtral-tune), as a patch over A's folder.
+#            H100 (benchmarks/results/2026-11-25-h100/mixtral-tune), as a patch over A's folder. On an H100
+#            only: moe_ab_configs.py refuses any other GPU in one line (B's configs are no answer of ours there).
 #   dense    The kit's 8-layer Llama-3-8B shape with random weights (make_weights.py). A: unpatched; B: the shipped
 #            patch set as `launch` serves it (merge_attn_states_lse off: the kit has no FA3).
 # Both use the A/A's client and rounds (ab_common.sh: PROMPTS=1024, 128 in / 256 out, 32 concurrent, fixed
