@@ -15,9 +15,8 @@ import re
 
 from pydantic import BaseModel
 
-from astra_sglang.optimize.tuner.moe_order import gpu_model
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch
-from astra_sglang.triton.moe.space import MoeConfig
+from astra_sglang.triton.moe.space import SMEM_BYTES, MoeConfig, hopper
 
 OUT_OF_SMEM = re.compile(r"out of resource: shared memory, Required: (\d+), Hardware limit: (\d+)")
 """Triton's OutOfResources message for shared memory (triton.runtime.errors, 3.x)."""
@@ -71,7 +70,7 @@ class SmemCheck(BaseModel):
     """Our shared-memory model against the compiler at one batch size."""
 
     limit: int
-    """Bytes a block may use: Triton's 'Hardware limit' where a message names it, else the model's GPU's."""
+    """Bytes a block may use: Triton's 'Hardware limit' where a message names it, else an H100's or H200's."""
     wgmma: bool
     """Whether the model held every stage of 64-row tiles (a Hopper GPU)."""
     refused: int
@@ -97,16 +96,16 @@ def smem_check(batch: TunerBatch, element: int = 2) -> SmemCheck | None:
     element takes (1: fp8_w8a8). None where the loop started nothing."""
     if not batch.landscape and not batch.failed:
         return None
-    gpu = gpu_model(batch.gpu)
+    wgmma = hopper(batch.gpu)
     refused = {code: found for code, reason in batch.failed.items() if (found := out_of_smem(reason))}
-    limit = max((lim for _, lim in refused.values()), default=gpu.smem_block)
+    limit = max((lim for _, lim in refused.values()), default=SMEM_BYTES)
 
     def need(code: str) -> int:
-        return MoeConfig.from_code(code).smem_bytes(element, wgmma=gpu.wgmma)
+        return MoeConfig.from_code(code).smem_bytes(element, wgmma=wgmma)
 
     gaps = {code: need(code) / required - 1 for code, (required, _) in refused.items()}
     gap_code = max(gaps, key=lambda c: abs(gaps[c]), default="")
-    return SmemCheck(limit=limit, wgmma=gpu.wgmma, refused=len(refused),
+    return SmemCheck(limit=limit, wgmma=wgmma, refused=len(refused),
                      wasted=sorted(c for c in refused if need(c) <= limit),
                      pruned=sorted(c for c in batch.landscape if need(c) > limit),
                      gap=gaps[gap_code] if gap_code else None, gap_code=gap_code)
