@@ -12,7 +12,8 @@
             split-K variants of the tuner's best config against it, ours (--ours) against it; then the splits that
             won, timed again (astra_sglang.triton.moe.bar); none for an fp8_w8a8 shape (the evaluator's fused_moe
             spec is unquantized: the report says so)
-  report    OUT/bar.jsonl (a header line, the tuner's batch sizes, every comparison row), OUT/tuner.json, OUT/bar.md
+  report    OUT/bar.jsonl (a header line, the tuner's batch sizes, every comparison row), OUT/tuner.json (bounded
+            and exhaustive: per batch size its loop's landscape, every config's time or failure), OUT/bar.md
 
 Ranked configs (--ranked FILE, JSON {batch size: [config codes]}, e.g. our screening's order) go first in the
 bounded subset; without it, the configs SGLang ships for this expert shape on other GPUs. Only configs inside
@@ -150,23 +151,23 @@ def main(argv=None) -> Path:
     if args.ours:
         ours = {m: MoeConfig.from_sglang(c) for m, c in moe_configs.read(args.ours).items()}
     seconds = args.tuner_share * args.deadline - (time.time() - started)
+    compare = compare_configs(picks, ours, tokens)
     if args.mode == "full":
         tuner = run_full(script, shape, tokens, gpus, args.out / "tuner", args.work)
     elif args.mode == "exhaustive":
         tuner = run_exhaustive(script, shape, tokens, gpus, args.out / "tuner", seconds,
                                args.warm_procs or default_warm_procs(shape, gpus), args.warm_share, args.cold_sample,
-                               args.cold_seconds, args.seed, compare_configs(picks, ours, tokens), args.work)
+                               args.cold_seconds, args.seed, compare, args.work)
     else:
         tuner = run_bounded(script, shape, tokens, gpus, args.out / "tuner", ranked_configs(args.ranked, shape, tokens),
-                            args.sample, args.seed, seconds, compare_configs(picks, ours, tokens),
-                            cache_root=args.work)
+                            args.sample, args.seed, seconds, compare, cache_root=args.work)
     (args.out / "tuner.json").write_text(tuner.model_dump_json(indent=1))
     print(f"SGLang's tuner: {tuner.mode}, {tuner.wall_s:.0f} s", flush=True)
     jsonl = args.out / "bar.jsonl"  # written as the stages end: a run cut short keeps what it measured
     with open(jsonl, "w") as fh:
         fh.write(json.dumps(head) + "\n")
-        for batch in tuner.batches:
-            fh.write(json.dumps({"kind": "tuner", **batch.model_dump()}) + "\n")
+        for batch in tuner.batches:  # its landscape only in tuner.json: thousands of configs a batch size
+            fh.write(json.dumps({"kind": "tuner", **batch.model_dump(exclude={"landscape", "failed"})}) + "\n")
     best = {b.tokens: MoeConfig.from_sglang(b.best) for b in tuner.batches if b.best}
     left = args.deadline - (time.time() - started)
     note = (f"{shape.quant}: no strict evaluation (the isolated evaluator's fused_moe spec is unquantized): the "
@@ -178,7 +179,8 @@ def main(argv=None) -> Path:
         comparisons else None
     if final:
         found += append(jsonl, rows(shape, best, [final], evaluate(gpus[:1], [final])))
-    report = write_report(args.out / "bar.md", head, summarize(picks, tuner, found), tuner, note)
+    report = write_report(args.out / "bar.md", head, summarize(picks, tuner, found, ours, 1 if shape.quant else 2),
+                          tuner, note)
     print(report.read_text())
     return report
 

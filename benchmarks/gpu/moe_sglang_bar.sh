@@ -19,7 +19,8 @@
 #      0.9 for an fp8 shape, which has no strict stage after it; exhaustive: 0.8 by default), GPUS (every visible),
 #      RANKED (JSON {batch: [codes]}), OURS, MODE (bounded | full | exhaustive; FULL=1 is MODE=full), WARM_PROCS (cores / GPUs),
 #      WARM_SHARE (0.5), COLD_SAMPLE (8), COLD_SECONDS (60)
-# OUTDIR (default $OUT, else /tmp/moe-bar) gets env.txt, bar.log, tuner.json, bar.jsonl, bar.md (printed last) and
+# OUTDIR (default $OUT, else /tmp/moe-bar) gets env.txt, bar.log, tuner.json (each batch size's `landscape` and
+# `failed`: every config its loop started, its time or why it failed), bar.jsonl, bar.md (printed last) and
 # tuner-logs.tgz (every tuner process's log and records); Triton caches stay in /tmp/moe-bar-work.
 set -u
 OUTDIR=${1:-${OUT:-/tmp/moe-bar}}; mkdir -p "$OUTDIR"

@@ -7,13 +7,14 @@ import json
 from collections import Counter
 
 import pytest
-from sglang_tuner_standin import tuner_folder
+from sglang_tuner_standin import standin_us, tuner_folder
 
 from astra_sglang.triton.moe.bar_report import summarize, write_report
 from astra_sglang.triton.moe.configs import Pick
 from astra_sglang.triton.moe.sglang_tuner import TunerScript, key
 from astra_sglang.triton.moe.sglang_tuner_child import shard_of
 from astra_sglang.triton.moe.sglang_tuner_exhaustive import default_warm_procs, run_exhaustive
+from astra_sglang.triton.moe.sglang_tuner_landscape import smem_check
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch, TunerRun
 from astra_sglang.triton.moe.shapes import MoeShape
 from astra_sglang.triton.moe.space import MoeConfig
@@ -53,6 +54,14 @@ def test_every_config_is_warmed_once_per_batch_size_then_timed_whole_on_the_same
         assert batch.best == {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
                               "num_warps": 4, "num_stages": 3} and batch.timed["tuner"] == pytest.approx(10.064)
         assert batch.warm_s > 0 and batch.seconds > 0
+        # its loop's landscape: the stand-in's time for each config that ran, its error for each that raised
+        space = [MoeConfig(m, n, k, 1, 4, 3) for m in (16, 32, 64) for n in (32, 64, 128) for k in (64, 128)]
+        times = {c.code(): standin_us(c.sglang(), SHAPE.hidden) for c in space}
+        assert batch.landscape == pytest.approx({c: us for c, us in times.items() if us is not None})
+        assert batch.failed == {c: "RuntimeError: out of resources" for c, us in times.items() if us is None}
+        assert min(batch.landscape, key=batch.landscape.get) == MoeConfig.from_sglang(batch.best).code()
+        check = smem_check(batch)  # the stand-in's failures are not Triton's shared-memory refusals
+        assert (check.refused, check.wasted, check.pruned, check.gap, check.wgmma) == (0, [], [], None, False)
     assert run.wall_s == pytest.approx(run.warm_s + run.timing_s) and run.cold_s > 0
     assert run.users_wall() == pytest.approx(max(run.batches[0].estimate()[0] + run.batches[2].estimate()[0],
                                                  run.batches[1].estimate()[0]))

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from sglang_tuner_standin import SCRIPT, tuner_folder
+from sglang_tuner_standin import SCRIPT, standin_us, tuner_folder
 
 from astra_sglang.errors import AstraError
 from astra_sglang.triton.moe import ray_local, sglang_tuner
@@ -16,6 +16,7 @@ from astra_sglang.triton.moe.sglang_tuner import TunerScript, subset
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch
 from astra_sglang.triton.moe.sglang_tuner_run import run_bounded, run_full
 from astra_sglang.triton.moe.shapes import MoeShape
+from astra_sglang.triton.moe.space import MoeConfig
 
 SHAPE = MoeShape(8, 96, 64, 2)
 REAL = Path(__file__).resolve().parents[2] / ".bar" / "fused_moe_triton"
@@ -65,6 +66,11 @@ def test_bounded_runs_sglangs_loop_over_the_subset_on_every_gpu(tmp_path):
     assert (one.space, one.given, one.ranked, len(one.costs)) == (18, 6, 0, 6)
     assert (sixteen.given, sixteen.ranked) == (7, 1) and sixteen.best == ranked[16][0]  # the optimum, ranked first
     assert all(c >= 0.01 for c in one.costs) and one.seconds >= sum(one.costs) * 0.9
+    for batch in (one, sixteen):  # every config its loop started, timed as the stand-in times it
+        assert len(batch.landscape) == len(batch.costs) and not batch.failed and not batch.skipped
+        assert batch.landscape == pytest.approx({c: standin_us(MoeConfig.from_code(c).sglang(), SHAPE.hidden)
+                                                 for c in batch.landscape})
+    assert sixteen.landscape[MoeConfig.from_sglang(ranked[16][0]).code()] == pytest.approx(10.064)
     seconds, half = one.estimate()
     assert seconds == pytest.approx(one.costs[0] + sum(one.costs[1:]) / 5 * 17, rel=1e-6) and half >= 0
 
@@ -118,6 +124,8 @@ def test_a_compared_config_that_fails_is_named(tmp_path):
     (batch,) = run.batches
     assert "tuner" in batch.timed and "ours" not in batch.timed
     assert batch.timed_reason == "ours: RuntimeError: out of resources"
+    # timed after the loop, past the wrapper: the landscape is the loop's alone
+    assert "m16n64k256g1w4s3" not in batch.failed and len(batch.landscape) + len(batch.failed) == len(batch.costs)
 
 
 @pytest.mark.parametrize("where, change", [

@@ -26,7 +26,7 @@ from pathlib import Path
 from astra_sglang.optimize.tuner.order import Ordered, order
 from astra_sglang.triton.moe import configs as moe_configs
 from astra_sglang.triton.moe.shapes import MoeShape
-from astra_sglang.triton.moe.space import SMEM_BYTES, SPACES, TRITON_DEFAULTS, MoeConfig
+from astra_sglang.triton.moe.space import SMEM_BYTES, SPACES, TRITON_DEFAULTS, MoeConfig, hopper
 
 PRUNE = 8.0
 """Configs predicted slower than this x the best prediction are not screened (the model errs by less than 2x on
@@ -59,14 +59,13 @@ class GpuModel:
 PEAKS = {"H200": (4.8e12, 989e12), "H100": (3.35e12, 989e12)}
 """Datasheet peaks (SXM parts): HBM bandwidth in B/s and dense bf16 tensor-core FLOP/s, by a name's part; any other
 GPU is modelled as an H100 (only the order and the roofline's floor depend on them)."""
-HOPPER = ("H100", "H200", "H800", "H20")
 
 
 def gpu_model(name: str, smem: int | None = None) -> GpuModel:
     """H200: H100's SMs with 4.8 TB/s; anything else is modelled as an H100, on wgmma only if it is a Hopper."""
     bandwidth, flops = next((v for k, v in PEAKS.items() if k in name), PEAKS["H100"])
     return GpuModel(name=name, bandwidth=bandwidth, tensor_flops=flops, smem_block=smem or SMEM_BYTES,
-                    wgmma=any(h in name for h in HOPPER))
+                    wgmma=hopper(name))
 
 
 @functools.lru_cache(maxsize=4096)

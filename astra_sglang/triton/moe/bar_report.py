@@ -1,5 +1,6 @@
 """The bar's results: one summary per batch size (SGLang's pick, SGLang tuner's best and its ratio to the pick, the
-split-K knob's and ours against the tuner's best), SGLang's tuner's cost, and bar.md (jinja2)."""
+split-K knob's and ours against the tuner's best, where the pick and ours lie in its loop's landscape and our
+shared-memory model against its compiles), SGLang's tuner's cost, and bar.md (jinja2)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,6 +10,8 @@ from pydantic import BaseModel
 
 from astra_sglang.paths import templates_dir
 from astra_sglang.triton.moe.bar import BarRow
+from astra_sglang.triton.moe.configs import nearest
+from astra_sglang.triton.moe.sglang_tuner_landscape import Landscape, SmemCheck, landscape_of, smem_check
 from astra_sglang.triton.moe.sglang_tuner_records import TunerRun
 from astra_sglang.triton.moe.space import MoeConfig
 
@@ -43,14 +46,20 @@ class BatchSummary(BaseModel):
     """exhaustive: configs the warm phase started at this batch size."""
     tuner_warm_s: float = 0.0
     """exhaustive: the warm phase's wall at this batch size."""
+    landscape: Landscape | None = None
+    """Its loop's time of every config it timed, summed up, with the places of SGLang's pick and ours."""
+    smem: SmemCheck | None = None
+    """Our shared-memory model against the compiler's verdicts in its loop."""
 
 
 def _row(rows: list[BarRow], tokens: int, comparison: str) -> BarRow | None:
     return next((r for r in rows if r.tokens == tokens and r.comparison == comparison), None)
 
 
-def summarize(picks: dict, tuner: TunerRun, rows: list[BarRow]) -> list[BatchSummary]:
-    """`picks`: tokens -> moe_configs.Pick."""
+def summarize(picks: dict, tuner: TunerRun, rows: list[BarRow], ours: dict[int, MoeConfig] | None = None,
+              element: int = 2) -> list[BatchSummary]:
+    """`picks`: tokens -> moe_configs.Pick; `ours`: our config file's table (its key nearest each batch size read,
+    as SGLang reads a file); `element`: bytes an operand element takes (1: fp8_w8a8), for the shared-memory model."""
     out = []
     for batch in tuner.batches:
         t = batch.tokens
@@ -60,14 +69,16 @@ def summarize(picks: dict, tuner: TunerRun, rows: list[BarRow]) -> list[BatchSum
                          mean_config_s=sum(batch.costs) / len(batch.costs) if batch.costs else None,
                          tuner_skipped=batch.skipped, tuner_warmed=batch.warmed, tuner_warm_s=batch.warm_s)
         s.script_us, s.script_note = dict(batch.timed), batch.timed_reason
+        codes = {"pick": s.pick, **({"ours": ours[nearest(ours, t)].code()} if ours else {})}
+        s.landscape, s.smem = landscape_of(batch, codes), smem_check(batch, element)
         if batch.best:
             s.tuner_best = MoeConfig.from_sglang(batch.best).code()
         estimate = batch.estimate()
         if estimate:
             s.estimate_s, s.estimate_half_s = estimate
-        vs_pick, ours = _row(rows, t, "tuner-vs-pick"), _row(rows, t, "ours-vs-tuner")
+        vs_pick, vs_tuner = _row(rows, t, "tuner-vs-pick"), _row(rows, t, "ours-vs-tuner")
         s.tuner_vs_pick = vs_pick.speedup if vs_pick else None
-        s.ours_vs_tuner = ours.speedup if ours else None
+        s.ours_vs_tuner = vs_tuner.speedup if vs_tuner else None
         final = _row(rows, t, "splitk-final")
         tried = [r for r in rows if r.tokens == t and r.comparison.startswith("splitk-") and r.comparison != "splitk-final"]
         if final is not None:

@@ -9,9 +9,11 @@ request names, per batch size, on the Triton cache its environment names.
   fills the shared Triton cache with exactly the kernels the timing child will look up (same script, same
   arguments, so the same specializations; num_tokens changes two of the kernel's int arguments, so each batch
   size is warmed).
-- timing: the whole space (filtered as the script's main filters it) per batch size, on the warmed cache; configs
-  the script's loop skipped (compile or resource errors) are counted by wrapping its `benchmark_config`, which
-  re-raises them to the loop unchanged.
+- timing: the whole space (filtered as the script's main filters it) per batch size, on the warmed cache.
+
+bounded and timing: what the script's loop measured for every config it started (its time, or why it failed: the
+configs it skipped) is recorded by wrapping its `benchmark_config` (`Observed`), which re-raises a failure to the
+loop unchanged.
 
 `python -m astra_sglang.triton.moe.sglang_tuner_child REQUEST.json` runs one.
 """
@@ -23,6 +25,7 @@ import random
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Literal
 
@@ -31,6 +34,7 @@ from pydantic import BaseModel, Field
 from astra_sglang.errors import AstraError
 from astra_sglang.triton.moe.sglang_tuner import shim_dir, subset
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch
+from astra_sglang.triton.moe.space import MoeConfig
 
 
 class ChildRequest(BaseModel):
@@ -74,6 +78,8 @@ class WarmShard(BaseModel):
     """Epoch seconds of the pass."""
 
 
+REASON_CHARS = 200
+"""A failure's first line is kept up to this (Triton's shared-memory message is ~140 characters)."""
 COMPARE_S = 12.0
 """Seconds kept per batch size (at most a quarter of its share), after its loop, for timing the compared configs
 (compiled already by the loop or a warm cache: a few 100-iteration runs each)."""
@@ -125,22 +131,31 @@ def time_configs(benchmark_config, values: dict, configs: dict[str, dict], round
     return {k: statistics.median(v) for k, v in times.items() if v}, "; ".join(failed.values())
 
 
-class Skips:
-    """Wraps the script's module-level `benchmark_config` (its loop calls it by that global name): counts the
-    exceptions it raises, then re-raises them, so the script's loop still decides what it skips."""
+class Observed:
+    """Wraps the script's module-level `benchmark_config` (its loop calls it by that global name) and observes every
+    call: the microseconds it returned, or the first line of what it raised, by config code; an exception is
+    re-raised unchanged, so the script's loop still decides what it skips. `take` hands one batch size's record
+    over and starts the next."""
 
     def __init__(self, script):
-        self.inner, self.count, self.reasons = script.benchmark_config, 0, {}
+        self.inner, self.landscape, self.failed = script.benchmark_config, {}, {}
         script.benchmark_config = self
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, config, *args, **kwargs):
+        code = MoeConfig.from_sglang(config).code()
         try:
-            return self.inner(*args, **kwargs)
+            result = self.inner(config, *args, **kwargs)
         except Exception as exc:
-            self.count += 1
-            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            self.reasons[reason[:120]] = self.reasons.get(reason[:120], 0) + 1
+            self.failed[code] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:REASON_CHARS]
             raise
+        self.landscape[code] = float(result)
+        return result
+
+    def take(self) -> tuple[dict[str, float], dict[str, str]]:
+        """(code -> microseconds, code -> why it failed) of the calls since the last take."""
+        taken = self.landscape, self.failed
+        self.landscape, self.failed = {}, {}
+        return taken
 
 
 def load(request: ChildRequest):
@@ -209,7 +224,7 @@ def child(request: ChildRequest) -> None:
     import torch
 
     script, common_utils, worker = load(request)
-    skips = Skips(script) if request.role == "timing" else None
+    observed = Observed(script) if request.role != "warm" else None
     space = script_space(common_utils)
     for i, tokens in enumerate(request.tokens):
         log = Path(request.out).with_suffix(f".{tokens}.log")
@@ -226,20 +241,17 @@ def child(request: ChildRequest) -> None:
             share = (request.deadline - time.time()) / (len(request.tokens) - i)
             share -= min(COMPARE_S, share / 4) if request.rounds else 0.0
             values = values_of(request, tokens, configs)
-            before = skips.count if skips else 0
             best, reason, seconds, costs = tune(worker, script, values, log, time.time() + share)
-            skipped = skips.count - before if skips else 0
+            landscape, failed = observed.take()
             compare = {**request.compare.get(tokens, {}), **({"tuner": best} if best else {})}
-            timed, timed_reason = time_configs(skips.inner if skips else script.benchmark_config, values, compare,
-                                               request.rounds)
+            # the compared configs are timed past the wrapper: the landscape is the loop's alone
+            timed, timed_reason = time_configs(observed.inner, values, compare, request.rounds)
             record = TunerBatch(tokens=tokens, mode="exhaustive" if request.role == "timing" else "bounded",
                                 gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
                                 space=len(space), given=len(configs), ranked=ranked, costs=costs, seconds=seconds,
-                                best=best, reason=reason, timed=timed, timed_reason=timed_reason, skipped=skipped,
-                                skip_reasons=dict(skips.reasons) if skips else {},
-                                warm_s=request.warm_s.get(tokens, 0.0))
-            if skips:
-                skips.reasons.clear()
+                                best=best, reason=reason, timed=timed, timed_reason=timed_reason,
+                                skipped=len(failed), skip_reasons=dict(Counter(r[:120] for r in failed.values())),
+                                landscape=landscape, failed=failed, warm_s=request.warm_s.get(tokens, 0.0))
         with open(request.out, "a") as fh:
             fh.write(record.model_dump_json() + "\n")
 

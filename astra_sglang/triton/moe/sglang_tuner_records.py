@@ -37,9 +37,16 @@ class TunerBatch(BaseModel):
     """Label ("pick", "tuner", "ours") -> microseconds by the script's benchmark_config (median of the rounds)."""
     timed_reason: str = ""
     skipped: int = 0
-    """exhaustive: configs its loop started and skipped (its benchmark_config raised: compile or resource errors)."""
+    """bounded, exhaustive: configs its loop started and skipped (its benchmark_config raised: compile or resource
+    errors)."""
     skip_reasons: dict[str, int] = Field(default_factory=dict)
-    """exhaustive: the skips' distinct first lines -> how many."""
+    """bounded, exhaustive: the skips' distinct first lines (120 characters) -> how many."""
+    landscape: dict[str, float] = Field(default_factory=dict)
+    """bounded, exhaustive: config code (MoeConfig.code) -> microseconds its loop's `benchmark_config` call returned
+    (num_iters=10, the figure its pick is the fastest of), for every config its loop timed."""
+    failed: dict[str, str] = Field(default_factory=dict)
+    """bounded, exhaustive: config code -> the first line of what its `benchmark_config` raised ("OutOfResources:
+    out of resource: shared memory, Required: ..."), for every config its loop skipped."""
     warmed: int = 0
     """exhaustive: configs of the space the warm phase started at this batch size (all shards together)."""
     warm_s: float = 0.0

@@ -47,6 +47,8 @@ SMEM_BYTES = 227 * 1024
 """Shared memory a block may opt into on an H100/H200; the tuner reads the real GPU's where it has one."""
 WGMMA_ROWS = 64
 """A warpgroup's rows: Triton runs a Hopper dot tile of BLOCK_SIZE_M this large or more on wgmma (MMA v3)."""
+HOPPER = ("H100", "H200", "H800", "H20")
+"""GPU names (parts of torch.cuda.get_device_name) of the Hopper parts, where Triton runs wgmma."""
 _CODE = re.compile(r"^m(\d+)n(\d+)k(\d+)g(\d+)w(\d+|d)s(\d+|d)(?:r(\d+))?$")
 
 
@@ -115,6 +117,11 @@ SPACES = {"sglang": lambda: grid(), "wide": lambda: grid(VALUES, MAXNREG)}
 
 def fits(config: MoeConfig, smem: int = SMEM_BYTES, wgmma: bool = False) -> bool:
     return config.smem_bytes(wgmma=wgmma) <= smem
+
+
+def hopper(gpu: str) -> bool:
+    """Whether a GPU of this name (torch.cuda.get_device_name) is a Hopper part."""
+    return any(h in gpu for h in HOPPER)
 
 
 def rows_per_expert(tokens: int, experts: int, topk: int) -> int:
