@@ -77,7 +77,7 @@ def cycles(root: Path) -> list[list[str]]:
 
 
 LAYERS = (
-    "astra_sglang", "astra_sglang.errors", "astra_sglang.paths", "astra_sglang.progress",
+    "astra_sglang", "astra_sglang.errors", "astra_sglang.paths", "astra_sglang.progress", "astra_sglang.stats",
     "astra_sglang.specs",          # op specs: records, registry, shape sets
     "astra_sglang.references",     # fp64 torch references of the ops
     "astra_sglang.kernels",        # our first kernels, their variants and knob comments

@@ -7,44 +7,17 @@ of a unit are averaged first. Only the paired one-GPU design, one start per arm,
 interval leaves the start offset out and says so (`controlled` False).
 
 Every change is computed on the log scale (a ratio B / A), so a +5% and a -5% start offset cancel, and reported
-as a percentage. Student's t quantile comes from mpmath's regularized incomplete beta (no scipy here).
+as a percentage. Student's t quantile: astra_sglang.stats.
 """
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from dataclasses import dataclass
 
-import mpmath
+from astra_sglang.stats import t_quantile
 
 LEVEL = 0.95
-LARGE_DF = 2000
-
-
-def t_cdf(x: float, df: float) -> float:
-    """P(T <= x) for Student's t with df degrees of freedom."""
-    tail = 0.5 * float(mpmath.betainc(df / 2, 0.5, 0, df / (df + x * x), regularized=True))
-    return 1.0 - tail if x > 0 else tail
-
-
-@functools.lru_cache(maxsize=4096)
-def t_quantile(p: float, df: float) -> float:
-    """The p quantile of Student's t (bisection on t_cdf; |t| < 1e4 covers df >= 1 at p <= 0.9995). Beyond
-    LARGE_DF degrees of freedom the normal quantile, within 1e-3 of t's there."""
-    if not 0.0 < p < 1.0 or df <= 0:
-        raise ValueError(f"t_quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
-    if df > LARGE_DF:
-        return statistics.NormalDist().inv_cdf(p)
-    lo, hi = -1e4, 1e4
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
-        if hi - lo < 1e-10:
-            break
-    return (lo + hi) / 2
-
-
 def pct(log_ratio: float) -> float:
     """A log ratio as a % change of B vs A."""
     return 100.0 * math.expm1(log_ratio)

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from astra_sglang import stats
 from astra_sglang.serving import design_stats, designs, intervals
 
 SIMS = 1500  # coverage sd at 95%: 0.56%; a fixed seed makes each test deterministic
@@ -16,14 +17,14 @@ SIMS = 1500  # coverage sd at 95%: 0.56%; a fixed seed makes each test determini
 @pytest.mark.parametrize("df, want", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (6, 2.4469), (30, 2.0423),
                                       (5000, 1.9600)])
 def test_t_quantile_matches_the_table(df, want):
-    assert intervals.t_quantile(0.975, df) == pytest.approx(want, abs=2e-4)
-    assert intervals.t_quantile(0.025, df) == pytest.approx(-want, abs=2e-4)
+    assert stats.t_quantile(0.975, df) == pytest.approx(want, abs=2e-4)
+    assert stats.t_quantile(0.025, df) == pytest.approx(-want, abs=2e-4)
 
 
 @pytest.mark.parametrize("p, df", [(0.0, 3), (1.0, 3), (0.5, 0)])
 def test_t_quantile_rejects_bad_arguments(p, df):
     with pytest.raises(ValueError):
-        intervals.t_quantile(p, df)
+        stats.t_quantile(p, df)
 
 
 def _metric(value: float) -> dict:

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from astra_sglang.serving.intervals import t_quantile
+from astra_sglang.stats import t_quantile
 
 Mode = Literal["full", "bounded", "exhaustive"]
 
