@@ -5,10 +5,11 @@ import pytest
 from agent_support import FixtureProfiler, StandIn, fixed_answer, kernel, run_config
 
 from astra_sglang.harness.records import EvalResult, ShapeResult, Timing
-from astra_sglang.optimize.agents.database import entry_from
-from astra_sglang.optimize.agents.feedback import shape_rows, why_slow
+from astra_sglang.optimize.agents.database import Entry, entry_from
+from astra_sglang.optimize.agents.feedback import ShapeRow, shape_rows, speed_message, why_slow
 from astra_sglang.optimize.agents.journal import RunLog
 from astra_sglang.optimize.agents.loop import run
+from astra_sglang.optimize.agents.ncu_deep import Hotspot
 from astra_sglang.optimize.agents.profiling import pick_shapes
 from astra_sglang.optimize.agents.scripted import ScriptedModel
 
@@ -91,3 +92,14 @@ def test_the_speed_table_shows_the_headroom_the_turn_is_sent_for(row, over):
     assert ("worst 7x130/bfloat16: 2.50x the floor" in reason) == (over is not None)
     assert pick_shapes(result, None, 1) == [((7, 130), "bfloat16")]
 
+
+def test_the_speed_prompt_lists_where_the_warps_stall():
+    """The stall lines of a speed turn, as the speed template wrote them before it shared _context.j2's macro."""
+    entry = Entry(id="r02-c1-a1", round=2, source="", status="ok", speedup=1.2)
+    parent = Entry(id="r01-c0-a0", round=1, source="", status="ok", speedup=1.3)
+    rows = [ShapeRow(shape="7x130", dtype="float16", us=2.0)]
+    hot = [Hotspot(where="line 12: ld.global", share=41.6, reason="long_scoreboard"), Hotspot(where="line 30", share=9.4)]
+    text = speed_message(entry, parent, "it is slow", rows, 2, hotspots=hot)[-1].content
+    assert ("| 7x130 | float16 | 2.00 | - | - | - | - |\n\nWhere its warps stall (share of stall samples):\n"
+            "- 42% line 12: ld.global (long_scoreboard)\n- 9% line 30\n\nMake it faster where it lost") in text
+    assert "Where its warps stall" not in speed_message(entry, parent, "it is slow", rows, 2)[-1].content
