@@ -146,8 +146,8 @@ class Memory:
         self._lock = threading.Lock()
         self._writing: dict[int, threading.Lock] = {}
 
-    def view(self, round: int) -> tuple[str, list[PastPlan]]:
-        plans = past_plans(self.opt.log, self.opt.db)
+    def view(self, plans: list[PastPlan]) -> tuple[str, list[PastPlan]]:
+        """(digest, the plans shown whole) of the run's past plans (past_plans)."""
         budget = self.opt.config.memory_chars
         sizes = [p.size() for p in plans]
         if sum(sizes) <= budget:
