@@ -91,7 +91,8 @@ class ClientPool:
         self._lock, self._said = threading.Lock(), set()
 
     def start(self, ports) -> None:
-        """A client for each port not yet served (their imports run while the servers start)."""
+        """A client for each port, once per run before its first round (their imports run while the servers
+        start); a port that already has one keeps it."""
         if not self.IN_PROCESS:
             return
         with self._lock:
@@ -102,9 +103,9 @@ class ClientPool:
     def _client(self, port: int) -> BenchClient | None:
         """The port's long-lived client, or None where its rounds run a process each; which of the two is
         decided per port (each worker imports SGLang's benchmark on its own) and said once per port."""
-        self.start([port])
         client = self.clients.get(port)
-        why = client.why_not() if client is not None else "the long-lived client is turned off"
+        why = (client.why_not() if client is not None else
+               "no long-lived client was started for it" if self.IN_PROCESS else "the long-lived client is turned off")
         with self._lock:
             if port not in self._said:
                 self._said.add(port)

@@ -205,6 +205,7 @@ def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] 
     normal = max((s.get("period_s", 0.0) for s in recorded if not s.get("staggered")), default=0.0)
     fallback = max((s.get("period_s", 0.0) for s in recorded), default=0.0)
     clients = ClientPool(plan.client, plan.model_path, out, console)
+    ports = sorted({_port(plan, s.arm) for p in plan.periods if p.index not in done and p.rounds for s in p.slots})
     try:
         for period in plan.periods:
             if period.index in done:
@@ -214,9 +215,8 @@ def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] 
                 console.out(f"stopping before period {period.index}: about {longest:.0f} s a period would pass "
                             f"--stop-after {stop_after:.0f} s; the same command goes on from here")
                 break
-            # every arm's client of the periods to come, once: their imports overlap this period's server starts
-            clients.start(sorted({_port(plan, s.arm) for p in plan.periods if p.index not in done and p.rounds
-                                  for s in p.slots}))
+            if ran == 0:  # every arm's client of the call, once: their imports overlap the first servers' starts
+                clients.start(ports)
             start, stagger = time.monotonic(), stagger_first and ran == 0
             rows, starts, probes = run_period(plan, period, out, launch, clients, health_timeout, stagger=stagger,
                                                console=console, min_window_s=min_window_s)

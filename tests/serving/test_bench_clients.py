@@ -62,10 +62,14 @@ def _log(path: Path) -> tuple[list[list[str]], list[list[str]]]:
     return [x[1:] for x in lines if x[0] == "import"], [x[1:] for x in lines if x[0] == "run"]
 
 
-def test_one_client_per_arm_serves_the_warmup_and_every_round_of_every_period(tmp_path, bench_log):
+def test_one_client_per_arm_serves_the_warmup_and_every_round_of_every_period(tmp_path, bench_log, monkeypatch):
+    starts = []
+    start = ClientPool.start
+    monkeypatch.setattr(ClientPool, "start", lambda self, ports: starts.append(list(ports)) or start(self, ports))
     port = free_port_pair()
     rows, console = _crossover(tmp_path / "aa", periods=2, rounds=2, port=port)
     imports, runs = _log(bench_log)
+    assert starts == [[port, port + 1]]  # once for the run, both arms' ports, not once a period or a round
     for p in (port, port + 1):
         assert console.count(f"benchmark client of port {p}: one process for the whole run") == 1
     assert len(runs) == 2 * 2 * (1 + 2)  # 2 arms x 2 periods x (the warm-up + 2 timed rounds)
