@@ -88,7 +88,9 @@ class ClientPool:
         self.settings, self.model_path, self.out = settings, model_path, Path(out)
         self.console = console or Console(highlight=False)
         self.clients: dict[int, BenchClient] = {}
-        self._lock, self._said = threading.Lock(), set()
+        self._lock = threading.Lock()
+        self._said: set[int] = set()
+        """Ports whose way of running rounds the console has been told."""
 
     def start(self, ports) -> None:
         """A client for each port, once per run before its first round (their imports run while the servers
