@@ -88,12 +88,13 @@ class ClientPool:
         self.settings, self.model_path, self.out = settings, model_path, Path(out)
         self.console = console or Console(highlight=False)
         self.clients: dict[int, BenchClient] = {}
-        self.fallback = ""
-        """Why rounds run a process each ('' while the long-lived clients serve them)."""
-        self._lock, self._said = threading.Lock(), False
+        self._lock = threading.Lock()
+        self._said: set[int] = set()
+        """Ports whose way of running rounds the console has been told."""
 
     def start(self, ports) -> None:
-        """A client for each port not yet served (their imports run while the servers start)."""
+        """A client for each port, once per run before its first round (their imports run while the servers
+        start); a port that already has one keeps it."""
         if not self.IN_PROCESS:
             return
         with self._lock:
@@ -102,16 +103,17 @@ class ClientPool:
                     self.clients[port] = BenchClient(self.out / f"client-{port}.log")
 
     def _client(self, port: int) -> BenchClient | None:
-        self.start([port])
+        """The port's long-lived client, or None where its rounds run a process each; which of the two is
+        decided per port (each worker imports SGLang's benchmark on its own) and said once per port."""
         client = self.clients.get(port)
-        why = client.why_not() if client is not None else "the long-lived client is turned off"
+        why = (client.why_not() if client is not None else
+               "no long-lived client was started for it" if self.IN_PROCESS else "the long-lived client is turned off")
         with self._lock:
-            if not self._said:
-                self._said = True
-                self.fallback = why
-                self.console.out(f"benchmark client: a new process every round: {why}" if why else
-                                 "benchmark client: one process per server for the whole run, SGLang's benchmark "
-                                 "imported once")
+            if port not in self._said:
+                self._said.add(port)
+                self.console.out(f"benchmark client of port {port}: " + (
+                    f"a new process every round: {why}" if why else
+                    "one process for the whole run, SGLang's benchmark imported once"))
         return None if why else client
 
     def run(self, port: int, bench_file: Path, timeout_s: float = 900.0) -> dict:

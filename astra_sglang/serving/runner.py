@@ -6,8 +6,9 @@ has been met), then `rounds` timed rounds in which every server of the period is
 probes each server's logprobs (serving/parity.py), and stops them. Each arm's rounds, the warm-up's included, are
 run by one long-lived benchmark client for the whole call (serving/bench_clients.py). Its rows are written only once the period is
 complete, so a run cut short keeps every finished period and nothing of a half one. OUT/plan.json holds what
-the run was started with; the same command with the same --out goes on from the first period not done, and a
-different command is refused rather than mixed into the rows.
+the run was started with; the same command with the same --out goes on from the first period not done (once the
+starts recorded in OUT/starts.jsonl are found to be the plan's), and a different command is refused rather than
+mixed into the rows.
 """
 from __future__ import annotations
 
@@ -81,6 +82,29 @@ def _append(path: Path, rows: list[dict]) -> None:
 def done_periods(out: Path) -> set[int]:
     """Periods whose rows are written (a period's rows, starts and probes are written together at its end)."""
     return {row["period"] for row in read_jsonl(out / STARTS)}
+
+
+def _starts_text(starts: list[tuple]) -> str:
+    return ", ".join(f"{arm} on GPU {index} (CUDA_VISIBLE_DEVICES {gpu or 'unset'})" for arm, index, gpu in starts)
+
+
+def check_starts(plan: RunPlan, out: Path) -> None:
+    """A resumed run's recorded starts are its plan's: each recorded period is one of the plan's, with each of its
+    arms started once on the GPU the plan gives it. Else the run refuses to go on (AstraError naming the first
+    period that differs): its periods would be counted done for a schedule they did not follow."""
+    by_period: dict[int, list[tuple]] = {}
+    for row in read_jsonl(out / STARTS):
+        by_period.setdefault(row.get("period"), []).append((row.get("arm"), row.get("gpu_index"), row.get("gpu_id")))
+    periods = {p.index: p for p in plan.periods}
+    for index, starts in by_period.items():  # in the order they were written
+        period = periods.get(index)
+        if period is None:
+            raise AstraError(f"{out / STARTS} records period {index}, which the plan of {out} does not have "
+                             f"(periods 1-{len(plan.periods)}): give another --out")
+        want = sorted(((s.arm, s.gpu, gpu_of(s, plan.gpus)) for s in period.slots), key=str)
+        if sorted(starts, key=str) != want:
+            raise AstraError(f"{out / STARTS} does not match the plan at period {index}: recorded "
+                             f"{_starts_text(starts)}; planned {_starts_text(want)}: give another --out")
 
 
 def _port(plan: RunPlan, arm: str) -> int:
@@ -198,6 +222,7 @@ def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] 
     call's first period starts its servers one after the other (run_period). One benchmark client per arm serves
     every round of the call (serving/bench_clients.py)."""
     console = console or Console(highlight=False)
+    check_starts(plan, out)
     done, began, ran = done_periods(out), time.monotonic(), 0
     # A staggered first period (with a fresh machine's JIT compiles in it) is no measure of the periods after it:
     # it stands in only until one started at once has been timed.
@@ -205,6 +230,7 @@ def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] 
     normal = max((s.get("period_s", 0.0) for s in recorded if not s.get("staggered")), default=0.0)
     fallback = max((s.get("period_s", 0.0) for s in recorded), default=0.0)
     clients = ClientPool(plan.client, plan.model_path, out, console)
+    ports = sorted({_port(plan, s.arm) for p in plan.periods if p.index not in done and p.rounds for s in p.slots})
     try:
         for period in plan.periods:
             if period.index in done:
@@ -214,9 +240,8 @@ def run(plan: RunPlan, out: Path, launch: Launch, on_period: Callable[[], None] 
                 console.out(f"stopping before period {period.index}: about {longest:.0f} s a period would pass "
                             f"--stop-after {stop_after:.0f} s; the same command goes on from here")
                 break
-            # every arm's client of the periods to come, once: their imports overlap this period's server starts
-            clients.start(sorted({_port(plan, s.arm) for p in plan.periods if p.index not in done and p.rounds
-                                  for s in p.slots}))
+            if ran == 0:  # every arm's client of the call, once: their imports overlap the first servers' starts
+                clients.start(ports)
             start, stagger = time.monotonic(), stagger_first and ran == 0
             rows, starts, probes = run_period(plan, period, out, launch, clients, health_timeout, stagger=stagger,
                                                console=console, min_window_s=min_window_s)

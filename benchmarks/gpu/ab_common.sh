@@ -46,12 +46,14 @@ stop_servers() {  # `ab` stops its servers itself; this catches any left by a ki
 }
 trap stop_servers EXIT
 
-# A run folder an earlier call left (its OUT/<name>, carried back in under work/): copied into OUT to go on.
+# A run folder an earlier call left (its OUT/<name>, carried back in under work/): copied into OUT to go on. Every
+# stage that marks (mark_started) calls it first; its stamp tells the periods this call ran from the copied ones.
 resume_from() {  # resume_from NAME
   local src=${RUNS:-}/$1
   if [ -n "${RUNS:-}" ] && [ -f "$src/plan.json" ] && [ ! -f "$OUT/$1/plan.json" ]; then
     mkdir -p "$OUT/$1" && cp -r "$src/." "$OUT/$1/" && echo "== $1: continuing the run from $src"
   fi
+  touch "$(began_mark "$1")"
 }
 
 # A call's first period starts its two servers one after the other (ab's default): on a fresh machine the first
@@ -60,11 +62,14 @@ resume_from() {  # resume_from NAME
 # caches are filled, so later stages and calls start both at once (--no-stagger): one start (~50 s) less, and a
 # period the stop rule can count on. The mark lives in /tmp, as long as the caches and the weights.
 started_mark() { echo "${AB_MARKS:-/tmp}/astra-ab-started-$(basename "$1")"; }
+began_mark() { echo "${AB_MARKS:-/tmp}/astra-ab-began-$1"; }
 stagger_opts() {  # stagger_opts MODEL: --no-stagger where a period of MODEL has run on this machine
   if [ -f "$(started_mark "$1")" ]; then echo --no-stagger; fi
 }
-mark_started() {  # mark_started MODEL RUN_DIR: after a stage, if a period of it completed
-  if [ -s "$2/starts.jsonl" ]; then touch "$(started_mark "$1")"; fi
+# A period's starts are appended to starts.jsonl when it completes: a file newer than the stage's start holds one
+# this call ran. A resumed folder's rows, copied in before, ran on the machine of an earlier call.
+mark_started() {  # mark_started MODEL RUN_DIR: after a stage, if a period of it completed in this call
+  if [ "$2/starts.jsonl" -nt "$(began_mark "$(basename "$2")")" ]; then touch "$(started_mark "$1")"; fi
 }
 
 # The A/A rule and the interval of a finished stage, one line each (from its summary.json).

@@ -7,8 +7,9 @@ import pytest
 from agent_support import DIGEST, StandIn, fixed_answer, kernel, plans, run_config
 
 from astra_sglang.optimize.agents.journal import RunLog
+from astra_sglang.optimize.agents import loop, memory
 from astra_sglang.optimize.agents.loop import run
-from astra_sglang.optimize.agents.memory import Outcome, PastPlan, find_repeat, similarity
+from astra_sglang.optimize.agents.memory import Outcome, PastPlan, find_repeat, past_plans, similarity
 from astra_sglang.optimize.agents.database import Entry
 from astra_sglang.optimize.agents.scripted import ScriptedModel
 from astra_sglang.optimize.agents.store import Lesson, LessonStore, op_kind
@@ -71,6 +72,15 @@ def test_a_repeated_plan_is_left_out_and_all_repeats_go_back(tmp_path):
     retry = json.loads(log.load_transcript(2, "plan").model_dump_json())["messages"]
     assert "every plan repeats an earlier one ('vector' on r00 repeats round 1 plan 0 on r00)" in retry[-2]["content"]
 
+
+def test_a_planner_reads_the_past_plans_once(tmp_path, monkeypatch):
+    """The planner's view and its repeat check read one list of the past plans."""
+    read = []
+    for module in (loop, memory):
+        monkeypatch.setattr(module, "past_plans", lambda log, db: read.append(1) or past_plans(log, db))
+    planner = Planner([as_json(("vector-16b", VECTOR)), as_json(("two-rows", ROWS))])
+    run(run_config(rounds=2), tmp_path / "r", StandIn(), ScriptedModel(planner, name="o4-mini"))
+    assert len(planner.prompts) == 2 and len(read) == 2
 
 def test_a_long_story_is_folded_into_a_digest_once(tmp_path):
     ideas = ["1. Unroll the column loop by four.", "1. Launch 128 threads per block.",

@@ -17,8 +17,8 @@ from rich.console import Console
 from stand_in import free_port_pair
 
 from astra_sglang.errors import AstraError
-from astra_sglang.serving import bench_worker, designs, runner
-from astra_sglang.serving.bench_clients import BenchClient
+from astra_sglang.serving import bench_clients, bench_worker, designs, runner
+from astra_sglang.serving.bench_clients import BenchClient, ClientPool
 from astra_sglang.serving.client import ClientSettings
 
 HERE = Path(__file__).parent
@@ -42,9 +42,9 @@ def bench_log(tmp_path, monkeypatch):
     return log
 
 
-def _crossover(out: Path, periods: int, rounds: int) -> tuple[list[dict], str]:
+def _crossover(out: Path, periods: int, rounds: int, port: int | None = None) -> tuple[list[dict], str]:
     """A crossover A/A through the runner against two stand-in servers: (its rows, its console)."""
-    port = free_port_pair()
+    port = port or free_port_pair()
     plan = runner.RunPlan(design="crossover", periods=designs.crossover(periods, rounds), client=CLIENT,
                           model_path="m", gpus=["0", "1"], port=port, control=True, parity_prompts=2,
                           parity_tokens=2, vocab=1000)
@@ -62,10 +62,16 @@ def _log(path: Path) -> tuple[list[list[str]], list[list[str]]]:
     return [x[1:] for x in lines if x[0] == "import"], [x[1:] for x in lines if x[0] == "run"]
 
 
-def test_one_client_per_arm_serves_the_warmup_and_every_round_of_every_period(tmp_path, bench_log):
-    rows, console = _crossover(tmp_path / "aa", periods=2, rounds=2)
+def test_one_client_per_arm_serves_the_warmup_and_every_round_of_every_period(tmp_path, bench_log, monkeypatch):
+    starts = []
+    start = ClientPool.start
+    monkeypatch.setattr(ClientPool, "start", lambda self, ports: starts.append(list(ports)) or start(self, ports))
+    port = free_port_pair()
+    rows, console = _crossover(tmp_path / "aa", periods=2, rounds=2, port=port)
     imports, runs = _log(bench_log)
-    assert "one process per server for the whole run" in console
+    assert starts == [[port, port + 1]]  # once for the run, both arms' ports, not once a period or a round
+    for p in (port, port + 1):
+        assert console.count(f"benchmark client of port {p}: one process for the whole run") == 1
     assert len(runs) == 2 * 2 * (1 + 2)  # 2 arms x 2 periods x (the warm-up + 2 timed rounds)
     assert sorted(name for _, name in imports) == ["sglang.benchmark.serving"] * 2  # two processes started, in all
     per_port = {port: {pid for pid, p, _ in runs if p == port} for _, port, _ in runs}
@@ -81,14 +87,45 @@ def test_one_client_per_arm_serves_the_warmup_and_every_round_of_every_period(tm
 
 def test_without_an_in_process_entry_every_round_starts_its_own_client(tmp_path, bench_log, monkeypatch):
     monkeypatch.setenv("BENCH_STAND_IN_OLD", "1")  # an SGLang whose parser lives under __main__ only
-    rows, console = _crossover(tmp_path / "aa", periods=1, rounds=2)
+    port = free_port_pair()
+    rows, console = _crossover(tmp_path / "aa", periods=1, rounds=2, port=port)
     imports, runs = _log(bench_log)
-    assert ("benchmark client: a new process every round: sglang.benchmark.serving has no cli_main (another SGLang "
-            "version)") in console
+    for p in (port, port + 1):
+        assert (f"benchmark client of port {p}: a new process every round: sglang.benchmark.serving has no cli_main "
+                "(another SGLang version)") in console
     assert Counter(name for _, name in imports) == {"sglang.benchmark.serving": 2, "__main__": 6}  # the 2 tries
     assert len({pid for pid, *_ in runs}) == len(runs) == 6  # a process per round: 2 arms x (warm-up + 2)
     assert len({digest for *_, digest in runs}) == 1
     assert all(set(r) == ROW_KEYS and set(r["metrics"]) == METRIC_KEYS for r in rows)  # the same rows either way
+
+
+def test_each_port_says_how_its_own_rounds_run(tmp_path, monkeypatch):
+    """Each worker imports the benchmark on its own: one port's may fall back to a process a round while the other's
+    serves its rounds; the console says so for each port, once, where that port's way is decided."""
+    class Worker:  # port 7001's cannot run the benchmark in-process, 7002's can
+        def __init__(self, log: Path):
+            self.port = int(log.stem.split("-")[1])
+
+        def why_not(self) -> str:
+            return "sglang.benchmark.serving has no cli_main" if self.port == 7001 else ""
+
+        def run(self, argv: list[str], timeout_s: float) -> None:
+            Path(argv[argv.index("--output-file") + 1]).write_text('{"output_throughput": 2.0}\n')
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(bench_clients, "BenchClient", Worker)
+    monkeypatch.setattr(ClientSettings, "run", lambda *_: {"output_throughput": 1.0})  # a process of its own
+    text = io.StringIO()
+    pool = ClientPool(CLIENT, "m", tmp_path, Console(file=text, highlight=False, width=200))
+    pool.start([7001, 7002])
+    got = [pool.run(port, tmp_path / f"bench-{port}-r{r}.jsonl")["output_throughput"] for r in (1, 2)
+           for port in (7001, 7002)]
+    assert got == [1.0, 2.0, 1.0, 2.0]
+    assert text.getvalue().splitlines() == [
+        "benchmark client of port 7001: a new process every round: sglang.benchmark.serving has no cli_main",
+        "benchmark client of port 7002: one process for the whole run, SGLang's benchmark imported once"]
 
 
 def test_a_failed_round_is_an_error_and_the_client_serves_the_next(tmp_path, bench_log):

@@ -89,23 +89,29 @@ def _common_functions(*names: str) -> str:
 
 def test_servers_start_one_after_the_other_until_a_period_of_the_model_has_run(tmp_path):
     """A fresh machine's first period staggers its starts (shared JIT caches); once a period of that model has
-    completed on the machine, later stages and calls pass --no-stagger; another model is staggered again."""
-    functions = _common_functions("started_mark", "stagger_opts", "mark_started")
-    run = tmp_path / "aa"
-    run.mkdir()
+    completed on the machine, later stages and calls pass --no-stagger; another model is staggered again. A run
+    folder resumed from an earlier call (its periods ran on that call's machine) marks nothing until this call
+    completes a period of it."""
+    functions = _common_functions("started_mark", "began_mark", "stagger_opts", "mark_started", "resume_from")
+    (tmp_path / "runs" / "aa").mkdir(parents=True)
+    (tmp_path / "runs" / "aa" / "plan.json").write_text("{}")
+    (tmp_path / "runs" / "aa" / "starts.jsonl").write_text('{"period": 1}\n')
+    out, run = tmp_path / "out", tmp_path / "out" / "aa"
     script = f"""{functions}
         echo "fresh:[$(stagger_opts /tmp/model-weights)]"
+        resume_from aa
         mark_started /tmp/model-weights {run}
-        echo "no period:[$(stagger_opts /tmp/model-weights)]"
-        echo '{{"period": 1}}' > {run}/starts.jsonl
+        echo "resumed, no period:[$(stagger_opts /tmp/model-weights)]"
+        sleep 0.02; echo '{{"period": 2}}' >> {run}/starts.jsonl
         mark_started /tmp/model-weights {run}
         echo "after a period:[$(stagger_opts /tmp/model-weights)] other:[$(stagger_opts /tmp/model-mixtral-8x7b)]"
     """
     done = subprocess.run(["bash", "-euc", script], capture_output=True, text=True,
-                          env={"AB_MARKS": str(tmp_path), "PATH": "/usr/bin:/bin"})
+                          env={"AB_MARKS": str(tmp_path), "PATH": "/usr/bin:/bin", "OUT": str(out),
+                               "RUNS": str(tmp_path / "runs")})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["fresh:[]", "no period:[]",
-                                        "after a period:[--no-stagger] other:[]"]
+    assert done.stdout.splitlines() == ["fresh:[]", f"== aa: continuing the run from {tmp_path}/runs/aa",
+                                        "resumed, no period:[]", "after a period:[--no-stagger] other:[]"]
 
 
 def test_the_scripts_client_keeps_the_h200s_windows_above_12_s():

@@ -4,6 +4,7 @@ processes serving a small model's logprobs, the parity check catching a wrong no
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -109,16 +110,66 @@ def test_a_failed_period_stops_its_servers_writes_nothing_and_the_same_run_resum
             update={"client": ClientSettings(num_prompts=8)}))
 
 
+def _starts(period: int, period_s: float, staggered: bool = False, swap: bool = False) -> str:
+    """starts.jsonl lines of a crossover period as the runner writes them (A on GPU 0 in odd periods)."""
+    a = (period - 1) % 2 if not swap else period % 2
+    return "".join(json.dumps({"period": period, "arm": arm, "gpu_index": gpu, "gpu_id": str(gpu), "ready_s": 40.0,
+                               "period_s": period_s, "staggered": staggered}) + "\n"
+                   for arm, gpu in (("A", a), ("B", 1 - a)))
+
+
 def test_stop_after_starts_no_period_the_longest_one_would_carry_past(tmp_path, fake):
     events, _ = fake
     plan = _plan(periods=4, rounds=1)
-    (tmp_path / runner.STARTS).write_text(json.dumps({"period": 1, "arm": "A", "period_s": 120.0}) + "\n")
+    (tmp_path / runner.STARTS).write_text(_starts(1, 120.0))
     assert runner.run(plan, tmp_path, _launch, stop_after=100.0) == 0 and events == []
-    (tmp_path / runner.STARTS).write_text(  # a staggered first period's 300 s gives way to a timed normal one
-        json.dumps({"period": 1, "arm": "A", "period_s": 300.0, "staggered": True}) + "\n"
-        + json.dumps({"period": 2, "arm": "A", "period_s": 90.0, "staggered": False}) + "\n")
+    # a staggered first period's 300 s gives way to a timed normal one
+    (tmp_path / runner.STARTS).write_text(_starts(1, 300.0, staggered=True) + _starts(2, 90.0))
     assert runner.run(plan, tmp_path, _launch, stop_after=80.0) == 0
     assert runner.run(plan, tmp_path, _launch, stop_after=200.0) == 2  # 90 s a period, not the staggered 300
+
+
+@pytest.mark.parametrize("recorded, why", [
+    (_starts(1, 60.0, swap=True), "does not match the plan at period 1: recorded A on GPU 1 (CUDA_VISIBLE_DEVICES 1), "
+                                  "B on GPU 0 (CUDA_VISIBLE_DEVICES 0); planned A on GPU 0 (CUDA_VISIBLE_DEVICES 0), "
+                                  "B on GPU 1 (CUDA_VISIBLE_DEVICES 1)"),
+    (_starts(1, 60.0).splitlines()[0] + "\n", "does not match the plan at period 1: recorded A on GPU 0 "
+                                              "(CUDA_VISIBLE_DEVICES 0); planned A on GPU 0"),  # B's start is missing
+    (_starts(1, 60.0) * 2, "does not match the plan at period 1: recorded A on GPU 0 (CUDA_VISIBLE_DEVICES 0), "
+                           "B on GPU 1 (CUDA_VISIBLE_DEVICES 1), A on GPU 0"),  # started twice
+    (_starts(1, 60.0) + _starts(7, 60.0), "records period 7, which the plan of"),
+])
+def test_a_resumed_run_whose_recorded_starts_are_not_the_plans_is_refused(tmp_path, fake, recorded, why):
+    """starts.jsonl says which periods are done: a record that is not the plan's periods, arms and GPUs would have
+    the run skip periods it never ran as planned. It is refused in one line naming the period; nothing starts."""
+    events, _ = fake
+    plan = runner.load_or_write_plan(tmp_path, _plan(periods=3, rounds=1))
+    (tmp_path / runner.STARTS).write_text(recorded)
+    with pytest.raises(AstraError, match=re.escape(why)) as refused:
+        runner.run(plan, tmp_path, _launch)
+    assert "\n" not in str(refused.value) and str(tmp_path / runner.STARTS) in str(refused.value)
+    assert events == [] and (tmp_path / runner.STARTS).read_text() == recorded
+
+
+def test_a_resumed_run_whose_starts_are_the_plans_goes_on(tmp_path, fake):
+    events, _ = fake
+    plan = runner.load_or_write_plan(tmp_path, _plan(periods=3, rounds=1))
+    assert runner.run(plan, tmp_path, _launch) == 3
+    lines = (tmp_path / runner.STARTS).read_text().splitlines()
+    (tmp_path / runner.STARTS).write_text("\n".join(lines[:4]) + "\n")  # periods 1 and 2 done, as the runner wrote
+    events[:] = []
+    assert runner.run(plan, tmp_path, _launch) == 1 and events[0] == "start A3 gpu=0"
+    restarts = runner.load_or_write_plan(tmp_path / "r", _plan("restarts", periods=3, rounds=1))
+    assert runner.run(restarts, tmp_path / "r", _launch) == 6  # one start a period, no GPU named: CUDA_... unset
+    assert runner.run(restarts, tmp_path / "r", _launch) == 0
+
+
+def test_the_committed_h200_aa_starts_are_its_plans():
+    """The recorded run this check would resume (benchmarks/results, 4x H200 2026-11-27): its starts pass."""
+    folder = Path(__file__).parents[2] / "benchmarks" / "results" / "2026-11-27-h200" / "serving" / "aa"
+    plan = runner.RunPlan.model_validate_json((folder / runner.PLAN).read_text())
+    runner.check_starts(plan, folder)
+    assert runner.done_periods(folder) == {1, 2, 3, 4, 5} and len(plan.periods) == 6  # the stop rule ended it
 
 
 def test_restarts_run_one_server_per_period_on_the_default_gpu(tmp_path, fake):
@@ -156,6 +207,14 @@ def test_cli_crossover_control_end_to_end(tmp_path, fake, monkeypatch):
     assert "3 period(s) run" in res.output
     plan = runner.RunPlan.model_validate_json((tmp_path / "aa" / runner.PLAN).read_text())
     assert plan.control and plan.gpus == ["0", "1"] and len(plan.periods) == 3
+    starts = tmp_path / "aa" / runner.STARTS
+    starts.write_text(starts.read_text().replace('"gpu_id": "1"', '"gpu_id": "3"'))  # not where the plan put them
+    again = CliRunner().invoke(ab_command, ["--model-path", "m", "--design", "crossover", "--gpus", "0,1", "--control",
+                                           "--runs", "3", "--rounds", "1", "--port", "31000", "--num-prompts", "64",
+                                           "--out", str(tmp_path / "aa")])
+    last = again.output.splitlines()[-1]  # after the model-path note: the refusal, in one line
+    assert again.exit_code == 1 and "does not match the plan at period 1: recorded A on GPU 0 (CUDA_VISIBLE_DEVICES " \
+           "0), B on GPU 1 (CUDA_VISIBLE_DEVICES 3)" in last
     res = CliRunner().invoke(ab_command, ["--model-path", "m", "--design", "crossover", "--gpus", "0", "--control",
                                          "--out", str(tmp_path / "x")])
     assert res.exit_code == 1 and "needs two GPUs" in res.output

@@ -13,7 +13,7 @@ import threading
 
 from pydantic import BaseModel, Field
 
-from astra_sglang.harness.records import EvalResult
+from astra_sglang.harness.records import EvalResult, ShapeResult
 from astra_sglang.optimize.agents.journal import candidate_id
 from astra_sglang.optimize.records import CodeResult
 from astra_sglang.optimize.winner import classify, passed
@@ -24,6 +24,14 @@ ORIGINAL = "r00"
 
 def shape_key(shape, dtype: str) -> str:
     return f"{'x'.join(map(str, shape))}/{dtype}"
+
+
+def headroom(s: ShapeResult) -> float | None:
+    """The row's kernel time over the floor (1.0: at the floor): over `floor_us` where the harness gave one, else
+    from its share of the copy roofline; None where neither is known."""
+    if s.floor_us and s.candidate:
+        return s.candidate.median_us / s.floor_us
+    return 100.0 / s.pct_roofline if s.pct_roofline else None
 
 
 class Entry(BaseModel):
@@ -61,7 +69,7 @@ def fingerprint(text: str) -> str:
 def entry_from(id: str, round: int, source: str, text: str, result: EvalResult | None, error: str = "",
                parent: str = "", plan: int | None = None, attempts: int = 1, island: int = 0) -> Entry:
     row = classify(round, result, error)
-    shapes, headroom = {}, {}
+    shapes, heads = {}, {}
     if result is not None and passed(result):
         for s in result.shapes:
             key = shape_key(s.shape, s.dtype)
@@ -69,12 +77,10 @@ def entry_from(id: str, round: int, source: str, text: str, result: EvalResult |
                 shapes[key] = 1.0
             elif s.speedup:
                 shapes[key] = s.speedup
-                if s.floor_us and s.candidate:
-                    headroom[key] = s.candidate.median_us / s.floor_us
-                elif s.pct_roofline:
-                    headroom[key] = 100.0 / s.pct_roofline
+                if (over := headroom(s)) is not None:
+                    heads[key] = over
     return Entry(id=id, round=round, source=source, status=row.status, detail=row.detail, parent=parent, plan=plan,
-                 island=island, attempts=attempts, speedup=row.speedup, shapes=shapes, headroom=headroom,
+                 island=island, attempts=attempts, speedup=row.speedup, shapes=shapes, headroom=heads,
                  fingerprint=fingerprint(text))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from astra_sglang.harness.records import EvalResult
-from astra_sglang.optimize.agents.database import Entry, shape_key
+from astra_sglang.optimize.agents.database import Entry, headroom, shape_key
 from astra_sglang.optimize.agents.prompts import render
 from astra_sglang.optimize.records import Message, RunConfig
 
@@ -57,7 +57,7 @@ def shape_rows(result: EvalResult, parent: Entry | None, parent_result: EvalResu
         parent_us = other.candidate.median_us if other is not None and other.candidate else None
         rows.append(ShapeRow(shape="x".join(map(str, s.shape)), dtype=s.dtype, us=s.candidate.median_us,
                              parent_us=parent_us, vs_parent=parent_us / s.candidate.median_us if parent_us else None,
-                             floor_us=s.floor_us, headroom=s.candidate.median_us / s.floor_us if s.floor_us else None))
+                             floor_us=s.floor_us, headroom=headroom(s)))
     return rows
 
 

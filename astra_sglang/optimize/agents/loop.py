@@ -29,7 +29,7 @@ from astra_sglang.optimize.agents.context import CoderContext, RoundContext, fai
 from astra_sglang.optimize.agents.database import ORIGINAL, Entry, entry_from, shape_key
 from astra_sglang.optimize.agents.journal import RunLog
 from astra_sglang.optimize.agents.lineage import Lineage
-from astra_sglang.optimize.agents.memory import Memory, past_plans
+from astra_sglang.optimize.agents.memory import Memory, PastPlan, past_plans
 from astra_sglang.optimize.agents.models import Models
 from astra_sglang.optimize.agents.prompts import StepFailed
 from astra_sglang.optimize.agents.profiles import Profiles
@@ -105,7 +105,8 @@ class Optimizer(Steps):
         return result
 
     # -- what the agents read ---------------------------------------------------------------------
-    def context(self, r: int, island: int = 0) -> RoundContext:
+    def context(self, r: int, island: int, past: list[PastPlan]) -> RoundContext:
+        """The planner's view of round r on `island`; `past`: the run's plans so far (past_plans)."""
         best = self.db.best()
         shapes, _ = self.suite()
         migrants: list[str] = []
@@ -114,7 +115,7 @@ class Optimizer(Steps):
             migrants = [e.id for e in sorted(others.values(), key=lambda e: e.island)]
         elites = self.db.elites(self.config.elites, island=island if self.config.islands > 1 else None,
                                 migrants=tuple(migrants))
-        digest, plans = self.memory.view(r)
+        digest, plans = self.memory.view(past)
         prof = self.profiles.get(best) or self.profiles.get(self.db.get(ORIGINAL))
         lessons = self.store.relevant(self.spec.name, op_kind(self.spec), self.gpu.arch,
                                       exclude_run=str(self.log.dir.resolve())) if self.config.memory else []
@@ -184,7 +185,7 @@ class Optimizer(Steps):
         """(plan index, parent, prompt, plan, drafts) per plan of round r; drafts asked in parallel."""
         coder, island = CodingAgent(self.models("coder"), self.spec, self.config), (r - 1) % self.config.islands
         if self.config.single_agent:
-            ctx = self.context(r, island)
+            ctx = self.context(r, island, past_plans(self.log, self.db))
             specs = [(None, ctx.best, coder.single_prompt(ctx), "", self.config.population)]
         else:
             plans = PlanSet.model_validate(self.step(r, "plan", lambda t: self._plan(r, island, t)).payload)
@@ -213,10 +214,10 @@ class Optimizer(Steps):
                             dtypes=self.dtypes)
 
     def _plan(self, r: int, island: int, t: Transcript) -> LogRecord:
-        ctx = self.context(r, island)
+        past = past_plans(self.log, self.db)  # read once: the planner's view and its repeat check share it
+        ctx = self.context(r, island, past)
         try:
-            plans = PlanningAgent(self.models("planner"), self.spec, self.config).plan(
-                ctx, t, past_plans(self.log, self.db))
+            plans = PlanningAgent(self.models("planner"), self.spec, self.config).plan(ctx, t, past)
         except StepFailed as exc:
             plans = PlanSet(plans=[PlanItem(parent=ctx.best.id, text=f"(no plan: {exc}) {GENERIC_PLAN}")],
                             island=island)

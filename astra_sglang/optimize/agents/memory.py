@@ -18,7 +18,7 @@ from astra_sglang.optimize.agents.database import Database, Entry
 from astra_sglang.optimize.agents.journal import RunLog
 from astra_sglang.optimize.agents.parse import ParseError, strip_code
 from astra_sglang.optimize.agents.prompts import StepFailed, converse, render
-from astra_sglang.optimize.records import LogRecord, PlanItem, PlanSet, Transcript
+from astra_sglang.optimize.records import HistoryRow, LogRecord, PlanItem, PlanSet, Transcript
 
 if TYPE_CHECKING:
     from astra_sglang.optimize.agents.steps import Steps
@@ -71,23 +71,20 @@ class PastPlan(BaseModel):
         return len(self.text) + sum(160 * len(o.turns) + len(o.reflection) for o in self.outcomes) + 80
 
 
-def lineages(db: Database, log: RunLog, round: int, plan: int | None,
-             by_plan: dict[tuple[int, int | None], list[Entry]] | None = None) -> list[Outcome]:
-    """The finished lineages of a round's plan, slot order (`by_plan`: the entries grouped by (round, plan),
-    where the caller has them)."""
+def lineages(log: RunLog, round: int, entries: list[Entry]) -> list[Outcome]:
+    """The finished lineages among the entries of a round's plan, slot order, each with the best attempt its
+    lineage recorded (lineage.py: its best correct attempt, else its last)."""
     slots: dict[str, list[Entry]] = {}
-    entries = by_plan.get((round, plan), []) if by_plan is not None else \
-        [e for e in db.entries.values() if e.round == round and e.plan == plan and e.id != "r00"]
     for entry in entries:
         slots.setdefault(entry.id.rsplit("-a", 1)[0], []).append(entry)
     out = []
     for slot, attempts in sorted(slots.items()):
         key = slot.split("-", 1)[1]  # r03-c1 -> c1, the lineage's log key
-        if log.find(round, "cand", key) is None:
+        done = log.find(round, "cand", key)
+        if done is None:
             continue  # still running
         attempts.sort(key=lambda e: e.attempts)
-        ok = [e for e in attempts if e.ok]
-        best = max(ok, key=lambda e: (e.speedup or 0, -e.attempts)) if ok else attempts[-1]
+        best = {e.id: e for e in attempts}[HistoryRow.model_validate(done.payload).id]
         reflection = log.find(round, "reflect", key)
         out.append(Outcome(slot=slot, best=best, turns=turns_of(attempts),
                            reflection=reflection.payload.get("text", "") if reflection else ""))
@@ -107,7 +104,7 @@ def past_plans(log: RunLog, db: Database) -> list[PastPlan]:
         plans = PlanSet.model_validate(rec.payload)
         closed = log.find(rec.round, "round") is not None
         for i, item in enumerate(plans.plans):
-            outcomes = lineages(db, log, rec.round, i, by_plan)
+            outcomes = lineages(log, rec.round, by_plan.get((rec.round, i), []))
             out.append(PastPlan(round=rec.round, index=i, island=plans.island, parent=item.parent, text=item.text,
                                 key=item.key, outcomes=outcomes, in_flight=not closed))
     return out
@@ -149,8 +146,8 @@ class Memory:
         self._lock = threading.Lock()
         self._writing: dict[int, threading.Lock] = {}
 
-    def view(self, round: int) -> tuple[str, list[PastPlan]]:
-        plans = past_plans(self.opt.log, self.opt.db)
+    def view(self, plans: list[PastPlan]) -> tuple[str, list[PastPlan]]:
+        """(digest, the plans shown whole) of the run's past plans (past_plans)."""
         budget = self.opt.config.memory_chars
         sizes = [p.size() for p in plans]
         if sum(sizes) <= budget:

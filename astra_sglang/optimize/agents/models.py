@@ -29,9 +29,6 @@ class Models:
     def __call__(self, role: str) -> Model:
         return self.by_role.get(role, self.default)
 
-    def names(self) -> list[str]:
-        return list(dict.fromkeys([self.default.name, *(m.name for m in self.by_role.values())]))
-
     def describe(self) -> str:
         """One line for the run's first echo: which model plays which role."""
         parts = [f"{role} {m.name}" for role, m in self.by_role.items() if m is not self.default]

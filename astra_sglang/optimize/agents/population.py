@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from astra_sglang.errors import AstraError
 from astra_sglang.optimize.agents.prompts import StepFailed
+from astra_sglang.optimize.agents.protocols import Pool
 from astra_sglang.optimize.agents.steps import Stopped
 
 if TYPE_CHECKING:
@@ -40,9 +41,8 @@ SLACK = 1.5
 """Lineages beyond Little's law's count: turns end in parse errors, lineages end, evaluations queue unevenly."""
 
 
-def gpu_count(pool) -> int:
-    gpus = getattr(pool, "gpus", None)
-    count = len(gpus) if isinstance(gpus, list) else int(gpus or 0)
+def gpu_count(pool: Pool) -> int:
+    count = len(pool.gpus) if isinstance(pool.gpus, list) else pool.gpus
     return max(count, 1)
 
 
@@ -60,8 +60,7 @@ class Population:
 
     # -- measurements ---------------------------------------------------------------------------------
     def eval_seconds(self) -> float:
-        stats = getattr(self.opt.pool, "stats", None)
-        spans = [s.seconds for s in stats().evaluations[-50:]] if stats else []
+        spans = [s.seconds for s in self.opt.pool.stats().evaluations[-50:]]
         return statistics.median(spans) if spans else DEFAULT_EVAL_S
 
     def llm_seconds(self) -> float:
@@ -80,7 +79,7 @@ class Population:
         target = self.target()
         if opt.active + opt.drafting >= self.cap or opt.drafting >= max(opt.config.islands, target // 4):
             return False  # inflight=1 is the paper's loop: each round plans after the last one's result
-        idle = getattr(opt.pool, "pending", lambda: 0)() < self.gpus and opt.drafting == 0
+        idle = opt.pool.pending() < self.gpus and opt.drafting == 0
         # half of what the rounds being planned will bring: they bring it two model calls from now, by when about
         # as many of the lineages in flight have ended
         coming = opt.active + opt.drafting * opt.config.population / 2

@@ -62,8 +62,7 @@ class Profiles:
         return Profile.model_validate(rec.payload) if rec is not None and "entry" in rec.payload else None
 
     def affordable(self) -> bool:
-        stats = getattr(self.opt.pool, "stats", None)
-        gpu_s = sum(s.seconds for s in stats().evaluations) if stats else 0.0
+        gpu_s = sum(s.seconds for s in self.opt.pool.stats().evaluations)
         gpu_s = gpu_s or sum(EvalResult.model_validate(r.payload).wall_s for r in self.opt.log.of_role("eval"))
         with self._lock:
             return self.spent_s < self.opt.config.ncu_share * gpu_s

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from astra_sglang.harness.ncu import ProfileFacts
 from astra_sglang.harness.records import EvalResult, ShapeResult
-from astra_sglang.optimize.agents.database import Entry, shape_key
+from astra_sglang.optimize.agents.database import Entry, headroom, shape_key
 
 ALWAYS = ("Duration", "DRAM Throughput", "Compute (SM) Throughput", "Achieved Occupancy", "Registers Per Thread",
           "Warp Cycles Per Issued Instruction")
@@ -105,11 +105,12 @@ def pick_shapes(result: EvalResult, parent: Entry | None, count: int,
     if not rows:
         return []
 
-    def headroom(s: ShapeResult) -> float:
-        return s.candidate.median_us / s.floor_us if s.floor_us else 100.0 / (s.pct_roofline or 100.0)
+    def furthest(s: ShapeResult) -> float:
+        over = headroom(s)
+        return 1.0 if over is None else over  # nothing known: counted as at the floor
 
     shared = [s for key in also for s in rows if shape_key(s.shape, s.dtype) == key]
-    order = [*shared, max(rows, key=headroom), min(rows, key=lambda s: _relative(s, parent)),
+    order = [*shared, max(rows, key=furthest), min(rows, key=lambda s: _relative(s, parent)),
              max(rows, key=lambda s: s.min_bytes or s.candidate.median_us)]
     chosen: list[tuple[tuple[int, ...], str]] = []
     for s in order:

@@ -7,12 +7,16 @@ tests), which the loop runs one at a time; Nsight Compute or nothing.
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from astra_sglang.harness.ncu import ProfileFacts
 from astra_sglang.harness.records import EvalRequest, EvalResult
 from astra_sglang.optimize.agents.meter import UsageMeter
 from astra_sglang.optimize.records import Message, Reply
+
+if TYPE_CHECKING:
+    from astra_sglang.optimize.pool.devices import GpuFacts
+    from astra_sglang.optimize.pool.stats import PoolStats
 
 
 @runtime_checkable
@@ -43,6 +47,9 @@ class Pool(Protocol):
     """Candidates in flight: builds on CPU cores overlap evaluations, one at a time per GPU
     (astra_sglang.optimize.pool: a local pool, or Ray tasks)."""
 
+    gpus: list[str] | int
+    """The GPUs evaluations run on: their ids (a local pool) or their count (a Ray cluster)."""
+
     def submit(self, req: EvalRequest) -> Future[EvalResult]: ...
 
     def map(self, reqs: list[EvalRequest]) -> list[EvalResult]: ...
@@ -54,6 +61,12 @@ class Pool(Protocol):
     def pending(self) -> int:
         """Requests submitted and not answered yet: fewer than the GPUs means a GPU is about to idle."""
         ...
+
+    def stats(self) -> PoolStats:
+        """What the pool did so far: each evaluation's span (the agent loop's latency estimate, ncu's share)."""
+        ...
+
+    def gpu_facts(self) -> GpuFacts: ...
 
 
 class Profiler(Protocol):

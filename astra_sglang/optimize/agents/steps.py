@@ -19,7 +19,7 @@ from astra_sglang.optimize.agents.journal import RunLog, test_suite
 from astra_sglang.optimize.agents.llm import BudgetExceeded, LLMError, RequestRejected
 from astra_sglang.optimize.agents.models import Models
 from astra_sglang.optimize.agents.prompts import StepFailed
-from astra_sglang.optimize.agents.protocols import Model, Profiler
+from astra_sglang.optimize.agents.protocols import Evaluator, Model, Pool, Profiler
 from astra_sglang.optimize.agents.store import LessonStore
 from astra_sglang.optimize.pool.devices import GpuFacts
 from astra_sglang.optimize.records import CodeResult, LogRecord, RunConfig, Shape, Transcript, Usage
@@ -48,7 +48,7 @@ class Steps:
     drafting: int
     """Rounds whose plans or drafts are still being written."""
 
-    def __init__(self, config: RunConfig, run_dir: str | Path, pool, model: Model | Models | None,
+    def __init__(self, config: RunConfig, run_dir: str | Path, pool: Pool | Evaluator, model: Model | Models | None,
                  profiler: Profiler | None = None, echo: Callable[[str], None] = lambda _: None):
         self.models = Models.of(model)
         """The model of each role (one model: every role's)."""
@@ -59,7 +59,7 @@ class Steps:
             from astra_sglang.optimize.pool.pool import LocalPool
 
             pool = LocalPool(gpus=[], evaluator=pool)
-        self.pool = pool
+        self.pool: Pool = pool
         self.spec = get_spec(config.kernel)
         self.dtypes = config.dtypes or list(self.spec.dtypes)
         self.log = RunLog(run_dir)
