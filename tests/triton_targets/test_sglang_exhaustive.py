@@ -68,8 +68,10 @@ def test_every_config_is_warmed_once_per_batch_size_then_timed_whole_on_the_same
 
 
 def test_a_deadline_cuts_the_timing_loop_and_says_how_far_it_got(tmp_path):
-    script = TunerScript.open(tuner_folder(tmp_path, sleep=0.4))
-    run = run_exhaustive(script, MoeShape(8, 96, 64, 2), [4], ["0"], tmp_path / "work", seconds=14, warm_procs=6,
+    # 2 s a config: the whole loop (36 s) cannot fit, while a timing child that takes ~10 s to start on a loaded
+    # 2-core machine still reaches some configs (at 0.4 s a config and 14 s in all it reached none there)
+    script = TunerScript.open(tuner_folder(tmp_path, sleep=2.0))
+    run = run_exhaustive(script, MoeShape(8, 96, 64, 2), [4], ["0"], tmp_path / "work", seconds=30, warm_procs=6,
                          warm_share=0.2, cold_sample=0)
     (batch,) = run.batches
     assert batch.given == SPACE and 0 < batch.covered < SPACE and batch.best is not None
