@@ -130,6 +130,23 @@ def test_a_parameter_the_runner_does_not_pass_is_refused_before_any_run(tmp_path
         TunerScript.open(folder)
 
 
+@pytest.mark.parametrize("dtype, quant", [("bfloat16", ""), ("float16", "fp8_w8a8")])
+def test_the_parameters_checked_are_those_a_child_passes(dtype, quant):
+    import torch
+
+    from astra_sglang.triton.moe.sglang_tuner_child import ChildRequest, values_of
+
+    request = ChildRequest(folder="f", model="m", shape=(5, 40, 72, 3), dtype=dtype, quant=quant, tokens=[7],
+                           deadline=0.0, out="o.jsonl")
+    values = values_of(request, 7, [{"BLOCK_SIZE_M": 16}])
+    assert sglang_tuner.KNOWN_PARAMS == ("config", *values)
+    assert (values["num_tokens"], values["num_experts"], values["shard_intermediate_size"], values["hidden_size"],
+            values["topk"], values["dtype"]) == (7, 5, 80, 72, 3, getattr(torch, dtype))
+    assert values["use_fp8_w8a8"] == bool(quant) and not any(values[k] for k in ("use_int8_w8a8", "use_int8_w8a16",
+                                                                                 "use_int4_w4a16", "per_channel_quant"))
+    assert values["block_shape"] is None and values["search_space"] == [{"BLOCK_SIZE_M": 16}]
+
+
 @pytest.mark.skipif(not (REAL / "tuning_fused_moe_triton.py").is_file(), reason="SGLang's tuner folder not put in .bar")
 def test_sglangs_own_tuner_folder_opens_against_the_installed_sglang():
     script = TunerScript.open(REAL)

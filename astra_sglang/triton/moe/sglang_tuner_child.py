@@ -29,8 +29,9 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from astra_sglang.errors import AstraError
-from astra_sglang.triton.moe.sglang_tuner import shim_dir, subset
+from astra_sglang.triton.moe.sglang_tuner import script_values, shim_dir, subset
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch
+from astra_sglang.triton.moe.shapes import MoeShape
 
 
 class ChildRequest(BaseModel):
@@ -156,7 +157,7 @@ def load(request: ChildRequest):
     import common_utils
 
     # The script's module-global `args` (its benchmark_config reads args.model), as its __main__ would parse it.
-    script.args = argparse.Namespace(model=request.model, tp_size=1, ep_size=1, dtype=request.quant or "auto",
+    script.args = argparse.Namespace(model=request.model, tp_size=1, ep_size=1, dtype=shape_of(request).script_dtype,
                                      seed=request.seed, per_channel_quant=False, disable_shared_experts_fusion=False,
                                      tune=True, batch_size=None, batch_sizes=request.tokens, search_space_file=None)
     # The script's own ServerArgs (it imports SGLang's), built as its main() builds it.
@@ -181,15 +182,15 @@ def shard_of(space: list[dict], index: int, count: int) -> list[dict]:
     return [space[j] for j in sorted(order[index::count])]
 
 
+def shape_of(request: ChildRequest) -> MoeShape:
+    return MoeShape(*request.shape, dtype=request.dtype, quant=request.quant)
+
+
 def values_of(request: ChildRequest, tokens: int, configs: list[dict]) -> dict:
     """The arguments of the script's tune and benchmark_config, by name."""
     import torch
 
-    experts, inter, hidden, topk = request.shape
-    return dict(num_tokens=tokens, num_experts=experts, shard_intermediate_size=2 * inter, hidden_size=hidden,
-                topk=topk, dtype=getattr(torch, request.dtype), use_fp8_w8a8=request.quant == "fp8_w8a8",
-                use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False,
-                block_shape=None, search_space=configs)
+    return script_values(shape_of(request), tokens, configs, getattr(torch, request.dtype))
 
 
 def tune(worker, script, values: dict, log: Path, deadline: float) -> tuple[dict | None, str, float, list[float]]:
