@@ -122,7 +122,7 @@ def shape_plans(setup: TiersSetup, records: Records, knob: KernelSourceProvider 
         picks = {p.tokens: p for p in setup.picks_at(shape, buckets) if (name, p.tokens) not in judged}
         # the knob's variants run unquantized shapes only (moe_screen)
         sp = shape_plan(name, shape, picks, setup.facts.gpu, setup.facts.smem, setup.facts, None,
-                        None if shape.quant else knob, [] if shape.quant else list(picks))
+                        None if shape.quantized else knob, [] if shape.quantized else list(picks))
         sp.known = {t: records.known(unit_name(name, t)) for t in picks}
         sp.knob_known = {t: records.known(unit_name(name, t, True)) for t in sp.knob_tokens}
         out[name] = sp
@@ -132,10 +132,10 @@ def shape_plans(setup: TiersSetup, records: Records, knob: KernelSourceProvider 
 def _settings(setup: TiersSetup, shape: MoeShape, knob: KernelSourceProvider | None) -> WorkerSettings:
     if setup.settings:
         return setup.settings(shape)
-    variants = {knob.name: screen_hook(knob.name)} if knob and not shape.quant else {}
+    variants = {knob.name: screen_hook(knob.name)} if knob and not shape.quantized else {}
     return WorkerSettings(target=LAUNCH, options={"experts": shape.experts, "inter": shape.inter,
                                                   "hidden": shape.hidden, "topk": shape.topk, "dtype": shape.dtype,
-                                                  **({"quant": shape.quant} if shape.quant else {}),
+                                                  **({"quant": shape.quant} if shape.quantized else {}),
                                                   **({"variants": variants} if variants else {})})
 
 
@@ -195,7 +195,7 @@ def judge(setup: TiersSetup, plans: dict[str, ShapePlan], records: Records, knob
         knobs = {t: records.known(unit_name(name, t, True)) for t in ready} if knob else {}
         knob_screens = {t: bucket_screen(t, list(k), k) for t, k in knobs.items() if k}
         picks = {t: sp.picks[t].config.code() for t in ready}
-        if sp.shape.quant:  # the strict evaluator's fused_moe spec is unquantized: nothing is judged or written
+        if sp.shape.quantized:  # the strict evaluator's fused_moe spec is unquantized: nothing is judged or written
             for t in ready:
                 records.verdict(_row(sp, t, screens[t], None, [], "not-measured", picks[t], note=(
                     f"{sp.shape.quant}: screening figures only (the strict evaluator has no quantized fused_moe "

@@ -21,12 +21,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from astra_sglang.triton.cost import expert_elements
 from astra_sglang.triton.moe.sglang_tuner import TunerScript, model_dir
 from astra_sglang.triton.moe.sglang_tuner_child import WarmShard
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch, TunerRun
 from astra_sglang.triton.moe.sglang_tuner_run import collect, request_for, run_bounded, share, spawn
 from astra_sglang.triton.moe.shapes import MoeShape
 
+FP16_BYTES = 2
 PROC_OVERHEAD_B = 1.5 * 2 ** 30
 """Bytes a warm child holds besides the weights: CUDA context, the script's 256 MB L2 flush buffer, activations,
 the CUDA graph's pool."""
@@ -42,8 +44,10 @@ def default_warm_procs(shape: MoeShape, gpus: list[str]) -> int:
         import torch
 
         if torch.cuda.is_available():
-            width = 3 if shape.quant else 2  # fp8: built in fp16, then cast (both held a moment)
-            weights = shape.experts * 3 * shape.inter * shape.hidden * width
+            # bytes an element takes while the script builds the weights: quantized ones are drawn in fp16, then
+            # cast (both held a moment)
+            width = shape.weight_bytes + (FP16_BYTES if shape.quantized else 0)
+            weights = shape.experts * expert_elements(shape.inter, shape.hidden) * width
             procs = min(procs, max(1, int(0.85 * torch.cuda.get_device_properties(0).total_memory //
                                           (weights + PROC_OVERHEAD_B))))
     except ImportError:
