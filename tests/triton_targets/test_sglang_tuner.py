@@ -120,6 +120,28 @@ def test_a_compared_config_that_fails_is_named(tmp_path):
     assert batch.timed_reason == "ours: RuntimeError: out of resources"
 
 
+def test_a_failing_configs_reason_is_one_line_its_first_and_last():
+    """A compared config's failure and a skipped one's reason as the screening worker words a failure
+    (errors.describe): Triton's compile errors point at the source first and say why last."""
+    import types
+
+    from astra_sglang.triton.moe.sglang_tuner_child import Skips, time_configs
+
+    def bench(config, num_tokens):
+        if config["BLOCK_SIZE_M"] > 16:
+            raise RuntimeError("at 3:8:\n    acc = tl.dot(a, b)\n\nout of resource: shared memory")
+        return float(num_tokens)
+
+    configs = {"ok": {"BLOCK_SIZE_M": 16}, "big": {"BLOCK_SIZE_M": 64}}
+    timed, reason = time_configs(bench, {"num_tokens": 3}, configs, rounds=2)
+    assert timed == {"ok": 3.0} and reason == "big: RuntimeError: at 3:8: ... out of resource: shared memory"
+    script = types.SimpleNamespace(benchmark_config=bench)
+    skips = Skips(script)
+    with pytest.raises(RuntimeError):
+        script.benchmark_config(configs["big"], 3)
+    assert skips.count == 1 and skips.reasons == {"RuntimeError: at 3:8: ... out of resource: shared memory": 1}
+
+
 @pytest.mark.parametrize("where, change", [
     ("tune", ("block_shape, search_space):", "block_shape, search_space, num_layers):")),
     ("benchmark_config", ("block_shape=None, num_iters=100):", "block_shape=None, num_iters=100, *, moe_runner):")),

@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from astra_sglang.errors import AstraError
+from astra_sglang.errors import AstraError, describe
 from astra_sglang.triton.moe.sglang_tuner import script_values, shim_dir, subset
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch
 from astra_sglang.triton.moe.shapes import MoeShape
@@ -122,7 +122,7 @@ def time_configs(benchmark_config, values: dict, configs: dict[str, dict], round
             try:
                 times[label].append(float(benchmark_config(config, **bind(benchmark_config, values, ("config",)))))
             except Exception as exc:  # noqa: BLE001 - the script's own loop skips a config that fails, so does this
-                failed[label] = f"{label}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                failed[label] = f"{label}: {describe(exc)}"
     return {k: statistics.median(v) for k, v in times.items() if v}, "; ".join(failed.values())
 
 
@@ -139,7 +139,7 @@ class Skips:
             return self.inner(*args, **kwargs)
         except Exception as exc:
             self.count += 1
-            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            reason = describe(exc)
             self.reasons[reason[:120]] = self.reasons.get(reason[:120], 0) + 1
             raise
 
