@@ -45,7 +45,6 @@ from astra_sglang.triton.moe.configs import Pick
 from astra_sglang.triton.moe.provider import KernelSourceProvider
 from astra_sglang.triton.moe.shapes import MoeShape
 from astra_sglang.triton.moe.source_op import screen_hook
-from astra_sglang.triton.screen_records import Screened, ScreenStats
 
 
 @dataclass
@@ -179,11 +178,6 @@ def screen(setup: TiersSetup, plan: Plan, records: Records, until: float, cores:
         compiler.close()
 
 
-def bucket_screen(tokens: int, codes: list[str], known: dict[str, Screened]) -> BucketScreen:
-    results = [known[c] for c in codes if c in known]
-    return BucketScreen(results=results, stats=ScreenStats.of(tokens, codes, results, gpus=[], wall_s=0.0))
-
-
 def judge(setup: TiersSetup, plans: dict[str, ShapePlan], records: Records, knob: KernelSourceProvider | None,
           deadline: float, echo) -> None:
     """The strict tier over every shape's batch sizes screened whole (see the module docstring)."""
@@ -191,9 +185,9 @@ def judge(setup: TiersSetup, plans: dict[str, ShapePlan], records: Records, knob
     for name, sp in plans.items():
         ready = {t: records.known(unit_name(name, t)) for t in sp.picks}
         ready = {t: k for t, k in ready.items() if k and all(c in k for c in sp.orders[t].codes)}
-        screens = {t: bucket_screen(t, sp.orders[t].codes, k) for t, k in ready.items()}
+        screens = {t: BucketScreen.of(t, k, sp.orders[t].codes) for t, k in ready.items()}
         knobs = {t: records.known(unit_name(name, t, True)) for t in ready} if knob else {}
-        knob_screens = {t: bucket_screen(t, list(k), k) for t, k in knobs.items() if k}
+        knob_screens = {t: BucketScreen.of(t, k) for t, k in knobs.items() if k}
         picks = {t: sp.picks[t].config.code() for t in ready}
         if sp.shape.quantized:  # the strict evaluator's fused_moe spec is unquantized: nothing is judged or written
             for t in ready:
