@@ -94,8 +94,7 @@ class MoeScreenLaunch:
         self.output = self.topk_output(self.weights, self.ids, logits[0].clone())
         self.check_hidden, self.time_hidden = torch.empty_like(self.x0), self.x0.clone()
         if self.fp8:  # static activation scales for this batch, then the quantized computation's output
-            self.fp8.calibrate(self.x0, logits[0], self.topk)
-            self.ref = self.fp8.reference(self.x0, logits[0], self.topk)
+            self.ref = self.fp8.prepare(self.x0, logits[0], self.topk)
         else:
             ref = self.x0.float()
             reference(ref, self.w1.float(), self.w2.float(), logits[0], torch.empty(tokens, self.topk, device="cuda"))
