@@ -5,10 +5,10 @@ request names, per batch size, on the Triton cache its environment names.
 
 - bounded: our ranked configs then a seeded random sample of the space (sglang_tuner.subset), each batch size its
   share of the time to the deadline; then the compared configs timed by the script's `benchmark_config`.
-- warm: a shard of the space (every `count`-th config from `index`), every batch size; timings discarded: the run
-  fills the shared Triton cache with exactly the kernels the timing child will look up (same script, same
-  arguments, so the same specializations; num_tokens changes two of the kernel's int arguments, so each batch
-  size is warmed).
+- warm: a shard of the space (every `count`-th config from `index`), every batch size, each its share of the time
+  to the deadline; timings discarded: the run fills the shared Triton cache with exactly the kernels the timing
+  child will look up (same script, same arguments, so the same specializations; num_tokens changes two of the
+  kernel's int arguments, so each batch size is warmed).
 - timing: the whole space (filtered as the script's main filters it) per batch size, on the warmed cache; configs
   the script's loop skipped (compile or resource errors) are counted by wrapping its `benchmark_config`, which
   re-raises them to the loop unchanged.
@@ -51,7 +51,7 @@ class ChildRequest(BaseModel):
     shard: tuple[int, int] = (0, 1)
     """warm: (index, count): this child warms shard `index` of `count` (shard_of)."""
     deadline: float
-    """Epoch seconds: no config starts after it (each batch size gets an equal share of the time left)."""
+    """Epoch seconds: no config starts after it (each batch size gets an equal share of the time left: share_of)."""
     out: str
     """JSON-lines file: one record per batch size (TunerBatch, or WarmShard for a warm child)."""
     compare: dict[int, dict[str, dict]] = Field(default_factory=dict)
@@ -193,6 +193,13 @@ def values_of(request: ChildRequest, tokens: int, configs: list[dict]) -> dict:
     return script_values(shape_of(request), tokens, configs, getattr(torch, request.dtype))
 
 
+def share_of(request: ChildRequest, i: int) -> float:
+    """Seconds for the request's i-th batch size: the time to its deadline over the batch sizes left, this one
+    included. A child runs them one after another, so time one leaves goes to those after it, and one that runs
+    long (more compiles, larger launches) cannot take the others' time."""
+    return (request.deadline - time.time()) / (len(request.tokens) - i)
+
+
 def tune(worker, script, values: dict, log: Path, deadline: float) -> tuple[dict | None, str, float, list[float]]:
     """(its pick, why none, the loop's wall seconds, per-config costs) of the worker's own `tune`, stopped at
     `deadline` inside its loop."""
@@ -217,14 +224,15 @@ def child(request: ChildRequest) -> None:
         if request.role == "warm":
             configs = shard_of(space, *request.shard)
             begin = time.time()
-            _, _, _, costs = tune(worker, script, values_of(request, tokens, configs), log, request.deadline)
+            _, _, _, costs = tune(worker, script, values_of(request, tokens, configs), log,
+                                  begin + share_of(request, i))
             record = WarmShard(tokens=tokens, shard=request.shard, given=len(configs), started=len(costs),
                                begin=begin, end=time.time())
         else:
             configs, ranked = (space, 0) if request.role == "timing" else \
                 subset(space, request.ranked.get(tokens, []), request.sample, request.seed + tokens)
             # each batch size its share of the time, less what timing the compared configs takes after its loop
-            share = (request.deadline - time.time()) / (len(request.tokens) - i)
+            share = share_of(request, i)
             share -= min(COMPARE_S, share / 4) if request.rounds else 0.0
             values = values_of(request, tokens, configs)
             before = skips.count if skips else 0

@@ -7,7 +7,8 @@ from timing, both by the script's own code (sglang_tuner_child), on one fresh Tr
 2. warm: `warm_procs` children per GPU, each running the script's worker's `tune` over its shard of the space
    (every `count`-th config) at every batch size, timings discarded: Triton compiles on every core into the shared
    cache, exactly the kernels (specializations included: num_tokens changes two int arguments) the timing phase
-   looks up. Stopped at its share of the time; what it started per batch size is recorded.
+   looks up. Each child gives each batch size an equal share of the phase's time left (one that compiles slowly
+   cannot starve the rest) and stops its loop there; what it started per batch size is recorded.
 3. timing: a child per GPU, alone on it, running the worker's `tune` over the whole space (a config that failed in
    the warm phase included: the script's loop skips it itself) for its round-robin share of the batch sizes, on the
    warm cache; its pick is SGLang's tuner's best over its space, timed its way. A deadline stops its loop inside
