@@ -42,7 +42,7 @@ from astra_sglang.triton.moe.bar_report import summarize, write_report
 from astra_sglang.triton.moe.sglang_tuner import TunerScript
 from astra_sglang.triton.moe.sglang_tuner_exhaustive import default_warm_procs, run_exhaustive
 from astra_sglang.triton.moe.sglang_tuner_run import run_bounded, run_full
-from astra_sglang.triton.moe.shapes import MoeShape, parse_buckets
+from astra_sglang.triton.moe.shapes import QUANTS, MoeShape, parse_buckets
 from astra_sglang.triton.moe.space import MoeConfig
 
 EVAL_TIMEOUT_S = 300.0
@@ -57,7 +57,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--preset", choices=sorted(PRESETS), default="mixtral-8x7b-tp2")
     p.add_argument("--shape", help="EXPERTSxNxHIDDENxTOPK instead of --preset")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
-    p.add_argument("--quant", default="", choices=["", "fp8_w8a8"], help="with --shape (a preset names its own)")
+    p.add_argument("--quant", default="", choices=list(QUANTS), help="with --shape (a preset names its own)")
     p.add_argument("--batch-sizes", default="1,4,16,64")
     p.add_argument("--gpus", help="e.g. 0,1 (default: every visible GPU)")
     p.add_argument("--sample", type=int, default=24, help="random configs of SGLang's space per batch size")
@@ -171,7 +171,7 @@ def main(argv=None) -> Path:
     best = {b.tokens: MoeConfig.from_sglang(b.best) for b in tuner.batches if b.best}
     left = args.deadline - (time.time() - started)
     note = (f"{shape.quant}: no strict evaluation (the isolated evaluator's fused_moe spec is unquantized): the "
-            "figures are the script's own timings above." if shape.quant else "")
+            "figures are the script's own timings above." if shape.quantized else "")
     comparisons = requests(shape, best, ours, timeout_s=min(EVAL_TIMEOUT_S, left)) if best and not note else []
     found = append(jsonl, rows(shape, best, comparisons, evaluate(gpus, comparisons))) if comparisons else []
     left = args.deadline - (time.time() - started)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from astra_sglang.errors import AstraError
 from astra_sglang.optimize.tuner.moe_tiers_records import SCREEN_DIR, Records, unit_name
+from astra_sglang.optimize.tuner.two_tier import BucketScreen
 from astra_sglang.triton.moe.space import MoeConfig
 
 JUDGED = ("tuned", "sglang-best")
@@ -31,7 +32,7 @@ def export(tiers: Path, shape: str, out: Path, top: int = 16) -> tuple[Path, Pat
     units = [f.stem for f in (tiers / SCREEN_DIR).glob(f"{glob.escape(shape)}@*.jsonl") if "+" not in f.stem]
     for tokens in sorted(int(u.partition("@")[2]) for u in units):
         unit = unit_name(shape, tokens)
-        passed = sorted((s for s in records.known(unit).values() if s.stage == "done" and s.us), key=lambda s: s.us)
+        passed = BucketScreen.of(tokens, records.known(unit)).ranked()
         ranked[tokens] = [s.config for s in passed[:top]]
         verdict = verdicts.get(tokens)
         if verdict and verdict.verdict in JUDGED:

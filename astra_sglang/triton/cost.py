@@ -9,31 +9,53 @@ from __future__ import annotations
 
 import math
 
-ELEMENT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+from astra_sglang.specs.dtypes import ELEMENT_BYTES
+
 SIGMAS = 4.0
 """How far below its mean the count of experts read is taken (standard deviations)."""
 
 
+def hit_probability(tokens: int, experts: int, topk: int) -> float:
+    """p = 1 - (1 - k/E)^T: the chance that an expert is among those `tokens` tokens route to, each to `topk`
+    distinct experts drawn uniformly (the spec's random logits, and SGLang's tuner's): each token misses it with
+    probability 1 - k/E."""
+    return 1.0 - (1.0 - min(1.0, topk / experts)) ** tokens
+
+
+def experts_expected(tokens: int, experts: int, topk: int) -> float:
+    """The mean count of distinct experts read, E*p."""
+    return experts * hit_probability(tokens, experts, topk)
+
+
 def experts_read(tokens: int, experts: int, topk: int) -> int:
-    """A lower bound on the distinct experts `tokens` tokens route to, each to `topk` distinct experts drawn
-    uniformly (the spec's random logits): the mean E*p, p = 1 - (1 - k/E)^T, less SIGMAS standard deviations
-    of the count (at most sqrt(E p (1 - p)): the indicators of experts being hit are negatively associated),
-    and never below the topk experts one token reads."""
-    p = 1.0 - (1.0 - topk / experts) ** tokens
+    """A lower bound on the distinct experts read: the mean E*p less SIGMAS standard deviations of the count
+    (at most sqrt(E p (1 - p)): the indicators of experts being hit are negatively associated), and never below
+    the topk experts one token reads."""
+    p = hit_probability(tokens, experts, topk)
     mean, sd = experts * p, math.sqrt(experts * p * (1.0 - p))
     return int(max(min(experts, topk), math.floor(mean - SIGMAS * sd)))
 
 
+def expert_elements(inter: int, hidden: int) -> int:
+    """Weight elements of one expert: w1 ([2N, H]: gate and up) and w2 ([H, N])."""
+    return 3 * inter * hidden
+
+
+def moe_flops(tokens: int, topk: int, inter: int, hidden: int) -> int:
+    """The two GEMMs over every routed token slot: 2*T*k*2N*H (gate/up) and 2*T*k*N*H (down)."""
+    return 6 * tokens * topk * inter * hidden
+
+
 def fused_moe(dims: dict[str, int], dtype: str) -> tuple[int, int]:
-    """(bytes, FLOPs) of one call: the weights of the experts read (w1 rows [2N, H], w2 [H, N]), the hidden
-    states read and written in place, the router logits read and the routing weights written; two GEMMs of
-    2*T*k*2N*H and 2*T*k*N*H FLOPs. Intermediates are not counted (a fused kernel may keep them on chip)."""
+    """(bytes, FLOPs) of one call: the weights of the experts read, the hidden states read and written in place,
+    the router logits read and the routing weights written; the two GEMMs' FLOPs. Intermediates are not counted
+    (a fused kernel may keep them on chip)."""
     tokens, experts, inter, hidden, topk = (dims[d] for d in ("tokens", "experts", "inter", "hidden", "topk"))
     size = ELEMENT_BYTES[dtype]
-    weights = experts_read(tokens, experts, topk) * 3 * inter * hidden * size
+    weights = experts_read(tokens, experts, topk) * expert_elements(inter, hidden) * size
     activations = 2 * tokens * hidden * size
     routing = tokens * experts * 4 + tokens * topk * 4
-    return weights + activations + routing, 6 * tokens * topk * inter * hidden
+    return weights + activations + routing, moe_flops(tokens, topk, inter, hidden)
 
 
 def decode_attention(dims: dict[str, int], dtype: str) -> tuple[int, int]:

@@ -9,7 +9,8 @@ import torch
 
 from astra_sglang.optimize.tuner.moe_budget import Unit, fit, run_order, simulate
 from astra_sglang.optimize.tuner.moe_costs import Costs, config_s, lead
-from astra_sglang.optimize.tuner.moe_roofline import experts_touched, floor
+from astra_sglang.optimize.tuner.moe_roofline import floor
+from astra_sglang.triton import cost
 from astra_sglang.triton.moe.shapes import MoeShape
 
 MIXTRAL, QWEN3 = MoeShape(8, 14336, 4096, 2), MoeShape(128, 768, 2048, 8)
@@ -85,7 +86,22 @@ def test_experts_touched_match_random_top_k_routing(experts, topk, tokens):
     gen = torch.Generator().manual_seed(experts * 1000 + tokens)
     counts = [torch.rand(tokens, experts, generator=gen).topk(topk, dim=1).indices.unique().numel()
               for _ in range(2000)]
-    assert experts_touched(experts, topk, tokens) == pytest.approx(sum(counts) / len(counts), rel=0.02)
+    assert cost.experts_expected(tokens, experts, topk) == pytest.approx(sum(counts) / len(counts), rel=0.02)
+
+
+@pytest.mark.parametrize("shape", [MIXTRAL, QWEN3, MoeShape(3, 24, 40, 2, "float16"),
+                                   MoeShape(8, 7168, 4096, 2, quant="fp8_w8a8")])
+@pytest.mark.parametrize("tokens", [1, 7, 64, 4096])
+def test_the_floor_counts_the_cost_models_weights_and_flops(shape, tokens):
+    """The floor's weights and FLOPs are the physics bound's (triton/cost.py), the experts in expectation rather
+    than from below, the weights in their stored width; only the activations differ (SGLang's intermediates)."""
+    f = floor(shape, tokens, H200)
+    dims = dict(zip(("tokens", "experts", "inter", "hidden", "topk"), shape.shape(tokens)))
+    assert f.flops == cost.fused_moe(dims, shape.dtype)[1]
+    assert cost.experts_read(tokens, shape.experts, shape.topk) <= f.experts <= shape.experts
+    weights = f.experts * cost.expert_elements(shape.inter, shape.hidden) * shape.weight_bytes
+    activations = (tokens * shape.hidden + tokens * shape.topk * (3 * shape.inter + shape.hidden)) * shape.element_bytes
+    assert f.bytes == pytest.approx(weights + activations, rel=1e-12)
 
 
 def test_an_fp8_shapes_floor_reads_its_weights_in_one_byte():

@@ -84,3 +84,16 @@ def test_finalists_are_configs_as_fast_as_the_pick_fastest_first():
     assert finalists(screen, "pick", 5) == ["a", "e", "b"]  # b within 1% of the pick; c is not
     assert finalists(screen, "pick", 2) == ["a", "e"]
     assert finalists(_screen({"pick": None, "a": 120.0, "b": 110.0}), "pick", 1) == ["b"]  # no bar: the fastest
+
+
+def test_a_screen_from_records_keeps_the_orders_configs_and_ranks_those_that_screened():
+    """BucketScreen.of: what a run's records hold at a bucket (an earlier run's, or the tiers' export), in the
+    order given, less configs the order does not have; ranked: done and timed, fastest first (slow and failed
+    ones left out)."""
+    rows = [Screened(config=c, bucket=4, stage=stage, us=us) for c, stage, us in [
+        ("a", "done", 90.0), ("b", "slow", 300.0), ("c", "load", None), ("d", "done", 80.0), ("e", "done", 85.0)]]
+    known = {r.config: r for r in rows}
+    screen = BucketScreen.of(4, known, ["e", "x", "a", "b", "c"])
+    assert [r.config for r in screen.results] == ["e", "a", "b", "c"] and screen.stats.configs == 5
+    assert [r.config for r in screen.ranked()] == ["e", "a"] and screen.stats.best == "e"
+    assert [r.config for r in BucketScreen.of(4, known).ranked()] == ["d", "e", "a"]

@@ -87,3 +87,20 @@ def test_sglangs_fp8_pick_and_first_guesses_are_its_fp8_files(sglang_lookup, mon
     guesses = moe_configs.shipped_configs(8, 7168, 64, dtype="fp8_w8a8")
     assert MoeConfig.from_sglang(table[moe_configs.nearest(table, 64)]) in guesses
     assert guesses != moe_configs.shipped_configs(8, 7168, 64)
+
+
+@pytest.mark.parametrize("experts, inter, hidden, topk, tokens", SHAPES)
+def test_preparing_a_batch_dequantizes_once_and_matches_calibrate_then_reference(experts, inter, hidden, topk, tokens,
+                                                                                 monkeypatch):
+    """The screening launch's path (prepare): the same scales and a bit-identical reference as calibrating and then
+    computing the reference apart, with each expert tensor dequantized once instead of twice."""
+    w1, w2, x, logits = _draw(experts, inter, hidden, tokens)
+    apart, once = fp8.Fp8Experts.of(w1, w2), fp8.Fp8Experts.of(w1, w2)
+    apart.calibrate(x, logits, topk)
+    expect = apart.reference(x, logits, topk)
+    calls, dequantize = [], fp8.dequantize
+    monkeypatch.setattr(fp8, "dequantize", lambda w, s: calls.append(w.shape) or dequantize(w, s))
+    got = once.prepare(x, logits, topk)
+    assert calls == [w1.shape, w2.shape]
+    assert torch.equal(got, expect) and torch.equal(once.a1_scale, apart.a1_scale)
+    assert torch.equal(once.a2_scale, apart.a2_scale)

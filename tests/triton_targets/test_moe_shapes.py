@@ -104,3 +104,20 @@ def test_tune_needs_a_gpu(tmp_path):
     result = CliRunner().invoke(main, ["tune", "fused_moe", "--model", str(_config(tmp_path, QWEN3_MOE)),
                                        "--buckets", "1,64", "--out", str(tmp_path / "run")])
     assert result.exit_code == 1 and "tuning needs a CUDA GPU" in result.output
+
+
+@pytest.mark.parametrize("dtype, quant, element, weight, rate, script, precision", [
+    ("bfloat16", "", 2, 2, 1.0, "auto", "bfloat16"),
+    ("float16", "", 2, 2, 1.0, "auto", "float16"),
+    ("bfloat16", "fp8_w8a8", 2, 1, 2.0, "fp8_w8a8", "fp8_w8a8"),
+    ("float16", "fp8_w8a8", 2, 1, 2.0, "fp8_w8a8", "fp8_w8a8"),
+])
+def test_a_shape_says_what_its_quantization_changes(dtype, quant, element, weight, rate, script, precision):
+    shape = MoeShape(5, 40, 72, 3, dtype, quant)
+    assert (shape.element_bytes, shape.weight_bytes, shape.gemm_rate) == (element, weight, rate)
+    assert (shape.script_dtype, shape.precision, shape.config_dtype) == (script, precision, quant or None)
+    assert shape.quantized == bool(quant) and shape.describe().endswith(precision)
+    flags = shape.quant_flags()
+    assert list(flags) == ["use_fp8_w8a8", "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16"]
+    assert flags == {"use_fp8_w8a8": quant == "fp8_w8a8", "use_int8_w8a8": False, "use_int8_w8a16": False,
+                     "use_int4_w4a16": False}

@@ -4,6 +4,7 @@ cut, and how the report words it all."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 import pytest
@@ -11,9 +12,9 @@ from sglang_tuner_standin import standin_us, tuner_folder
 
 from astra_sglang.triton.moe.bar_report import summarize, write_report
 from astra_sglang.triton.moe.configs import Pick
-from astra_sglang.triton.moe.sglang_tuner import TunerScript, key
+from astra_sglang.triton.moe.sglang_tuner import TunerScript, key, model_dir
 from astra_sglang.triton.moe.sglang_tuner_child import shard_of
-from astra_sglang.triton.moe.sglang_tuner_exhaustive import default_warm_procs, run_exhaustive
+from astra_sglang.triton.moe.sglang_tuner_exhaustive import default_warm_procs, run_exhaustive, warm
 from astra_sglang.triton.moe.sglang_tuner_landscape import smem_check
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch, TunerRun
 from astra_sglang.triton.moe.shapes import MoeShape
@@ -82,6 +83,24 @@ def test_a_deadline_cuts_the_timing_loop_and_says_how_far_it_got(tmp_path):
     assert f"| 4 | {SPACE} | {batch.covered} (cut by the deadline) |" in text
     assert f"at batch size 4 its loop reached {batch.covered} of its {SPACE} configs" in text
     assert "not estimated in this run (no cold sample)" in text
+
+
+def test_each_batch_size_warms_in_its_own_share_of_the_time(tmp_path):
+    """A warm child runs its batch sizes one after another, each until its share of the time left: with a shard
+    slower than the phase, the first batch size stops at half of it and the second still warms (one deadline for
+    both let the first take all of it)."""
+    sleep, shape = 1.0, MoeShape(8, 96, 64, 2)  # hidden 64: every config of the stand-in's space runs, 1 s each
+    script = TunerScript.open(tuner_folder(tmp_path, sleep=sleep))
+    work = tmp_path / "work"
+    work.mkdir()
+    deadline = time.time() + 20
+    shards = warm(script, shape, [1, 4], ["0"], work, model_dir(shape, work), tmp_path / "cache", procs=1,
+                  deadline=deadline)
+    first, second = sorted(shards, key=lambda s: s.tokens)
+    assert (first.tokens, second.tokens, first.given, second.given) == (1, 4, SPACE, SPACE)
+    share = (deadline - first.begin) / 2
+    assert 0 < first.started < SPACE and first.end <= first.begin + share + sleep + 1.0
+    assert second.begin >= first.end and 0 < second.started < SPACE and second.end <= deadline + sleep + 1.0
 
 
 HEADER = {"date": "2026-11-28", "gpu": "NVIDIA H100 80GB HBM3", "commit": "abc1234", "sglang": "0.5.17",

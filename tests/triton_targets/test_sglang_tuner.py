@@ -128,6 +128,29 @@ def test_a_compared_config_that_fails_is_named(tmp_path):
     assert "m16n64k256g1w4s3" not in batch.failed and len(batch.landscape) + len(batch.failed) == len(batch.costs)
 
 
+def test_a_failing_configs_reason_is_one_line_its_first_and_last():
+    """A compared config's failure and a skipped one's reason as the screening worker words a failure
+    (errors.describe): Triton's compile errors point at the source first and say why last."""
+    import types
+
+    from astra_sglang.triton.moe.sglang_tuner_child import Observed, time_configs
+
+    def bench(config, num_tokens):
+        if config["BLOCK_SIZE_M"] > 16:
+            raise RuntimeError("at 3:8:\n    acc = tl.dot(a, b)\n\nout of resource: shared memory")
+        return float(num_tokens)
+
+    ok, big = MoeConfig(16, 32, 64, 1, 4, 3), MoeConfig(64, 32, 64, 1, 4, 3)
+    configs = {"ok": ok.sglang(), "big": big.sglang()}
+    timed, reason = time_configs(bench, {"num_tokens": 3}, configs, rounds=2)
+    assert timed == {"ok": 3.0} and reason == "big: RuntimeError: at 3:8: ... out of resource: shared memory"
+    script = types.SimpleNamespace(benchmark_config=bench)
+    observed = Observed(script)
+    with pytest.raises(RuntimeError):
+        script.benchmark_config(configs["big"], 3)
+    assert observed.take() == ({}, {big.code(): "RuntimeError: at 3:8: ... out of resource: shared memory"})
+
+
 @pytest.mark.parametrize("where, change", [
     ("tune", ("block_shape, search_space):", "block_shape, search_space, num_layers):")),
     ("benchmark_config", ("block_shape=None, num_iters=100):", "block_shape=None, num_iters=100, *, moe_runner):")),
@@ -136,6 +159,23 @@ def test_a_parameter_the_runner_does_not_pass_is_refused_before_any_run(tmp_path
     folder = tuner_folder(tmp_path, script=SCRIPT.replace(*change))
     with pytest.raises(AstraError, match=f"{where}\\(\\) takes (num_layers|moe_runner), which this runner does not pass"):
         TunerScript.open(folder)
+
+
+@pytest.mark.parametrize("dtype, quant", [("bfloat16", ""), ("float16", "fp8_w8a8")])
+def test_the_parameters_checked_are_those_a_child_passes(dtype, quant):
+    import torch
+
+    from astra_sglang.triton.moe.sglang_tuner_child import ChildRequest, values_of
+
+    request = ChildRequest(folder="f", model="m", shape=(5, 40, 72, 3), dtype=dtype, quant=quant, tokens=[7],
+                           deadline=0.0, out="o.jsonl")
+    values = values_of(request, 7, [{"BLOCK_SIZE_M": 16}])
+    assert sglang_tuner.KNOWN_PARAMS == ("config", *values)
+    assert (values["num_tokens"], values["num_experts"], values["shard_intermediate_size"], values["hidden_size"],
+            values["topk"], values["dtype"]) == (7, 5, 80, 72, 3, getattr(torch, dtype))
+    assert values["use_fp8_w8a8"] == bool(quant) and not any(values[k] for k in ("use_int8_w8a8", "use_int8_w8a16",
+                                                                                 "use_int4_w4a16", "per_channel_quant"))
+    assert values["block_shape"] is None and values["search_space"] == [{"BLOCK_SIZE_M": 16}]
 
 
 @pytest.mark.skipif(not (REAL / "tuning_fused_moe_triton.py").is_file(), reason="SGLang's tuner folder not put in .bar")

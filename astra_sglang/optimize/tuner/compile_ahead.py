@@ -35,7 +35,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from astra_sglang.optimize.tuner.screen_launch import describe
+from astra_sglang.errors import describe
 from astra_sglang.triton.screen_records import CompileJob, CompileOutcome
 
 SIMULATED_DIR = "astra-simulated"

@@ -6,8 +6,9 @@ The figures are from two runs on 4x H200 (Triton 3.6.0, SGLang 0.5.17), each fie
   (benchmarks/results/2026-11-27-h200/moe-screen/): Qwen3's space at batch 64 on one GPU, 30 compile processes on
   a 64-core host;
 - RUN_B: 2026-11-27, commit 45b7284, `ASTRA_COMMIT=45b7284 GPUS=2 CORES=36 SHAPES=qwen3,mixtral BUCKETS=16,64
-  DEADLINE=420 bash benchmarks/gpu/moe_tiers.sh OUT`: GPU 2 alone, 36 compile processes on 40 CPUs while the other
-  three GPUs ran other work; Mixtral's 1,504 configs at batch 64 screened in 97 s (bench.log, screen/*.jsonl).
+  DEADLINE=420 bash benchmarks/gpu/moe_tiers.sh OUT` (benchmarks/results/2026-11-27-h200/moe-tiers/): GPU 2 alone,
+  36 compile processes on 40 CPUs while the other three GPUs ran other work; Mixtral's 1,504 configs at batch 64
+  screened in 97 s (units.jsonl, screen/mixtral@64.jsonl).
 """
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ largest, so that a config's GPU time is not underestimated."""
 @dataclass(frozen=True)
 class Costs:
     start_s: float = 36.0
-    """Workers up (SGLang imported, weights drawn) and their first batch sizes prepared: 36 s in RUN_A and RUN_B
-    (RUN_B's bench.log: the plan at 09:38:08, the workers up and 3 units recorded at 09:38:44)."""
+    """Workers up (SGLang imported, weights drawn) and their first batch sizes prepared: 36 s in RUN_A
+    (moe_screen.jsonl's cold phase: start_s 35.8)."""
     prepare_s: float = 3.0
     """A batch size's inputs, routings and fp32 reference on a worker (RUN_A: the tiers' first results 2.4-3.6 s
     into a batch size, its recording and first compile included)."""
@@ -47,10 +48,10 @@ class Costs:
     """From the first compiles queued to the first config compiled (the processes spawned, each importing the
     kernel's module): RUN_B's mixtral@64 had its second result (the first that needed a compile) 22.7 s in."""
     compile_s: float = 0.66
-    """Seconds of one compile process a specialization: RUN_B's 9,014 specializations queued ahead were compiled
-    between 09:39:07 (the first) and 09:41:52 (mixtral@16's second config, queued at 09:40:51 behind all of them in
-    the first-in-first-out queue, came then with both kernels found compiled): 55 a second on 36 processes. RUN_A:
-    0.93 CPU-s each (2,805 CPU-s for 3,006 on 30 processes)."""
+    """Seconds of one compile process a specialization: RUN_B's host, over the 9,014 specializations it queued ahead
+    (summary.md), timed from its console log, which is not among the committed results (a rerun of its command
+    gives it). The committed figure is RUN_A's: 0.93 CPU-s each (moe_screen.jsonl's cold phase: compile_s 2,805
+    CPU-s for compile_jobs 3,006 on 30 processes)."""
     jobs_per_config: int = 2
     """Fused MoE's two GEMMs: two specializations a config at each batch size (RUN_B: hits 2 in every config's
     row). Batch sizes do not share them: RUN_B's mixtral@16 compiled its own after mixtral@64 had compiled the same

@@ -154,7 +154,7 @@ def shipped_seeds(tokens: int, shape: MoeShape, config_dir: Path | None = None) 
     quantization): this expert shape's files first, those of its quantization before the others, newest Triton
     first."""
     root = Path(config_dir or moe_configs.default_config_dir()) / "configs"
-    selector = f",dtype={shape.quant}" if shape.quant else ""
+    selector = moe_configs.dtype_selector(shape.config_dtype)
     files = sorted(root.glob("triton_*/E=*.json"), key=lambda p: (
         not p.name.startswith(f"E={shape.experts},N={shape.inter},"),
         (selector not in p.name) if selector else ("dtype=" in p.name),
@@ -175,6 +175,6 @@ def ordered(shape: MoeShape, tokens: int, pick: MoeConfig, gpu: GpuModel, space:
             prune: float | None = PRUNE, config_dir: Path | None = None) -> Ordered[MoeConfig]:
     return order([pick], shipped_seeds(tokens, shape, config_dir), SPACES[space](),
                  cost=lambda c: predict_us(c, tokens, shape, gpu),
-                 infeasible=lambda c: infeasible(c, gpu, 1 if shape.quant else 2),  # fp8 tiles: a byte an element
+                 infeasible=lambda c: infeasible(c, gpu, shape.weight_bytes),  # fp8 tiles: a byte an element
                  code=MoeConfig.code, prune_factor=prune)
 

@@ -26,6 +26,7 @@ from astra_sglang.optimize.tuner.compile_ahead import HitCounter, record
 from astra_sglang.optimize.tuner.graph_timing import GraphTimer
 from astra_sglang.optimize.tuner.screen_launch import Checked, ScreenFailure, Timed, cuda_fatal
 from astra_sglang.triton.moe import fp8
+from astra_sglang.triton.moe.shapes import MoeShape
 from astra_sglang.triton.moe.space import MoeConfig
 from astra_sglang.triton.screen_records import CompileJob
 
@@ -56,11 +57,12 @@ class MoeScreenLaunch:
         from astra_sglang.triton.moe.op import _sglang
 
         self.torch = torch
+        shape = MoeShape(experts, inter, hidden, topk, dtype, quant)
         self.experts, self.inter, self.hidden, self.topk = experts, inter, hidden, topk
         self.dtype = getattr(torch, dtype)
         self.seed, self.replays = seed, max(replays, warmup)
         tol = get_spec("fused_moe").tolerance[dtype]
-        self.atol, self.rtol = (tol.atol, tol.rtol) if not quant else fp8.TOLERANCE
+        self.atol, self.rtol = fp8.TOLERANCE if shape.quantized else (tol.atol, tol.rtol)
         self.fused_experts, self.override_config, runner_config, self.topk_output = _sglang()
         self.settings = runner_config(num_experts=experts, num_local_experts=experts, hidden_size=hidden,
                                       intermediate_size_per_partition=inter, top_k=topk, params_dtype=self.dtype,
@@ -68,7 +70,7 @@ class MoeScreenLaunch:
         gen = torch.Generator(device="cuda").manual_seed(seed)
         w1 = torch.randn(experts, 2 * inter, hidden, device="cuda", generator=gen) * STD["w1"]
         w2 = torch.randn(experts, hidden, inter, device="cuda", generator=gen) * STD["w2"]
-        self.fp8 = fp8.Fp8Experts.of(w1, w2) if quant == "fp8_w8a8" else None
+        self.fp8 = fp8.Fp8Experts.of(w1, w2) if shape.quantized else None  # fp8_w8a8, the one QUANTS has
         self.quant = self.fp8.kwargs() if self.fp8 else {}
         self.w1, self.w2 = (self.fp8.w1, self.fp8.w2) if self.fp8 else (w1.to(self.dtype), w2.to(self.dtype))
         del w1, w2
@@ -92,8 +94,7 @@ class MoeScreenLaunch:
         self.output = self.topk_output(self.weights, self.ids, logits[0].clone())
         self.check_hidden, self.time_hidden = torch.empty_like(self.x0), self.x0.clone()
         if self.fp8:  # static activation scales for this batch, then the quantized computation's output
-            self.fp8.calibrate(self.x0, logits[0], self.topk)
-            self.ref = self.fp8.reference(self.x0, logits[0], self.topk)
+            self.ref = self.fp8.prepare(self.x0, logits[0], self.topk)
         else:
             ref = self.x0.float()
             reference(ref, self.w1.float(), self.w2.float(), logits[0], torch.empty(tokens, self.topk, device="cuda"))

@@ -45,7 +45,6 @@ from astra_sglang.triton.moe.configs import Pick
 from astra_sglang.triton.moe.provider import KernelSourceProvider
 from astra_sglang.triton.moe.shapes import MoeShape
 from astra_sglang.triton.moe.source_op import screen_hook
-from astra_sglang.triton.screen_records import Screened, ScreenStats
 
 
 @dataclass
@@ -122,7 +121,7 @@ def shape_plans(setup: TiersSetup, records: Records, knob: KernelSourceProvider 
         picks = {p.tokens: p for p in setup.picks_at(shape, buckets) if (name, p.tokens) not in judged}
         # the knob's variants run unquantized shapes only (moe_screen)
         sp = shape_plan(name, shape, picks, setup.facts.gpu, setup.facts.smem, setup.facts, None,
-                        None if shape.quant else knob, [] if shape.quant else list(picks))
+                        None if shape.quantized else knob, [] if shape.quantized else list(picks))
         sp.known = {t: records.known(unit_name(name, t)) for t in picks}
         sp.knob_known = {t: records.known(unit_name(name, t, True)) for t in sp.knob_tokens}
         out[name] = sp
@@ -132,10 +131,10 @@ def shape_plans(setup: TiersSetup, records: Records, knob: KernelSourceProvider 
 def _settings(setup: TiersSetup, shape: MoeShape, knob: KernelSourceProvider | None) -> WorkerSettings:
     if setup.settings:
         return setup.settings(shape)
-    variants = {knob.name: screen_hook(knob.name)} if knob and not shape.quant else {}
+    variants = {knob.name: screen_hook(knob.name)} if knob and not shape.quantized else {}
     return WorkerSettings(target=LAUNCH, options={"experts": shape.experts, "inter": shape.inter,
                                                   "hidden": shape.hidden, "topk": shape.topk, "dtype": shape.dtype,
-                                                  **({"quant": shape.quant} if shape.quant else {}),
+                                                  **({"quant": shape.quant} if shape.quantized else {}),
                                                   **({"variants": variants} if variants else {})})
 
 
@@ -179,11 +178,6 @@ def screen(setup: TiersSetup, plan: Plan, records: Records, until: float, cores:
         compiler.close()
 
 
-def bucket_screen(tokens: int, codes: list[str], known: dict[str, Screened]) -> BucketScreen:
-    results = [known[c] for c in codes if c in known]
-    return BucketScreen(results=results, stats=ScreenStats.of(tokens, codes, results, gpus=[], wall_s=0.0))
-
-
 def judge(setup: TiersSetup, plans: dict[str, ShapePlan], records: Records, knob: KernelSourceProvider | None,
           deadline: float, echo) -> None:
     """The strict tier over every shape's batch sizes screened whole (see the module docstring)."""
@@ -191,11 +185,11 @@ def judge(setup: TiersSetup, plans: dict[str, ShapePlan], records: Records, knob
     for name, sp in plans.items():
         ready = {t: records.known(unit_name(name, t)) for t in sp.picks}
         ready = {t: k for t, k in ready.items() if k and all(c in k for c in sp.orders[t].codes)}
-        screens = {t: bucket_screen(t, sp.orders[t].codes, k) for t, k in ready.items()}
+        screens = {t: BucketScreen.of(t, k, sp.orders[t].codes) for t, k in ready.items()}
         knobs = {t: records.known(unit_name(name, t, True)) for t in ready} if knob else {}
-        knob_screens = {t: bucket_screen(t, list(k), k) for t, k in knobs.items() if k}
+        knob_screens = {t: BucketScreen.of(t, k) for t, k in knobs.items() if k}
         picks = {t: sp.picks[t].config.code() for t in ready}
-        if sp.shape.quant:  # the strict evaluator's fused_moe spec is unquantized: nothing is judged or written
+        if sp.shape.quantized:  # the strict evaluator's fused_moe spec is unquantized: nothing is judged or written
             for t in ready:
                 records.verdict(_row(sp, t, screens[t], None, [], "not-measured", picks[t], note=(
                     f"{sp.shape.quant}: screening figures only (the strict evaluator has no quantized fused_moe "

@@ -51,7 +51,7 @@ class ShapePlan:
     def key(self, tokens: int, facts, knob: KernelSourceProvider | None = None) -> ScreenKey:
         source = keyed_hash(facts.source_hash, knob) if knob else facts.source_hash
         return ScreenKey(gpu=facts.gpu, triton=facts.triton, source_hash=source, shape=self.shape.shape(tokens),
-                         dtype=self.shape.quant or self.shape.dtype)
+                         dtype=self.shape.precision)
 
     def todo(self, tokens: int) -> list[str]:
         """The order less what is known, SGLang's pick first whenever anything is left."""

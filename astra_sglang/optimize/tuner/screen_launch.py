@@ -91,13 +91,3 @@ def cuda_fatal(exc: BaseException) -> bool:
     return type(exc).__name__ == "AcceleratorError" or any(s in text for s in (
         "illegal memory access", "illegal address", "misaligned address", "unspecified launch failure",
         "an illegal instruction", "uncorrectable ecc", "device-side assert"))
-
-
-def describe(exc: BaseException) -> str:
-    """One line for a failure: its type, its first line and, where the message runs on (Triton's compile errors
-    point at the source first), its last."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    text = lines[0] if lines else ""
-    if len(lines) > 1 and lines[-1] != text:
-        text = f"{text} ... {lines[-1]}"
-    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__

@@ -19,7 +19,8 @@ import threading
 import time
 import traceback
 
-from astra_sglang.optimize.tuner.screen_launch import ScreenFailure, ScreenLaunch, describe, load_launch
+from astra_sglang.errors import describe
+from astra_sglang.optimize.tuner.screen_launch import ScreenFailure, ScreenLaunch, load_launch
 from astra_sglang.triton.screen_records import Screened
 
 FATAL_EXIT = 3

@@ -36,7 +36,15 @@ class BucketScreen:
     reused: int = 0
     pruned: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, bucket, known: dict[str, Screened], codes: list[str] | None = None) -> "BucketScreen":
+        """The screen of `bucket` that records hold (config -> its row), in `codes`' order (default: theirs)."""
+        codes = list(known) if codes is None else codes
+        results = [known[c] for c in codes if c in known]
+        return cls(results=results, stats=ScreenStats.of(bucket, codes, results, gpus=[], wall_s=0.0))
+
     def ranked(self) -> list[Screened]:
+        """The configs that screened, fastest first."""
         return sorted((r for r in self.results if r.ok), key=lambda r: r.us)
 
     def pick_us(self, pick: str) -> float | None:

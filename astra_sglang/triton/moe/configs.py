@@ -41,10 +41,15 @@ def _version_key(folder: str) -> tuple[int, ...]:
     return tuple(int(x) for x in folder.removeprefix("triton_").split("_") if x.isdigit())
 
 
+def dtype_selector(dtype: str | None) -> str:
+    """The part of a file name SGLang's get_config_file_name gives a quantization (none: bf16/fp16)."""
+    return f",dtype={dtype}" if dtype else ""
+
+
 def file_name(experts: int, inter: int, device: str, dtype: str | None = None, down: bool = False) -> str:
-    """As SGLang's get_config_file_name names an unquantized (bf16/fp16: dtype None) file."""
-    selector = f",dtype={dtype}" if dtype else ""
-    return f"E={experts},N={inter},device_name={device.replace(' ', '_')}{selector}{'_down' if down else ''}.json"
+    """As SGLang's get_config_file_name names a file (dtype None: unquantized, bf16/fp16)."""
+    return (f"E={experts},N={inter},device_name={device.replace(' ', '_')}{dtype_selector(dtype)}"
+            f"{'_down' if down else ''}.json")
 
 
 def resolve(config_dir: Path, name: str, triton_version: str) -> Path | None:

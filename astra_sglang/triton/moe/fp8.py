@@ -70,12 +70,19 @@ class Fp8Experts:
         return dict(use_fp8_w8a8=True, w1_scale=self.w1_scale, w2_scale=self.w2_scale, a1_scale=self.a1_scale,
                     a2_scale=self.a2_scale)
 
-    def calibrate(self, hidden: torch.Tensor, router_logits: torch.Tensor, topk: int) -> None:
+    def prepare(self, hidden: torch.Tensor, router_logits: torch.Tensor, topk: int) -> torch.Tensor:
+        """`calibrate` on this batch, then its `reference`, the weights dequantized once for both."""
+        weights = self.dequantized()
+        self.calibrate(hidden, router_logits, topk, weights)
+        return self.reference(hidden, router_logits, topk, weights)
+
+    def calibrate(self, hidden: torch.Tensor, router_logits: torch.Tensor, topk: int,
+                  weights: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
         """Static activation scales from the largest |input| of each GEMM on this batch (in place: tensors a
-        captured graph holds keep their addresses)."""
+        captured graph holds keep their addresses). `weights`: `dequantized()`'s, where the caller has them."""
         from astra_sglang.triton.moe.reference import fused_moe
 
-        w1, w2 = self.dequantized()
+        w1, w2 = self.dequantized() if weights is None else weights
         seen = []
 
         def record(act):
@@ -89,11 +96,12 @@ class Fp8Experts:
                   quant_in=lambda t: fake_quant(t, self.a1_scale), quant_mid=record)
         self.a2_scale.copy_(act_scale(max(seen, default=0.0), x.device))
 
-    def reference(self, hidden: torch.Tensor, router_logits: torch.Tensor, topk: int) -> torch.Tensor:
+    def reference(self, hidden: torch.Tensor, router_logits: torch.Tensor, topk: int,
+                  weights: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """The fp32 output of the quantized computation (the kernel's roundings of its GEMMs' inputs)."""
         from astra_sglang.triton.moe.reference import fused_moe
 
-        w1, w2 = self.dequantized()
+        w1, w2 = self.dequantized() if weights is None else weights
         out = hidden.float().clone()
         fused_moe(out, w1, w2, router_logits.float(), torch.empty(out.shape[0], topk, device=out.device),
                   quant_in=lambda t: fake_quant(t, self.a1_scale), quant_mid=lambda t: fake_quant(t, self.a2_scale))

@@ -25,10 +25,19 @@ SCRIPT = "tuning_fused_moe_triton.py"
 COMMON = "common_utils.py"
 DEFINES = {SCRIPT: ("BenchmarkWorker", "benchmark_config", "main", "ServerArgs"), COMMON: ("get_configs_compute_bound",)}
 """Module-level names the runner uses (defined or imported)."""
-KNOWN_PARAMS = ("config", "num_tokens", "num_experts", "shard_intermediate_size", "hidden_size", "topk", "dtype",
-                "use_fp8_w8a8", "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16", "per_channel_quant",
-                "block_shape", "search_space")
-"""The parameters the runner passes (by name) to the script's BenchmarkWorker.tune and benchmark_config."""
+
+
+def script_values(shape: MoeShape, tokens: int, configs: list[dict], dtype=None) -> dict:
+    """The arguments of the script's BenchmarkWorker.tune and benchmark_config, by name (`dtype`: the activations'
+    torch dtype; per-tensor quantization: no per-channel scales, no block shape)."""
+    return dict(num_tokens=tokens, num_experts=shape.experts, shard_intermediate_size=2 * shape.inter,
+                hidden_size=shape.hidden, topk=shape.topk, dtype=dtype, **shape.quant_flags(),
+                per_channel_quant=False, block_shape=None, search_space=configs)
+
+
+KNOWN_PARAMS = ("config", *script_values(MoeShape(1, 1, 1, 1), 1, []))
+"""The parameters the runner passes (by name) to the script's BenchmarkWorker.tune and benchmark_config: the
+config, and script_values' names."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,7 @@ def model_dir(shape: MoeShape, root: Path) -> Path:
     hidden size, top-k) from it, and for Qwen3-MoE or DeepSeek-V2 (no shared expert fused at V2) it would give the
     same four from those models' own keys; the script's run() only asks whether it is DeepSeek-V4. Per-tensor fp8
     takes no quantization_config (the script's --dtype fp8_w8a8 says it; a block_shape would come from one)."""
-    suffix = f"-{shape.quant}" if shape.quant else ""
+    suffix = f"-{shape.quant}" if shape.quantized else ""
     out = Path(root) / f"moe-{shape.experts}x{shape.inter}x{shape.hidden}x{shape.topk}{suffix}"
     out.mkdir(parents=True, exist_ok=True)
     config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": shape.hidden,

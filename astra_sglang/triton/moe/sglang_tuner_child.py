@@ -5,10 +5,10 @@ request names, per batch size, on the Triton cache its environment names.
 
 - bounded: our ranked configs then a seeded random sample of the space (sglang_tuner.subset), each batch size its
   share of the time to the deadline; then the compared configs timed by the script's `benchmark_config`.
-- warm: a shard of the space (every `count`-th config from `index`), every batch size; timings discarded: the run
-  fills the shared Triton cache with exactly the kernels the timing child will look up (same script, same
-  arguments, so the same specializations; num_tokens changes two of the kernel's int arguments, so each batch
-  size is warmed).
+- warm: a shard of the space (every `count`-th config from `index`), every batch size, each its share of the time
+  to the deadline; timings discarded: the run fills the shared Triton cache with exactly the kernels the timing
+  child will look up (same script, same arguments, so the same specializations; num_tokens changes two of the
+  kernel's int arguments, so each batch size is warmed).
 - timing: the whole space (filtered as the script's main filters it) per batch size, on the warmed cache.
 
 bounded and timing: what the script's loop measured for every config it started (its time, or why it failed: the
@@ -31,9 +31,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from astra_sglang.errors import AstraError
-from astra_sglang.triton.moe.sglang_tuner import shim_dir, subset
+from astra_sglang.errors import AstraError, describe
+from astra_sglang.triton.moe.sglang_tuner import script_values, shim_dir, subset
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch
+from astra_sglang.triton.moe.shapes import MoeShape
 from astra_sglang.triton.moe.space import MoeConfig
 
 
@@ -54,7 +55,7 @@ class ChildRequest(BaseModel):
     shard: tuple[int, int] = (0, 1)
     """warm: (index, count): this child warms shard `index` of `count` (shard_of)."""
     deadline: float
-    """Epoch seconds: no config starts after it (each batch size gets an equal share of the time left)."""
+    """Epoch seconds: no config starts after it (each batch size gets an equal share of the time left: share_of)."""
     out: str
     """JSON-lines file: one record per batch size (TunerBatch, or WarmShard for a warm child)."""
     compare: dict[int, dict[str, dict]] = Field(default_factory=dict)
@@ -127,7 +128,7 @@ def time_configs(benchmark_config, values: dict, configs: dict[str, dict], round
             try:
                 times[label].append(float(benchmark_config(config, **bind(benchmark_config, values, ("config",)))))
             except Exception as exc:  # noqa: BLE001 - the script's own loop skips a config that fails, so does this
-                failed[label] = f"{label}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                failed[label] = f"{label}: {describe(exc)}"
     return {k: statistics.median(v) for k, v in times.items() if v}, "; ".join(failed.values())
 
 
@@ -146,7 +147,7 @@ class Observed:
         try:
             result = self.inner(config, *args, **kwargs)
         except Exception as exc:
-            self.failed[code] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:REASON_CHARS]
+            self.failed[code] = describe(exc)[:REASON_CHARS]
             raise
         self.landscape[code] = float(result)
         return result
@@ -171,7 +172,7 @@ def load(request: ChildRequest):
     import common_utils
 
     # The script's module-global `args` (its benchmark_config reads args.model), as its __main__ would parse it.
-    script.args = argparse.Namespace(model=request.model, tp_size=1, ep_size=1, dtype=request.quant or "auto",
+    script.args = argparse.Namespace(model=request.model, tp_size=1, ep_size=1, dtype=shape_of(request).script_dtype,
                                      seed=request.seed, per_channel_quant=False, disable_shared_experts_fusion=False,
                                      tune=True, batch_size=None, batch_sizes=request.tokens, search_space_file=None)
     # The script's own ServerArgs (it imports SGLang's), built as its main() builds it.
@@ -196,15 +197,22 @@ def shard_of(space: list[dict], index: int, count: int) -> list[dict]:
     return [space[j] for j in sorted(order[index::count])]
 
 
+def shape_of(request: ChildRequest) -> MoeShape:
+    return MoeShape(*request.shape, dtype=request.dtype, quant=request.quant)
+
+
 def values_of(request: ChildRequest, tokens: int, configs: list[dict]) -> dict:
     """The arguments of the script's tune and benchmark_config, by name."""
     import torch
 
-    experts, inter, hidden, topk = request.shape
-    return dict(num_tokens=tokens, num_experts=experts, shard_intermediate_size=2 * inter, hidden_size=hidden,
-                topk=topk, dtype=getattr(torch, request.dtype), use_fp8_w8a8=request.quant == "fp8_w8a8",
-                use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False,
-                block_shape=None, search_space=configs)
+    return script_values(shape_of(request), tokens, configs, getattr(torch, request.dtype))
+
+
+def share_of(request: ChildRequest, i: int) -> float:
+    """Seconds for the request's i-th batch size: the time to its deadline over the batch sizes left, this one
+    included. A child runs them one after another, so time one leaves goes to those after it, and one that runs
+    long (more compiles, larger launches) cannot take the others' time."""
+    return (request.deadline - time.time()) / (len(request.tokens) - i)
 
 
 def tune(worker, script, values: dict, log: Path, deadline: float) -> tuple[dict | None, str, float, list[float]]:
@@ -231,14 +239,15 @@ def child(request: ChildRequest) -> None:
         if request.role == "warm":
             configs = shard_of(space, *request.shard)
             begin = time.time()
-            _, _, _, costs = tune(worker, script, values_of(request, tokens, configs), log, request.deadline)
+            _, _, _, costs = tune(worker, script, values_of(request, tokens, configs), log,
+                                  begin + share_of(request, i))
             record = WarmShard(tokens=tokens, shard=request.shard, given=len(configs), started=len(costs),
                                begin=begin, end=time.time())
         else:
             configs, ranked = (space, 0) if request.role == "timing" else \
                 subset(space, request.ranked.get(tokens, []), request.sample, request.seed + tokens)
             # each batch size its share of the time, less what timing the compared configs takes after its loop
-            share = (request.deadline - time.time()) / (len(request.tokens) - i)
+            share = share_of(request, i)
             share -= min(COMPARE_S, share / 4) if request.rounds else 0.0
             values = values_of(request, tokens, configs)
             best, reason, seconds, costs = tune(worker, script, values, log, time.time() + share)

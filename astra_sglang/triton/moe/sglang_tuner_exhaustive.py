@@ -7,7 +7,8 @@ from timing, both by the script's own code (sglang_tuner_child), on one fresh Tr
 2. warm: `warm_procs` children per GPU, each running the script's worker's `tune` over its shard of the space
    (every `count`-th config) at every batch size, timings discarded: Triton compiles on every core into the shared
    cache, exactly the kernels (specializations included: num_tokens changes two int arguments) the timing phase
-   looks up. Stopped at its share of the time; what it started per batch size is recorded.
+   looks up. Each child gives each batch size an equal share of the phase's time left (one that compiles slowly
+   cannot starve the rest) and stops its loop there; what it started per batch size is recorded.
 3. timing: a child per GPU, alone on it, running the worker's `tune` over the whole space (a config that failed in
    the warm phase included: the script's loop skips it itself) for its round-robin share of the batch sizes, on the
    warm cache; its pick is SGLang's tuner's best over its space, timed its way. A deadline stops its loop inside
@@ -21,12 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from astra_sglang.triton.cost import expert_elements
 from astra_sglang.triton.moe.sglang_tuner import TunerScript, model_dir
 from astra_sglang.triton.moe.sglang_tuner_child import WarmShard
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch, TunerRun
 from astra_sglang.triton.moe.sglang_tuner_run import collect, request_for, run_bounded, share, spawn
 from astra_sglang.triton.moe.shapes import MoeShape
 
+FP16_BYTES = 2
 PROC_OVERHEAD_B = 1.5 * 2 ** 30
 """Bytes a warm child holds besides the weights: CUDA context, the script's 256 MB L2 flush buffer, activations,
 the CUDA graph's pool."""
@@ -42,8 +45,10 @@ def default_warm_procs(shape: MoeShape, gpus: list[str]) -> int:
         import torch
 
         if torch.cuda.is_available():
-            width = 3 if shape.quant else 2  # fp8: built in fp16, then cast (both held a moment)
-            weights = shape.experts * 3 * shape.inter * shape.hidden * width
+            # bytes an element takes while the script builds the weights: quantized ones are drawn in fp16, then
+            # cast (both held a moment)
+            width = shape.weight_bytes + (FP16_BYTES if shape.quantized else 0)
+            weights = shape.experts * expert_elements(shape.inter, shape.hidden) * width
             procs = min(procs, max(1, int(0.85 * torch.cuda.get_device_properties(0).total_memory //
                                           (weights + PROC_OVERHEAD_B))))
     except ImportError:

@@ -109,7 +109,7 @@ def run_full(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list
         cwd.mkdir(exist_ok=True)
         runs = [["--batch-sizes", *map(str, mine)]] if script.batch_sizes_flag else [["--batch-size", str(t)]
                                                                                      for t in mine]
-        dtype = ["--dtype", shape.quant] if shape.quant else []
+        dtype = ["--dtype", shape.script_dtype] if shape.quantized else []  # unquantized: the script's default
         command = " && ".join(" ".join([sys.executable, str(script.script), "--model", str(model), "--tp-size", "1",
                                         *dtype, "--tune", *r]) for r in runs)
         log = cwd / "ray.log"

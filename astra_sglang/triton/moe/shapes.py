@@ -7,13 +7,30 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
+from astra_sglang.triton.cost import ELEMENT_BYTES
 
 KERNEL = "fused_moe_kernel"
 DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16"}
-QUANTS = ("", "fp8_w8a8")
+QUANT_FLAGS = ("use_fp8_w8a8", "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16")
+"""fused_experts' quantization switches (SGLang's tuner passes them all, by name)."""
+
+
+@dataclass(frozen=True)
+class Quant:
+    """What a quantization changes around the kernel: the facts callers ask a shape for, not its name."""
+
+    weight_bytes: int | None
+    """Bytes of one stored weight element (None: the activations' dtype's)."""
+    gemm_rate: float
+    """The GEMMs' tensor-core rate over the activations' dtype's (Hopper runs fp8 at twice bf16's)."""
+    flags: tuple[str, ...] = ()
+    """The QUANT_FLAGS it sets."""
+
+
+QUANTS = {"": Quant(None, 1.0), "fp8_w8a8": Quant(1, 2.0, ("use_fp8_w8a8",))}
 """Weight/activation quantizations a shape can name: none, or SGLang's fp8_w8a8 with per-tensor scales (one per
 expert for the weights, static ones for the activations: the layout of per-tensor FP8 checkpoints such as
-Mixtral-8x7B-Instruct FP8). Block-quantized fp8 (block_shape) is not covered."""
+Mixtral-8x7B-Instruct FP8; their values: fp8.py). Block-quantized fp8 (block_shape) is not covered."""
 
 
 @dataclass(frozen=True)
@@ -36,16 +53,48 @@ class MoeShape:
             raise AstraError(f"unknown MoE quantization {self.quant!r}: one of {known}")
 
     @property
+    def quantized(self) -> bool:
+        return bool(self.quant)
+
+    @property
     def config_dtype(self) -> str | None:
         """The dtype SGLang's config lookup and file names take (None: bf16/fp16)."""
         return self.quant or None
+
+    @property
+    def script_dtype(self) -> str:
+        """SGLang's tuner script's --dtype ("auto": the model's own)."""
+        return self.quant or "auto"
+
+    @property
+    def precision(self) -> str:
+        """What the shape computes in, as records and labels name it: its quantization, else its dtype."""
+        return self.quant or self.dtype
+
+    @property
+    def element_bytes(self) -> int:
+        """Bytes of one activation element (hidden states, intermediates: `dtype` whatever the quantization)."""
+        return ELEMENT_BYTES[self.dtype]
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of one stored weight element (a kernel's weight tiles too)."""
+        return QUANTS[self.quant].weight_bytes or self.element_bytes
+
+    @property
+    def gemm_rate(self) -> float:
+        return QUANTS[self.quant].gemm_rate
+
+    def quant_flags(self) -> dict[str, bool]:
+        """fused_experts' quantization switches, every one by name."""
+        return {flag: flag in QUANTS[self.quant].flags for flag in QUANT_FLAGS}
 
     def shape(self, tokens: int) -> tuple[int, int, int, int, int]:
         """The spec's shape (tokens, experts, inter, hidden, topk)."""
         return (tokens, self.experts, self.inter, self.hidden, self.topk)
 
     def describe(self) -> str:
-        return f"E={self.experts} N={self.inter} hidden={self.hidden} topk={self.topk} {self.quant or self.dtype}"
+        return f"E={self.experts} N={self.inter} hidden={self.hidden} topk={self.topk} {self.precision}"
 
 
 def from_config(path: str | Path, tp: int = 1) -> MoeShape:

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from astra_sglang.triton.moe import splitk
+from astra_sglang.triton.moe.shapes import QUANT_FLAGS
 
 INT32_MAX = 2**31 - 1
-QUANTIZED = ("use_fp8_w8a8", "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16")
+QUANTIZED = QUANT_FLAGS
 FUSED = ("a_use_tma", "b_use_tma", "c_sorted", "fuse_sum_all_reduce", "fuse_add_to_output", "mask_output",
          "lora_preserve_base")
 
