@@ -7,7 +7,8 @@
             exhaustive (sglang_tuner_exhaustive: a cold sample for its users' wall, a warm phase compiling its whole
             space into one shared Triton cache on every core, then its tune loop over the whole space, a process per
             GPU, stopped at its share of the deadline); per-config costs, wall time, its picks; then, bounded or
-            exhaustive, SGLang's pick, its best and ours timed by its script's own benchmark_config in its process
+            exhaustive, SGLang's pick, its best and ours timed by its script's own benchmark_config in its process;
+            or, --tuner-from, not run: its best per batch size from earlier runs on the same GPU and shape
   evaluate  isolated evaluations spread over the GPUs (LocalPool): SGLang tuner's best against SGLang's pick, the
             split-K variants of the tuner's best config against it, ours (--ours) against it; then the splits that
             won, timed again (astra_sglang.triton.moe.bar); none for an fp8_w8a8 shape (the evaluator's fused_moe
@@ -18,7 +19,7 @@
 Ranked configs (--ranked FILE, JSON {batch size: [config codes]}, e.g. our screening's order) go first in the
 bounded subset; without it, the configs SGLang ships for this expert shape on other GPUs. Only configs inside
 SGLang's space count: SGLang's tuner could not have picked any other.
-Usage: python3 benchmarks/moe_sglang_bar.py --tuner-dir DIR --out OUT [--preset NAME | --shape ExNxHxK [--quant fp8_w8a8]]
+Usage: python3 benchmarks/moe_sglang_bar.py (--tuner-dir DIR | --tuner-from EARLIER_OUT ...) --out OUT [--preset NAME | --shape ExNxHxK [--quant fp8_w8a8]]
        [--batch-sizes 1,4,16,64] [--gpus 0,1] [--sample 24] [--seed 0] [--deadline 400] [--tuner-share 0.45]
        [--ranked FILE] [--ours FILE] [--mode bounded|full|exhaustive] [--warm-procs N] [--warm-share 0.5]
        [--cold-sample 8] [--cold-seconds 60] [--work DIR]
@@ -40,6 +41,7 @@ from astra_sglang.triton.moe import configs as moe_configs
 from astra_sglang.triton.moe.bar import PRESETS, final_request, requests, rows
 from astra_sglang.triton.moe.bar_report import summarize, write_report
 from astra_sglang.triton.moe.sglang_tuner import TunerScript
+from astra_sglang.triton.moe.sglang_tuner_records import earlier_runs
 from astra_sglang.triton.moe.sglang_tuner_exhaustive import default_warm_procs, run_exhaustive
 from astra_sglang.triton.moe.sglang_tuner_run import run_bounded, run_full
 from astra_sglang.triton.moe.shapes import QUANTS, MoeShape, parse_buckets
@@ -52,7 +54,9 @@ FINAL_NEEDS_S = 90.0
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--tuner-dir", required=True, type=Path, help="SGLang's benchmark/kernels/fused_moe_triton folder")
+    p.add_argument("--tuner-dir", type=Path, help="SGLang's benchmark/kernels/fused_moe_triton folder")
+    p.add_argument("--tuner-from", type=Path, action="append", default=[], help="an earlier run's OUT (repeatable): "
+                   "SGLang's tuner not run again, its best per batch size taken from there (same GPU and shape)")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--preset", choices=sorted(PRESETS), default="mixtral-8x7b-tp2")
     p.add_argument("--shape", help="EXPERTSxNxHIDDENxTOPK instead of --preset")
@@ -80,6 +84,8 @@ def parse(argv=None) -> argparse.Namespace:
                    help="Triton caches (thousands of kernels in exhaustive mode)")
     args = p.parse_args(argv)
     args.mode = "full" if args.full else args.mode
+    if not args.tuner_dir and not args.tuner_from:
+        p.error("--tuner-dir (SGLang's tuner to run) or --tuner-from (an earlier run's figures) is needed")
     return args
 
 
@@ -142,7 +148,6 @@ def main(argv=None) -> Path:
     from astra_sglang.optimize.pool.devices import visible_gpus
 
     gpus = visible_gpus(args.gpus)
-    script = TunerScript.open(args.tuner_dir)
     head = header(args, shape, gpus)
     picks = {p.tokens: p for p in moe_configs.sglang_picks(shape.experts, shape.inter, shape.hidden, shape.topk,
                                                              tokens, shape.config_dtype)}
@@ -152,15 +157,19 @@ def main(argv=None) -> Path:
         ours = {m: MoeConfig.from_sglang(c) for m, c in moe_configs.read(args.ours).items()}
     seconds = args.tuner_share * args.deadline - (time.time() - started)
     compare = compare_configs(picks, ours, tokens)
-    if args.mode == "full":
-        tuner = run_full(script, shape, tokens, gpus, args.out / "tuner", args.work)
+    earlier = ""
+    if args.tuner_from:
+        tuner, earlier = earlier_runs(args.tuner_from, head["gpu"], shape.describe(), tokens)
+    elif args.mode == "full":
+        tuner = run_full(TunerScript.open(args.tuner_dir), shape, tokens, gpus, args.out / "tuner", args.work)
     elif args.mode == "exhaustive":
-        tuner = run_exhaustive(script, shape, tokens, gpus, args.out / "tuner", seconds,
+        tuner = run_exhaustive(TunerScript.open(args.tuner_dir), shape, tokens, gpus, args.out / "tuner", seconds,
                                args.warm_procs or default_warm_procs(shape, gpus), args.warm_share, args.cold_sample,
                                args.cold_seconds, args.seed, compare, args.work)
     else:
-        tuner = run_bounded(script, shape, tokens, gpus, args.out / "tuner", ranked_configs(args.ranked, shape, tokens),
-                            args.sample, args.seed, seconds, compare, cache_root=args.work)
+        tuner = run_bounded(TunerScript.open(args.tuner_dir), shape, tokens, gpus, args.out / "tuner",
+                            ranked_configs(args.ranked, shape, tokens), args.sample, args.seed, seconds, compare,
+                            cache_root=args.work)
     (args.out / "tuner.json").write_text(tuner.model_dump_json(indent=1))
     print(f"SGLang's tuner: {tuner.mode}, {tuner.wall_s:.0f} s", flush=True)
     jsonl = args.out / "bar.jsonl"  # written as the stages end: a run cut short keeps what it measured
@@ -172,7 +181,9 @@ def main(argv=None) -> Path:
     left = args.deadline - (time.time() - started)
     note = (f"{shape.quant}: no strict evaluation (the isolated evaluator's fused_moe spec is unquantized): the "
             "figures are the script's own timings above." if shape.quantized else "")
-    comparisons = requests(shape, best, ours, timeout_s=min(EVAL_TIMEOUT_S, left)) if best and not note else []
+    note = " ".join(n for n in (earlier, note) if n)
+    comparisons = requests(shape, best, ours, timeout_s=min(EVAL_TIMEOUT_S, left)) if best and not shape.quantized \
+        else []
     found = append(jsonl, rows(shape, best, comparisons, evaluate(gpus, comparisons))) if comparisons else []
     left = args.deadline - (time.time() - started)
     final = final_request(shape, best, found, timeout_s=min(EVAL_TIMEOUT_S, left)) if left > FINAL_NEEDS_S and \
@@ -186,4 +197,9 @@ def main(argv=None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    from astra_sglang.errors import AstraError
+
+    try:
+        main()
+    except AstraError as exc:
+        sys.exit(f"moe_sglang_bar: {exc}")

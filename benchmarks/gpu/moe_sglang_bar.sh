@@ -18,7 +18,9 @@
 #      SAMPLE (24), SEED (0), DEADLINE (400 s for the python part), TUNER_SHARE (0.45 of it for SGLang's tuner; pass
 #      0.9 for an fp8 shape, which has no strict stage after it; exhaustive: 0.8 by default), GPUS (every visible),
 #      RANKED (JSON {batch: [codes]}), OURS, MODE (bounded | full | exhaustive; FULL=1 is MODE=full), WARM_PROCS (cores / GPUs),
-#      WARM_SHARE (0.5), COLD_SAMPLE (8), COLD_SECONDS (60)
+#      WARM_SHARE (0.5), COLD_SAMPLE (8), COLD_SECONDS (60), TUNER_FROM (earlier runs' OUTs, space-separated: SGLang's
+#      tuner not run again, its best per batch size taken from them; same GPU and shape, e.g. the committed
+#      benchmarks/results/2026-11-27-h200/moe-bar/qwen3-30b-a3b-1-64 and qwen3-30b-a3b-64)
 # OUTDIR (default $OUT, else /tmp/moe-bar) gets env.txt, bar.log, tuner.json (each batch size's `landscape` and
 # `failed`: every config its loop started, its time or why it failed), bar.jsonl, bar.md (printed last) and
 # tuner-logs.tgz (every tuner process's log and records); Triton caches stay in /tmp/moe-bar-work.
@@ -29,13 +31,17 @@ source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt" 2>&1
   echo "commit ${ASTRA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}, $(date -u +%Y-%m-%dT%H:%MZ)"; } >> "$OUTDIR/env.txt"
 cat "$OUTDIR/env.txt"
 TUNER_DIR=${TUNER_DIR:-.bar/fused_moe_triton}
-[ -f "$TUNER_DIR/tuning_fused_moe_triton.py" ] || { echo "no SGLang tuner in $TUNER_DIR (carry it: see this script's head)"; exit 2; }
+FROM=(); for dir in ${TUNER_FROM:-}; do FROM+=(--tuner-from "$dir"); done
+if [ ${#FROM[@]} -eq 0 ] && [ ! -f "$TUNER_DIR/tuning_fused_moe_triton.py" ]; then
+  echo "no SGLang tuner in $TUNER_DIR (carry it: see this script's head)"; exit 2
+fi
+[ ${#FROM[@]} -gt 0 ] && TUNER_ARGS=("${FROM[@]}") || TUNER_ARGS=(--tuner-dir "$TUNER_DIR")
 export ASTRA_SGLANG_CACHE=${ASTRA_SGLANG_CACHE:-/tmp/astra-cache}
 DEADLINE=${DEADLINE:-400}
 MODE=${MODE:-${FULL:+full}}; MODE=${MODE:-bounded}
 [ "$MODE" = exhaustive ] && TUNER_SHARE=${TUNER_SHARE:-0.8}
 # Its own process group: an interrupted run leaves no tuner or evaluation child behind.
-setsid timeout --kill-after=10 $((DEADLINE + 40)) python3 benchmarks/moe_sglang_bar.py --tuner-dir "$TUNER_DIR" \
+setsid timeout --kill-after=10 $((DEADLINE + 40)) python3 benchmarks/moe_sglang_bar.py "${TUNER_ARGS[@]}" \
   --out "$OUTDIR" --preset "${PRESET:-mixtral-8x7b-tp2}" --batch-sizes "${BATCH_SIZES:-1,4,16,64}" \
   --sample "${SAMPLE:-24}" --seed "${SEED:-0}" --deadline "$DEADLINE" --tuner-share "${TUNER_SHARE:-0.45}" \
   ${GPUS:+--gpus "$GPUS"} \

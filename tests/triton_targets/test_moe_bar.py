@@ -3,6 +3,7 @@ the summary and bar.md, and the GPU script's orchestration with its GPU stages s
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from moe_standins import timed_row
@@ -164,6 +165,40 @@ def test_the_gpu_script_runs_the_exhaustive_tuner_and_judges_its_best(bench_scri
     first = judged[0].request
     assert parse_table(first.candidate.path.rsplit(":", 1)[1]) == {1: BEST[1], 64: BEST[64]}
     assert "exhaustive: its own tune loop over its whole space" in " ".join(report.split())
+
+
+def test_ours_is_judged_against_an_earlier_runs_best_without_running_sglangs_tuner(bench_script, tmp_path,
+                                                                                    monkeypatch):
+    """--tuner-from the committed H200 Qwen3 runs: no tuner runs, its best per batch size is the one committed,
+    ours is judged against it, and the report says where the tuner's figures come from."""
+    script = bench_script("moe_sglang_bar")
+    _stand_in_gpu_stages(script, monkeypatch)
+    monkeypatch.setattr(script, "header", lambda args, shape, gpus: {
+        "kind": "header", "date": "d", "gpu": "NVIDIA H200", "commit": "c", "sglang": "0.5.17", "triton": "3.6.0",
+        "shape": shape.describe(), "command": "cmd"})
+    for runner in ("run_bounded", "run_exhaustive", "run_full"):
+        monkeypatch.setattr(script, runner, lambda *a, **k: pytest.fail("SGLang's tuner is not run again"))
+    monkeypatch.setattr(script.TunerScript, "open", classmethod(lambda cls, f: pytest.fail("no tuner folder read")))
+    judged = []
+
+    def evaluate(gpus, comparisons):
+        judged.extend(comparisons)
+        return [result_for(c, {1: 1.0, 64: 1.0}) for c in comparisons]
+
+    monkeypatch.setattr(script, "evaluate", evaluate)
+    runs = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "2026-11-27-h200" / "moe-bar"
+    ours = tmp_path / "ours.json"
+    ours.write_text(json.dumps({"1": MoeConfig(16, 64, 64, 1, 4, 5).sglang(), "64": MoeConfig(16, 256, 128, 1, 8, 2).sglang()}))
+    report = script.main(["--tuner-from", str(runs / "qwen3-30b-a3b-1-64"), "--tuner-from",
+                          str(runs / "qwen3-30b-a3b-64"), "--preset", "qwen3-30b-a3b", "--out", str(tmp_path / "out"),
+                          "--batch-sizes", "1,64", "--gpus", "0,1", "--ours", str(ours)]).read_text()
+    ours_vs_tuner = next(c for c in judged if c.name == "ours-vs-tuner")
+    tuner_best = {1: MoeConfig.from_code("m16n32k64g1w4s5"), 64: MoeConfig.from_code("m16n128k128g1w8s2")}
+    assert parse_table(ours_vs_tuner.request.baseline.path.rsplit(":", 1)[1]) == tuner_best  # the committed bests
+    tuner = json.loads((tmp_path / "out" / "tuner.json").read_text())
+    assert [len(b["costs"]) for b in tuner["batches"]] == [1920, 1920]
+    assert "SGLang's tuner was not run here" in " ".join(report.split())
+    assert "qwen3-30b-a3b-64 (2026-11-27, commit d5b82c5)" in " ".join(report.split())
 
 
 def test_an_fp8_preset_runs_the_tuner_fp8_and_says_why_nothing_is_judged_strictly(bench_script, tmp_path,

@@ -4,8 +4,10 @@ cut, and how the report words it all."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from sglang_tuner_standin import standin_us, tuner_folder
@@ -152,3 +154,37 @@ def test_warm_processes_share_the_cores_over_the_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda i: types.SimpleNamespace(total_memory=int(10 * per_child / 0.85) + 1))
     assert default_warm_procs(SHAPE, ["0"]) == 10
+
+
+BAR_RUNS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "2026-11-27-h200" / "moe-bar"
+QWEN3 = "E=128 N=768 hidden=2048 topk=8 bfloat16"
+
+
+def test_earlier_runs_give_each_batch_size_from_the_last_run_that_has_it():
+    """The committed H200 bar: batch 64 was cut at 442 configs in the first run and covered whole in the second."""
+    from astra_sglang.triton.moe.sglang_tuner_records import earlier_runs
+
+    run, where = earlier_runs([BAR_RUNS / "qwen3-30b-a3b-1-64", BAR_RUNS / "qwen3-30b-a3b-64"], "NVIDIA H200", QWEN3,
+                              [1, 64])
+    assert [(b.tokens, b.covered, b.space) for b in run.batches] == [(1, 1920, 1920), (64, 1920, 1920)]
+    assert run.batches[1].best == MoeConfig.from_code("m16n128k128g1w8s2").sglang()
+    assert where == ("SGLang's tuner was not run here: its figures are those of earlier runs on this GPU and shape: "
+                     "qwen3-30b-a3b-1-64 (2026-11-27, commit d5b82c5); qwen3-30b-a3b-64 (2026-11-27, commit d5b82c5).")
+    only, _ = earlier_runs([BAR_RUNS / "qwen3-30b-a3b-1-64"], "NVIDIA H200", QWEN3, [64])
+    assert only.batches[0].covered == 442  # the cut one, where it is the only one given
+
+
+@pytest.mark.parametrize("folders, gpu, shape, tokens, said", [
+    (["qwen3-30b-a3b-64"], "NVIDIA H100 80GB HBM3", QWEN3, [64],
+     "was on NVIDIA H200, E=128 N=768 hidden=2048 topk=8 bfloat16; this one is on NVIDIA H100 80GB HBM3"),
+    (["deepseek-v2-lite-1-64"], "NVIDIA H200", QWEN3, [64], "was on NVIDIA H200, E=64 N=1408"),
+    (["qwen3-30b-a3b-64"], "NVIDIA H200", QWEN3, [1, 64], "no earlier bar run given has batch size(s) 1"),
+    (["no-such-run"], "NVIDIA H200", QWEN3, [64], "no earlier bar run in "),
+])
+def test_earlier_runs_are_refused_in_one_line_where_they_do_not_fit(folders, gpu, shape, tokens, said):
+    from astra_sglang.errors import AstraError
+    from astra_sglang.triton.moe.sglang_tuner_records import earlier_runs
+
+    with pytest.raises(AstraError, match=re.escape(said)) as caught:
+        earlier_runs([BAR_RUNS / f for f in folders], gpu, shape, tokens)
+    assert "\n" not in str(caught.value)

@@ -2,12 +2,15 @@
 run, and the wall time its users would wait for it."""
 from __future__ import annotations
 
+import json
 import math
 import statistics
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from astra_sglang.errors import AstraError
 from astra_sglang.stats import t_quantile
 
 Mode = Literal["full", "bounded", "exhaustive"]
@@ -113,3 +116,34 @@ class TunerRun(BaseModel):
         for i, (seconds, _) in enumerate(estimates):
             workers[i % len(workers)] += seconds
         return max(workers)
+
+
+def earlier_runs(folders: list[Path], gpu: str, shape: str, tokens: list[int]) -> tuple[TunerRun, str]:
+    """SGLang's tuner as earlier bar runs found it (each folder an OUT of benchmarks/moe_sglang_bar.py: its
+    bar.jsonl header and tuner.json), for judging ours against its best without running it again: each batch size
+    from the last folder that has it. Refused in one line where a run was on another GPU or shape, or a batch size
+    is in none. Returns the run (walls: the sums of the runs used) and a line saying where its figures come from."""
+    found: dict[int, TunerBatch] = {}
+    used: list[tuple[Path, dict, TunerRun]] = []
+    for folder in folders:
+        try:
+            head = json.loads((folder / "bar.jsonl").read_text().splitlines()[0])
+            run = TunerRun.model_validate_json((folder / "tuner.json").read_text())
+        except (OSError, IndexError, ValueError) as exc:
+            raise AstraError(f"no earlier bar run in {folder}: {exc}") from exc
+        if head.get("gpu") != gpu or head.get("shape") != shape:
+            raise AstraError(f"the bar run in {folder} was on {head.get('gpu')}, {head.get('shape')}; this one is on "
+                             f"{gpu}, {shape}")
+        mine = [b for b in run.batches if b.tokens in tokens]
+        found.update({b.tokens: b for b in mine})
+        if mine:
+            used.append((folder, head, run))
+    if missing := [t for t in tokens if t not in found]:
+        raise AstraError(f"no earlier bar run given has batch size(s) {', '.join(map(str, missing))}")
+    runs = [r for _, _, r in used]
+    run = TunerRun(files=runs[-1].files, mode=runs[-1].mode, batches=[found[t] for t in sorted(found)],
+                   wall_s=sum(r.wall_s for r in runs), gpus=runs[-1].gpus, sample=runs[-1].sample, seed=runs[-1].seed,
+                   warm_s=sum(r.warm_s for r in runs), timing_s=sum(r.timing_s for r in runs),
+                   cold_s=sum(r.cold_s for r in runs), warm_procs=runs[-1].warm_procs)
+    where = "; ".join(f"{folder.name} ({head.get('date')}, commit {head.get('commit')})" for folder, head, _ in used)
+    return run, f"SGLang's tuner was not run here: its figures are those of earlier runs on this GPU and shape: {where}."
