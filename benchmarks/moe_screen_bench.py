@@ -38,7 +38,7 @@ from pathlib import Path
 from moe_bench_setup import (SHAPES, SIMULATED_GPU, SIMULATED_SMEM, add_simulate_args, simulate_lookup,
                              simulated_settings)
 from moe_screen_table import render
-from provenance import commit
+from provenance import command, commit
 from pydantic import BaseModel
 
 from astra_sglang.optimize.tuner.moe_order import gpu_model, ordered
@@ -282,7 +282,8 @@ def main() -> int:
     rows = [json.loads(line) for line in (out / "moe_screen.jsonl").read_text().splitlines()] \
         if (out / "moe_screen.jsonl").is_file() else []
     header = (f"{dt.date.today().isoformat()}, commit {commit()}, "
-              f"{'simulated GPUs' if args.simulate else 'GPU run'}: `python3 {' '.join(sys.argv)}`")
+              f"{'simulated GPUs' if args.simulate else 'GPU run'}: "
+              f"`{command('benchmarks/moe_screen_bench.py', sys.argv[1:], args.out)}`")
     tiers = out / "tiers" / "tiers.md"
     text = render(rows, header, tiers.read_text() if tiers.is_file() else None)
     (out / "moe_screen.md").write_text(text)

@@ -31,7 +31,6 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
-import shlex
 import sys
 import tempfile
 import time
@@ -119,11 +118,11 @@ def header(args, shape: MoeShape, gpus: list[str]) -> dict:
 
     from astra_sglang.triton.moe.sources import sglang_version
 
-    from provenance import commit
+    from provenance import command, commit
 
     return {"kind": "header", "date": dt.date.today().isoformat(), "gpu": torch.cuda.get_device_name(), "gpus": gpus,
             "commit": commit(), "sglang": sglang_version(), "triton": moe_configs.triton_version(),
-            "shape": shape.describe(), "command": shlex.join(["python3", "benchmarks/moe_sglang_bar.py", *sys.argv[1:]])}
+            "shape": shape.describe(), "command": command("benchmarks/moe_sglang_bar.py", sys.argv[1:], args.out)}
 
 
 def evaluate(gpus: list[str], comparisons) -> list:

@@ -16,3 +16,13 @@ def commit() -> str:
     except (OSError, subprocess.TimeoutExpired):
         head = ""
     return head or "unknown"
+
+
+def command(script: str, argv: list[str], out) -> str:
+    """The command line that reproduces a run, its output folder written OUT: a results page names no machine's
+    path (`--out /tmp/x/bar --work /tmp/x/bar/work` -> `--out OUT --work OUT/work`)."""
+    import shlex
+
+    root = str(out).rstrip("/")
+    words = [("OUT" + w[len(root):]) if w == root or w.startswith(root + "/") else w for w in argv]
+    return shlex.join(["python3", script, *words])
