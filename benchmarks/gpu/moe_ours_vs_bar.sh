@@ -16,7 +16,7 @@
 #      (TUNER_SHARE, WARM_SHARE, COLD_SAMPLE, COLD_SECONDS, TUNER_FROM, ...) pass through. With TUNER_FROM (earlier
 #      runs' OUTs on this GPU and shape, e.g. the committed benchmarks/results/2026-11-27-h200/moe-bar/ folders)
 #      SGLang's tuner is not run again: ours is judged against its committed best, and the call has time for more
-#      batch sizes (TIERS_S=380 DEADLINE=120).
+#      batch sizes (TIERS_S=280 DEADLINE=150, inside host_split.sh's 560 s job with the two set-ups).
 # Time: our tiers screened 1,504 configs in 97 s at Mixtral batch 64 on one H200 (moe-tiers page, 2026-11-27); SGLang's
 # exhaustive tuner took 283-285 s of wall for two batch sizes on two H200s (moe-bar page), so 200 + 280 s plus two
 # set-ups (~30 s each) fit a 560 s job.
