@@ -4,9 +4,9 @@
   time over the loop's best, and how flat the top is: configs within 1% and 3% of the best. Its loop times a
   config by 10 replays of a 10-call CUDA graph after one L2 flush, so where many configs sit within 1%, its pick
   among them is that timing's noise.
-- Shared memory: our model (space.MoeConfig.smem_bytes, as space.fits reads it) against the compiler's verdicts. Configs the model
-  keeps that Triton refused for shared memory cost a compile each for nothing; configs the model drops that ran
-  are good configs pruned away. Triton's refusal names the bytes it needed ("out of resource: shared memory,
+- Shared memory: our model (space.MoeConfig.smem_bytes, as space.fits reads it) against the compiler's verdicts.
+  Configs the model keeps that Triton refused for shared memory cost a compile each for nothing; configs the model
+  drops that ran are good configs pruned away. Triton's refusal names the bytes it needed ("out of resource: shared memory,
   Required: 327680, Hardware limit: 232448. ..."), so the model's byte count is checked against it too.
 """
 from __future__ import annotations
