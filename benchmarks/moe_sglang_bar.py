@@ -189,7 +189,7 @@ def main(argv=None) -> Path:
         comparisons else None
     if final:
         found += append(jsonl, rows(shape, best, [final], evaluate(gpus[:1], [final])))
-    report = write_report(args.out / "bar.md", head, summarize(picks, tuner, found, ours, 1 if shape.quant else 2),
+    report = write_report(args.out / "bar.md", head, summarize(picks, tuner, found, ours, shape.weight_bytes),
                           tuner, note)
     print(report.read_text())
     return report

@@ -15,6 +15,7 @@ from moe_standins import Recorder, sglang_launcher
 from astra_sglang.triton.moe import op as moe_op
 from astra_sglang.triton.moe import provider as provider_mod
 from astra_sglang.triton.moe import source_op, splitk, splitk_launch
+from astra_sglang.triton.moe.shapes import QUANT_FLAGS
 from astra_sglang.triton.moe.knobs import SplitK, Variant
 from astra_sglang.triton.moe.space import MoeConfig
 from astra_sglang.triton.moe.splitk_launch import SplitLauncher, fixed
@@ -63,7 +64,7 @@ def test_the_chosen_split_runs_the_variant_into_a_workspace(reduced):
     assert reduced == [((4, 3 * TOPK, HIDDEN), args[3], 3 * TOPK, HIDDEN, 4)]
 
 
-@pytest.mark.parametrize("flag", splitk_launch.QUANTIZED[1:] + splitk_launch.FUSED)
+@pytest.mark.parametrize("flag", QUANT_FLAGS[1:] + splitk_launch.FUSED)
 def test_calls_the_variant_does_not_cover_go_to_sglang(flag, reduced):
     original, kernel = sglang_launcher(), Recorder()
     launcher = SplitLauncher(original, kernel, lambda call: 8)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
-from astra_sglang.triton.cost import ELEMENT_BYTES
+from astra_sglang.specs.dtypes import ELEMENT_BYTES
 
 KERNEL = "fused_moe_kernel"
 DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16"}

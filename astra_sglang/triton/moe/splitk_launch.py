@@ -19,7 +19,6 @@ from astra_sglang.triton.moe import splitk
 from astra_sglang.triton.moe.shapes import QUANT_FLAGS
 
 INT32_MAX = 2**31 - 1
-QUANTIZED = QUANT_FLAGS
 FUSED = ("a_use_tma", "b_use_tma", "c_sorted", "fuse_sum_all_reduce", "fuse_add_to_output", "mask_output",
          "lora_preserve_base")
 
@@ -47,7 +46,7 @@ def _cdiv(a: int, b: int) -> int:
 
 def eligible(a: dict) -> str:
     """'' where a split may run the call whose bound arguments are `a`, else what rules it out."""
-    for name in QUANTIZED + FUSED:
+    for name in QUANT_FLAGS + FUSED:
         if a.get(name):
             return name
     if any(a.get(name) is not None for name in ("A_scale", "B_scale", "B_zp")):
