@@ -8,8 +8,9 @@ OUT/patches/OP (else patches/OP) and writes
 OUT/manifests/OP/manifest.json: `measured` = the timed rows against SGLang (py: baselines), the provenance's date,
 GPU and "`measured`: SOURCE" clause, gate_max_bytes = the largest call (bytes of its tensors) that every check and
 timed run passed, or none where any failed; `enabled` as the rows decide (`verdict`), with the reason in a
-"`gate`: ..." clause of the provenance notes and, for a patch left off, in `off_reason`. OUT/families.md: per op and shape set, the geomean, lowest and
-highest speedup, the shapes where SGLang's op was faster, the failed checks, the per-call rows, and the verdict.
+"`gate`: ..." clause of the provenance notes and, for a patch left off, in `off_reason`. OUT/families.md: per op
+and shape set, the geomean, lowest and highest speedup, the shapes where SGLang's op was faster, the failed checks,
+the per-call rows, and the verdict.
 """
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def verdict(timed: list[dict], checked: list[dict], per_call: list[dict], failur
             sanitized: dict | None = None) -> tuple[bool, str]:
     """Whether the rows of one op enable its patch, and why: every check passed, every timed shape has SGLang's
     figure, the geomean against SGLang's op is at least 1 and no shape below REGRESSION_FLOOR, no eager call costs
-    more than 1 / REGRESSION_FLOOR of SGLang's (the same 5% of noise room), and compute-sanitizer's memcheck and racecheck passed (`sanitized`: the op's line of
-    OUT/sanitize.jsonl, None where it did not run). `failures`: the reasons of the op's evaluations that did not
+    more than 1 / REGRESSION_FLOOR of SGLang's (the same 5% of noise room), and compute-sanitizer's memcheck and
+    racecheck passed (`sanitized`: the op's line of OUT/sanitize.jsonl, None where it did not run). `failures`: the reasons of the op's evaluations that did not
     finish (a timeout leaves shapes untimed)."""
     bad = [r for r in timed + checked if r.get("correct") is False]
     if bad:
@@ -116,12 +117,13 @@ def summary(op: str, timed: list[dict], checked: list[dict], per_call: list[dict
     return lines + [""]
 
 
-def failed_runs(paths: list[Path], op: str) -> list[str]:
-    """The reasons of `op`'s evaluations in these bench JSONL files that did not end ok (their summary lines)."""
-    found = []
-    for path in paths:
-        found += [r.get("reason") or r.get("stage", "failed") for r in map(json.loads, path.read_text().splitlines())
-                  if r.get("type") == "summary" and r.get("kernel") == op and not r.get("ok")]
+def failed_runs(out: Path) -> dict[str, list[str]]:
+    """Op -> the reasons of its evaluations in OUT/kernels*.jsonl that did not end ok (their summary lines)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(out.glob("kernels*.jsonl")):
+        for r in map(json.loads, path.read_text().splitlines()):
+            if r.get("type") == "summary" and not r.get("ok"):
+                found.setdefault(r.get("kernel"), []).append(r.get("reason") or r.get("stage", "failed"))
     return found
 
 
@@ -134,10 +136,9 @@ def sanitizer_lines(out: Path) -> dict[str, dict]:
 def candidates(out: Path, ops: list[str]) -> list[str]:
     """The ops whose rows enable them once compute-sanitizer passes: those families.sh sanitizes."""
     timed, checked, per_call = rows(out, "kernels*.jsonl"), rows(out, "checks.jsonl"), rows(out, "per_call.jsonl")
-    clean = {"ok": True}
+    clean, failures = {"ok": True}, failed_runs(out)
     return [op for op in ops if verdict([r for r in timed if r["kernel"] == op], [r for r in checked if r["kernel"] == op],
-                                        [r for r in per_call if r["op"] == op],
-                                        failed_runs(sorted(out.glob("kernels*.jsonl")), op), clean)[0]]
+                                        [r for r in per_call if r["op"] == op], failures.get(op, []), clean)[0]]
 
 
 def main(argv: list[str]) -> int:
@@ -146,14 +147,14 @@ def main(argv: list[str]) -> int:
         return 0
     out, gpu, date, source, ops = Path(argv[0]), argv[1], argv[2], argv[3], argv[4:]
     timed, checked, per_call = rows(out, "kernels*.jsonl"), rows(out, "checks.jsonl"), rows(out, "per_call.jsonl")
-    sanitized = sanitizer_lines(out)
+    sanitized, failures = sanitizer_lines(out), failed_runs(out)
     text = [f"# Op families ({', '.join(ops)}): {gpu}, {date}", "", f"Source: {source}", ""]
     for op in ops:
         folder = out / "patches" / op if (out / "patches" / op / "manifest.json").is_file() else Path("patches") / op
         mine = [r for r in timed if r["kernel"] == op]
         checks = [r for r in checked if r["kernel"] == op]
         calls = [r for r in per_call if r["op"] == op]
-        decision = verdict(mine, checks, calls, failed_runs(sorted(out.glob("kernels*.jsonl")), op), sanitized.get(op))
+        decision = verdict(mine, checks, calls, failures.get(op, []), sanitized.get(op))
         manifest = record(PatchManifest.load(folder), mine, checks, gpu, date, source, decision)
         target = out / "manifests" / op
         target.mkdir(parents=True, exist_ok=True)

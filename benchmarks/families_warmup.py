@@ -14,6 +14,8 @@ from typing import Callable
 
 import torch
 
+from astra_sglang.errors import describe
+
 DEVICE, DTYPE = "cuda", torch.bfloat16  # the timed step and per_call.py run bf16 only
 
 
@@ -107,7 +109,7 @@ def main(ops: list[str], sets: str) -> int:
             torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - the steps then time or report that op's first call
             failed.append(op)
-            print(f"ERROR warm-up of {op}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+            print(f"ERROR warm-up of {op}: {describe(exc)}")
     print(f"warm-up done: {' '.join(op for op in warmed if op not in failed) or 'nothing to warm'}")
     return 1 if failed else 0
 
