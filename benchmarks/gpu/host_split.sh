@@ -70,22 +70,24 @@ set_up_first() {  # set_up_first NAME PID: the job's set-up alone first (see abo
   done
   echo "== $1 set up at $(elapsed) s"
 }
-abruns_env() {  # abruns_env NAME GPUS PORT STAGES RUNS: ab_runs.sh's settings for one of the two abruns jobs
-  # (no CUDA_VISIBLE_DEVICES: ab sets each server's from its --gpus)
-  envs=("OUT=$WORKDIR/$1" "STAGES=$4" "DEADLINE=${ABRUNS_DEADLINE:-510}" "GPUS=$2" "PORT=$3")
+stage_env() {  # stage_env NAME STAGES RUNS DEADLINE: the settings every serving job takes, into `envs`
+  envs=("OUT=$WORKDIR/$1" "STAGES=$2" "DEADLINE=$4")
   [ -n "${PERIODS:-}" ] && envs+=("PERIODS=$PERIODS")
   [ -n "${ROUNDS:-}" ] && envs+=("ROUNDS=$ROUNDS")
-  [ -n "$5" ] && envs+=("RUNS=$5")
+  [ -n "$3" ] && envs+=("RUNS=$3")
+  return 0
+}
+abruns_env() {  # abruns_env NAME GPUS PORT STAGES RUNS: ab_runs.sh's settings for one of the two abruns jobs
+  # (no CUDA_VISIBLE_DEVICES: ab sets each server's from its --gpus)
+  stage_env "$1" "$4" "$5" "${ABRUNS_DEADLINE:-510}"
+  envs+=("GPUS=$2" "PORT=$3")
   [ -n "${AA:-}" ] && envs+=("AA=$AA")
   return 0
 }
 pids=()
 if has ab; then
-  ab_env=("OUT=$WORKDIR/ab" "STAGES=${AB_STAGES:-aa wrong}" "DEADLINE=${AB_DEADLINE:-510}")
-  [ -n "${PERIODS:-}" ] && ab_env+=("PERIODS=$PERIODS")
-  [ -n "${ROUNDS:-}" ] && ab_env+=("ROUNDS=$ROUNDS")
-  [ -n "${AB_RUNS:-}" ] && ab_env+=("RUNS=$AB_RUNS")
-  job ab 0-15 "${ab_env[@]}" -- bash "${AB_SCRIPT:-benchmarks/gpu/ab_design.sh}" &
+  stage_env ab "${AB_STAGES:-aa wrong}" "${AB_RUNS:-}" "${AB_DEADLINE:-510}"
+  job ab 0-15 "${envs[@]}" -- bash "${AB_SCRIPT:-benchmarks/gpu/ab_design.sh}" &
   pids+=($!)
   set_up_first ab $!
 fi
