@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,10 +176,11 @@ def markdown(rows: list[dict], decisions: list[Decision], fixtures: str = "") ->
     return "\n".join(out) + "\n"
 
 
-def plan(patches: Path, max_tokens: int) -> list[tuple[str, str]]:
+def plan(patches: Path, max_tokens: int) -> tuple[list[tuple[str, str]], list[str]]:
     """(op, its served shapes up to `max_tokens` tokens, as `bench --shapes` takes them) of every enabled patch
-    whose spec names its neighbours in the model."""
-    out = []
+    whose spec names its neighbours in the model; and the enabled CUDA patches left out, each with why (a spec
+    without a sandwich: its in-place figure is `profile --patched --compare`'s)."""
+    out, left = [], []
     for folder in sorted(p for p in patches.iterdir() if (p / "manifest.json").is_file()):
         manifest = PatchManifest.load(folder)
         if not manifest.enabled or manifest.kind != "cuda":
@@ -187,7 +189,11 @@ def plan(patches: Path, max_tokens: int) -> list[tuple[str, str]]:
         shapes = [s for s in resolve_shapes(spec, "served") if s[0] <= max_tokens]
         if shapes:
             out.append((manifest.op, ",".join("x".join(map(str, s)) for s in shapes)))
-    return out
+        else:
+            why = "its spec names no sandwich" if spec.sandwich is None else f"no served shape up to {max_tokens} tokens"
+            left.append(f"{manifest.op}: not timed between its neighbours ({why}); its in-place figure comes from "
+                        "`astra-sglang profile --patched --compare`")
+    return out, left
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,8 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patches", type=Path, default=Path("patches"))
     args = parser.parse_args(argv)
     if args.plan:
-        for op, shapes in plan(args.patches, args.max_tokens):
+        timed, left = plan(args.patches, args.max_tokens)
+        for op, shapes in timed:
             print(op, shapes)
+        for line in left:
+            print(line, file=sys.stderr)
         return 0
     if args.rows is None:
         parser.error("ROWS.jsonl is needed (or --plan)")

@@ -8,7 +8,8 @@
 # BUDGET (default 540 s) bounds the run: the tests get what the figures left, at least 150 s. MAX_TOKENS
 # (default 8192) caps the served shapes timed. DRY_RUN=1 only writes the commands to OUT/commands.txt.
 # Writes OUT/sandwich.jsonl (bench rows, both figures per shape), OUT/fixtures.txt (pytest -v), OUT/summary.md,
-# OUT/log.txt. Then, on any machine, to leave the shapes slower in place to SGLang (patches/*/manifest.json):
+# OUT/log.txt, OUT/untimed.txt (enabled patches whose spec has no sandwich). Then, on any machine, to leave the
+# shapes slower in place to SGLang (patches/*/manifest.json):
 #   python3 benchmarks/sandwich_report.py OUT/sandwich.jsonl --defer --source "GPU, DATE, commit C, command"
 # `cost` needs the earlier package tree as .old/astra_sglang (mkdir .old && git archive REV astra_sglang | tar -x -C .old).
 set -u
@@ -25,7 +26,9 @@ run() {  # a command, or its line in OUT/commands.txt (DRY_RUN)
 [ -n "${DRY_RUN:-}" ] || source benchmarks/gpu/setup.sh
 export ASTRA_SGLANG_CACHE=${ASTRA_SGLANG_CACHE:-/tmp/astra-cache}
 trap 'kill $(jobs -p) 2>/dev/null' EXIT INT TERM
-PLAN=$(python3 benchmarks/sandwich_report.py --plan --max-tokens "$MAX_TOKENS")
+# enabled patches with no neighbours to time them between are named in OUT/untimed.txt (and on the console)
+PLAN=$(python3 benchmarks/sandwich_report.py --plan --max-tokens "$MAX_TOKENS" 2> "$OUTDIR/untimed.txt")
+cat "$OUTDIR/untimed.txt"
 bench() {  # bench SECONDS OP JSONL [args]: the shipped patch against SGLang's op, bf16 (package tree: TREE)
   local limit=$1 op=$2 out=$3
   shift 3

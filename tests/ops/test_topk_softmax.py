@@ -131,16 +131,16 @@ def test_bench_defaults_name_sglangs_op_and_our_kernels(monkeypatch):
     monkeypatch.setattr(defaults, "missing_for", lambda name: "sgl_kernel")
     assert defaults.baseline_side(spec, None).path == str(kernels_dir() / "topk_softmax.cu")
     cand = defaults.candidate_side("topk_softmax", None, {})
-    assert cand.label == "patches/topk_softmax" and "disabled in the patch set" in cand.what
+    assert cand.label == "patches/topk_softmax" and cand.what == "the shipped patch"
     assert cand.path == str((patches_dir() / "topk_softmax" / "kernel.cu").resolve())
     assert first_kernel("topk_softmax") == (kernels_dir() / "topk_softmax.cu", {})
 
 
-def test_manifest_ships_disabled_with_the_specs_target():
+def test_manifest_ships_enabled_with_the_specs_target():
     manifest = PatchManifest.load(patches_dir() / "topk_softmax")
-    # Left off after its H200 figures (1.315x geomean) until compute-sanitizer's memcheck and racecheck have run.
-    assert not manifest.enabled and manifest.provenance.method == "hand"
-    assert "compute-sanitizer memcheck and racecheck have not run" in manifest.off_reason
+    # Enabled by its H200 figures (1.315x geomean) once compute-sanitizer's memcheck and racecheck ran clean.
+    assert manifest.enabled and manifest.provenance.method == "hand" and not manifest.off_reason
+    assert "compute-sanitizer memcheck and racecheck clean" in manifest.provenance.notes
     assert manifest.measured and all(m.speedup > 0 and m.baseline_us > 0 for m in manifest.measured)
     assert manifest.targets == ["sglang.srt.layers.moe.topk:topk_softmax"]
     assert manifest.baseline == adapters.KERNEL_BASELINES["topk_softmax"]
