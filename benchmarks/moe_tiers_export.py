@@ -3,9 +3,10 @@ for one shape:
 
   ranked.json  {batch size: [config codes]}: the configs screened there that passed, fastest first (--top of them),
                for SGLang's bounded tuner to try first (--ranked)
-  ours.json    SGLang's config-file format {batch size: config}: what our tuning chose where the strict tier judged
-               (its verdict's config: a tuned one, or SGLang's pick kept), else the fastest screened config, and
-               ours.md saying which batch size took which (--ours)
+  ours.json    SGLang's config-file format {batch size: config}, every batch size the run planned: the strict
+               tier's verdict where it judged (a tuned config, or SGLang's pick kept), else SGLang's pick (a
+               screening figure never ships on its own: a batch size left untuned keeps what SGLang runs there);
+               ours.md says which batch size took which and why (--ours)
 
 Usage: python3 benchmarks/moe_tiers_export.py TIERS_OUT SHAPE OUT_DIR [--top 16]
 """
@@ -24,27 +25,45 @@ from astra_sglang.triton.moe.space import MoeConfig
 JUDGED = ("tuned", "sglang-best")
 
 
+def planned_picks(tiers: Path, shape: str) -> dict[int, dict]:
+    """SGLang's pick ({"config", "from"}) at every batch size the run planned for `shape` (plan.json's `picks`)."""
+    plan = json.loads((tiers / "plan.json").read_text()) if (tiers / "plan.json").is_file() else {}
+    return {int(t): pick for t, pick in plan.get("picks", {}).get(shape, {}).items()}
+
+
+def left_why(tiers: Path, shape: str, tokens: int, verdict) -> str:
+    if verdict is not None:
+        return f"left untuned (strict tier: {verdict.verdict})"
+    plan = json.loads((tiers / "plan.json").read_text()) if (tiers / "plan.json").is_file() else {}
+    if unit_name(shape, tokens) in plan.get("deferred", []):
+        return "left untuned (deferred: the budget did not fit it)"
+    return "left untuned (screened, not judged by the strict tier before the deadline)"
+
+
 def export(tiers: Path, shape: str, out: Path, top: int = 16) -> tuple[Path, Path]:
     records = Records(tiers)
     verdicts = {t: v for (name, t), v in records.verdicts().items() if name == shape}
+    picks = planned_picks(tiers, shape)
     ranked, ours, lines = {}, {}, []
     # every batch size screened, from the screen files (a unit cut by the deadline has no units.jsonl row)
     units = [f.stem for f in (tiers / SCREEN_DIR).glob(f"{glob.escape(shape)}@*.jsonl") if "+" not in f.stem]
-    for tokens in sorted(int(u.partition("@")[2]) for u in units):
-        unit = unit_name(shape, tokens)
-        passed = BucketScreen.of(tokens, records.known(unit)).ranked()
+    screened = {int(u.partition("@")[2]) for u in units}
+    for tokens in sorted(screened):
+        passed = BucketScreen.of(tokens, records.known(unit_name(shape, tokens))).ranked()
         ranked[tokens] = [s.config for s in passed[:top]]
+    for tokens in sorted(screened | set(verdicts) | set(picks)):
         verdict = verdicts.get(tokens)
         if verdict and verdict.verdict in JUDGED:
             code, why = verdict.chosen, f"strict tier: {verdict.verdict}"
-        elif passed:
-            code, why = passed[0].config, "fastest screened (not judged by the strict tier)"
+        elif verdict or tokens in picks:
+            pick = verdict.pick if verdict else picks[tokens]["config"]
+            code, why = pick, f"SGLang's pick, {left_why(tiers, shape, tokens, verdict)}"
         else:
-            continue
+            continue  # a resumed run's batch size with neither a verdict nor a plan here
         ours[tokens] = MoeConfig.from_code(code.partition("+")[0]).sglang()
         lines.append(f"| {tokens} | `{code}` | {why} |")
     if not ours:
-        raise AstraError(f"{tiers} holds no screened batch size of shape {shape!r}")
+        raise AstraError(f"{tiers} holds no batch size of shape {shape!r} (no verdict, no plan)")
     out.mkdir(parents=True, exist_ok=True)
     (out / "ranked.json").write_text(json.dumps({str(t): ranked[t] for t in sorted(ranked)}, indent=1) + "\n")
     (out / "ours.json").write_text(json.dumps({str(t): ours[t] for t in sorted(ours)}, indent=4) + "\n")

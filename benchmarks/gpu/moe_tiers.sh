@@ -12,9 +12,9 @@
 #      presets: mixtral-8x7b-tp2, qwen3-30b-a3b, deepseek-v2-lite, mixtral-8x7b-tp2-fp8), BUCKETS (batch
 #      sizes tried first: none), EXTRA (tried next: all of SGLang's 18; a batch size joins while the plan fits the
 #      deadline, those farthest from their floor first), KNOB (splitk; empty:
-#      none), FINALISTS (2), KNOB_FINALISTS (1), CORES (compile processes; default: this GPU share of the CPU cores,
-#      less one per GPU), RUNS (an earlier OUTDIR to continue), WORK (Triton cache, /tmp/moe-tiers-work, kept),
-#      SIMULATE=1 (no GPU: the cost model's times)
+#      none), FINALISTS (2), KNOB_FINALISTS (1), CORES (compile processes; default: the cores this process is
+#      pinned to, else this GPU share of the CPU cores, less one per GPU), RUNS (an earlier OUTDIR to continue),
+#      WORK (Triton cache, /tmp/moe-tiers-work, kept), SIMULATE=1 (no GPU: the cost model's times)
 # OUTDIR (default $OUT, else /tmp/moe-tiers) gets env.txt, bench.log, tiers.md, plan.json, units.jsonl,
 # verdicts.jsonl, specializations.jsonl, screen/, strict/.
 set -u
@@ -30,7 +30,10 @@ fi
 ALL=$( (nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null || true) | wc -l)
 MINE=$(echo "${GPUS:-${CUDA_VISIBLE_DEVICES:-0,1}}" | tr ',' '\n' | grep -c .)
 [ "$ALL" -ge "$MINE" ] || ALL=$MINE
-CORES=${CORES:-$(( $(nproc) * MINE / ALL - MINE ))}; [ "$CORES" -ge 1 ] || CORES=1
+# a process pinned to its own cores (host_split.sh's taskset: nproc below the host's) has them all; else this
+# GPU share of the host's (the 2026-11-27 bar job took 22 of its 48 pinned cores by the share rule)
+if [ "$(nproc)" -lt "$(nproc --all)" ]; then SHARE=$(nproc); else SHARE=$(( $(nproc) * MINE / ALL )); fi
+CORES=${CORES:-$(( SHARE - MINE ))}; [ "$CORES" -ge 1 ] || CORES=1
 export ASTRA_COMMIT=${ASTRA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 echo "GPUs ${GPUS:-all} of $ALL, $CORES compile processes, cpus $(nproc), commit $ASTRA_COMMIT," \
   "$(date -u +%Y-%m-%dT%H:%MZ)" \

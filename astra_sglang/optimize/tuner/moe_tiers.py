@@ -101,6 +101,9 @@ def plan_tiers(setup: TiersSetup, records: Records, left_s: float, echo: Callabl
     (setup.out / "plan.json").write_text(json.dumps({
         "gpus": setup.gpus, "units": [u.name for u in plan.units], "deferred": sorted(u.name for u in plan.deferred),
         "done_earlier": plan.done, "estimate_s": {"screen": line.screen_s, "end": line.strict_s},
+        # SGLang's pick at every batch size planned, deferred ones included: what a written file keeps there
+        "picks": {name: {str(t): {"config": p.config.code(), "from": p.describe()} for t, p in sorted(sp.picks.items())}
+                  for name, sp in plans.items()},
         "placed": [{"unit": p.unit.name, "gpu": p.gpu, "start_s": round(p.start_s, 1), "end_s": round(p.end_s, 1)}
                    for p in line.placed]}, indent=1))
     echo(f"plan: {len(plan.units)} units on GPU(s) {','.join(setup.gpus)} ({cores} compile processes), screening "
