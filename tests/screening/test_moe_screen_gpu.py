@@ -20,10 +20,16 @@ def test_real_kernel_compiled_ahead_checked_and_timed(tmp_path):
         "experts": 8, "inter": 256, "hidden": 512, "topk": 2,
         "variants": {"same": "variant_same:fused_experts_same"}})
     with ScreenPool(settings, ["0"], tmp_path / "triton", compile_workers=4) as pool:
-        first, stats1 = pool.screen(1, CONFIGS)
+        found = pool.record(1, CONFIGS)
+        first, stats1 = pool.screen(1, CONFIGS, found=found)
         second, stats2 = pool.screen(64, CONFIGS)
     for results, stats in ((first, stats1), (second, stats2)):
         assert all(r.ok and r.error < 1.0 for r in results[:-1]), [(r.config, r.stage, r.reason) for r in results]
         assert stats.compile_failed == 0 and stats.misses == 0  # the worker only loaded what the pool compiled
-    assert stats1.compile_jobs >= 2 * 6 and stats1.hits >= stats1.compile_jobs
+    # at least two kernels (gate/up, down) a plain config, none shared with another config; on failure, each
+    # config's kernels by name, digest and specialization (an H200 run compiled 10, not 12: cause open)
+    kernels = {c: [(j.qualname, j.digest(), j.data[:600]) for j in found.get(c, [])] for c in CONFIGS[:-1]}
+    assert all(len(k) >= 2 for k in kernels.values()), kernels
+    assert len({d for k in kernels.values() for _, d, _ in k}) >= 2 * 6, kernels
+    assert stats1.compile_jobs >= 2 * 6 and stats1.hits >= stats1.compile_jobs, (stats1, kernels)
     assert first[-1].stage in ("done", "slow") and first[-1].reason == ""  # the variant ran, its knob passed
