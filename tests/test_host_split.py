@@ -17,7 +17,7 @@ STAND_IN = """#!/usr/bin/env bash
 dir=${{1:-$OUT}}
 mkdir -p "$dir"
 {{ echo "args=$*"; for v in OUT STAGES DEADLINE PERIODS ROUNDS RUNS GPUS CORES SHAPES BUCKETS CUDA_VISIBLE_DEVICES PORT \\
-    HOME_FROM CONFIGS FINAL_S AA PRESET MODE; do echo "$v=${{!v-<unset>}}"; done; }} > "$dir/seen.txt"
+    HOME_FROM CONFIGS FINAL_S AA PRESET MODE BATCH_SIZES TUNER_FROM WORK BAR_WORK; do echo "$v=${{!v-<unset>}}"; done; }} > "$dir/seen.txt"
 {setup}
 exit {rc}
 """
@@ -112,9 +112,24 @@ def test_the_bar_beside_the_aa_sees_only_gpus_2_3_and_gets_its_own_settings(tmp_
     assert seen(tmp_path / "out" / "ab.tgz", "ab")["CUDA_VISIBLE_DEVICES"] == "<unset>"
 
 
+def test_two_bars_at_once_get_their_own_gpus_presets_and_triton_caches(tmp_path):
+    done = run(tmp_path, JOBS="bar01 bar", PRESET="qwen3-30b-a3b", BATCH_SIZES="1,64", TUNER_FROM="/q/a /q/b",
+               BAR01_PRESET="deepseek-v2-lite", BAR01_TUNER_FROM="/d/a", BAR_DEADLINE="200")
+    assert done.returncode == 0, done.stdout + done.stderr
+    bar, bar01 = seen(tmp_path / "out" / "bar.tgz", "bar"), seen(tmp_path / "out" / "bar01.tgz", "bar01")
+    assert (bar["CUDA_VISIBLE_DEVICES"], bar01["CUDA_VISIBLE_DEVICES"]) == ("2,3", "0,1")
+    assert (bar["PRESET"], bar["TUNER_FROM"]) == ("qwen3-30b-a3b", "/q/a /q/b")
+    assert (bar01["PRESET"], bar01["TUNER_FROM"]) == ("deepseek-v2-lite", "/d/a")
+    assert bar["BATCH_SIZES"] == bar01["BATCH_SIZES"] == "1,64" and bar["DEADLINE"] == bar01["DEADLINE"] == "200"
+    assert (bar["WORK"], bar["BAR_WORK"]) == ("<unset>", "<unset>")  # the scripts' defaults
+    assert (bar01["WORK"], bar01["BAR_WORK"]) == ("/tmp/moe-tiers-work01", "/tmp/moe-bar-work01")
+    assert bar01["args"] == str(tmp_path / "work" / "bar01")
+
+
 @pytest.mark.parametrize("pair, gpus", [(("abruns", "tiers"), "2,3"), (("abruns", "onboard"), "2,3"),
                                         (("bar", "abruns"), "2,3"), (("bar", "tiers"), "2,3"),
-                                        (("bar", "onboard"), "2,3"), (("ab", "abruns01"), "0,1")])
+                                        (("bar", "onboard"), "2,3"), (("ab", "abruns01"), "0,1"),
+                                        (("ab", "bar01"), "0,1"), (("abruns01", "bar01"), "0,1")])
 def test_two_jobs_on_the_same_gpus_are_refused(tmp_path, pair, gpus):
     done = run(tmp_path, JOBS=f"{pair[0]} {pair[1]}")
     assert done.returncode == 2 and f"both {pair[0]} and {pair[1]}, and both run on GPUs {gpus}" in done.stdout

@@ -10,8 +10,9 @@
 #   bar      benchmarks/gpu/moe_sglang_bar.sh on GPUs 2,3: SGLang's own fused MoE tuner beside the A/A (not with
 #            abruns, tiers or onboard); its process sees only GPUs 2,3 (CUDA_VISIBLE_DEVICES), so that not even its
 #            parent's CUDA context lands on an A/A arm's GPU
+#   bar01    the same script on GPUs 0,1 (in place of ab or abruns01), with its own preset: two shapes' bars at once
 # Each job runs on its own CPU cores where the host has 64 or more (ab 0-15, abruns 16-31, tiers 16-55, onboard
-# 56-63, bar 16-63), so that
+# 56-63, bar 16-63; with bar01, bar01 0-31 and bar 32-63), so that
 # Triton's compile processes do not take the servers' host threads. The first job's set-up (the kit unpacked, the
 # model's weights made) runs alone; the others start once it is done, because setup.sh copies the model folder
 # anew and installs this checkout, and two at once race.
@@ -29,6 +30,8 @@
 #            CONFIGS, FINAL_S
 #   bar:     BAR_DEADLINE (440: its python part; the script adds its set-up and a 40 s kill margin), and the bar's
 #            own variables passed through as they are (PRESET, BATCH_SIZES, MODE, TUNER_SHARE, WARM_SHARE, ...)
+#   bar01:   BAR01_PRESET, BAR01_BATCH_SIZES, BAR01_MODE, BAR01_TUNER_FROM in place of bar's (the rest shared);
+#            its own Triton caches (WORK, BAR_WORK) so that the two bars' compiles do not meet
 #   AB_SCRIPT, ABRUNS_SCRIPT (both abruns jobs), TIERS_SCRIPT, ONBOARD_SCRIPT, BAR_SCRIPT: the scripts run (their CPU test swaps in stand-ins)
 # Writes OUTDIR/<job>.tgz (the job's whole folder) and OUTDIR/<job>.console; prints each job's exit code and tail.
 set -u
@@ -56,7 +59,7 @@ job() {  # job NAME CORES ENV... -- CMD...: the command under `env ENV...`, its 
 }
 
 for pair in "abruns tiers 2,3" "abruns onboard 2,3" "bar abruns 2,3" "bar tiers 2,3" "bar onboard 2,3" \
-            "ab abruns01 0,1"; do
+            "ab abruns01 0,1" "ab bar01 0,1" "abruns01 bar01 0,1"; do
   set -- $pair  # abruns and bar take GPUs 2,3; tiers (default GPU 2) and onboard (GPU 3) would share one
   if has $1 && has $2; then
     echo "host_split.sh: JOBS has both $1 and $2, and both run on GPUs $3: choose one"; exit 2
@@ -121,8 +124,21 @@ if has onboard; then
     "$WORKDIR/onboard" &
   pids+=($!)
 fi
+bar_cores=16-63
+if has bar01; then
+  bar01_env=("CUDA_VISIBLE_DEVICES=0,1" "DEADLINE=${BAR_DEADLINE:-440}" "WORK=/tmp/moe-tiers-work01"
+             "BAR_WORK=/tmp/moe-bar-work01")
+  for v in PRESET BATCH_SIZES MODE TUNER_FROM; do
+    own=BAR01_$v
+    [ -n "${!own+x}" ] && bar01_env+=("$v=${!own}")
+  done
+  job bar01 0-31 "${bar01_env[@]}" -- bash "${BAR_SCRIPT:-benchmarks/gpu/moe_sglang_bar.sh}" "$WORKDIR/bar01" &
+  pids+=($!)
+  bar_cores=32-63
+  sleep "${STAGGER:-20}"  # its set-up (this checkout installed) before the next one's
+fi
 if has bar; then
-  job bar 16-63 "CUDA_VISIBLE_DEVICES=2,3" "DEADLINE=${BAR_DEADLINE:-440}" -- \
+  job bar "$bar_cores" "CUDA_VISIBLE_DEVICES=2,3" "DEADLINE=${BAR_DEADLINE:-440}" -- \
     bash "${BAR_SCRIPT:-benchmarks/gpu/moe_sglang_bar.sh}" "$WORKDIR/bar" &
   pids+=($!)
 fi

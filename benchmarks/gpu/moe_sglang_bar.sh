@@ -23,7 +23,7 @@
 #      benchmarks/results/2026-11-27-h200/moe-bar/qwen3-30b-a3b-1-64 and qwen3-30b-a3b-64)
 # OUTDIR (default $OUT, else /tmp/moe-bar) gets env.txt, bar.log, tuner.json (each batch size's `landscape` and
 # `failed`: every config its loop started, its time or why it failed), bar.jsonl, bar.md (printed last) and
-# tuner-logs.tgz (every tuner process's log and records); Triton caches stay in /tmp/moe-bar-work.
+# tuner-logs.tgz (every tuner process's log and records); Triton caches stay in BAR_WORK (/tmp/moe-bar-work).
 set -u
 OUTDIR=${1:-${OUT:-/tmp/moe-bar}}; mkdir -p "$OUTDIR"
 source benchmarks/gpu/setup.sh > "$OUTDIR/env.txt" 2>&1
@@ -45,7 +45,7 @@ setsid timeout --kill-after=10 $((DEADLINE + 40)) python3 benchmarks/moe_sglang_
   --out "$OUTDIR" --preset "${PRESET:-mixtral-8x7b-tp2}" --batch-sizes "${BATCH_SIZES:-1,4,16,64}" \
   --sample "${SAMPLE:-24}" --seed "${SEED:-0}" --deadline "$DEADLINE" --tuner-share "${TUNER_SHARE:-0.45}" \
   ${GPUS:+--gpus "$GPUS"} \
-  ${RANKED:+--ranked "$RANKED"} ${OURS:+--ours "$OURS"} --mode "$MODE" --work /tmp/moe-bar-work \
+  ${RANKED:+--ranked "$RANKED"} ${OURS:+--ours "$OURS"} --mode "$MODE" --work "${BAR_WORK:-/tmp/moe-bar-work}" \
   ${WARM_PROCS:+--warm-procs "$WARM_PROCS"} --warm-share "${WARM_SHARE:-0.5}" --cold-sample "${COLD_SAMPLE:-8}" \
   --cold-seconds "${COLD_SECONDS:-60}" > "$OUTDIR/bar.log" 2>&1 &
 PID=$!
