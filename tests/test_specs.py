@@ -15,7 +15,8 @@ from its MoE routers)."""
 
 
 def test_every_op_has_a_spec():
-    assert sorted(s.name for s in all_specs()) == sorted([*OPS, "fused_moe", "decode_attention", "extend_attention",
+    assert sorted(s.name for s in all_specs()) == sorted([*OPS, "fused_moe", "fused_moe_fp8", "decode_attention",
+                                                          "extend_attention",
                                                           "rotary_embedding", "per_token_group_quant_fp8",
                                                           "topk_softmax"])
 

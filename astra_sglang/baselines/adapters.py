@@ -11,6 +11,7 @@ import importlib
 # Ops whose original does not take the spec's arguments: the harness calls an adapter instead.
 ADAPTERS = {"merge_state": "py:astra_sglang.baselines.adapters:flashinfer_merge_state",
             "fused_moe": "py:astra_sglang.triton.moe.op:sglang_pick",
+            "fused_moe_fp8": "py:astra_sglang.triton.moe.op_fp8:sglang_pick",
             "rotary_embedding": "py:astra_sglang.baselines.adapters:sglang_rotary_embedding"}
 KERNEL_BASELINES = {
     "silu_and_mul": "py:astra_sglang.baselines.adapters:sglang_silu_and_mul",

@@ -58,6 +58,16 @@ def fused_moe(dims: dict[str, int], dtype: str) -> tuple[int, int]:
     return weights + activations + routing, moe_flops(tokens, topk, inter, hidden)
 
 
+def fused_moe_fp8(dims: dict[str, int], dtype: str) -> tuple[int, int]:
+    """fused_moe's bytes and FLOPs with the weights stored in fp8 (one byte an element, the per-expert scales
+    negligible): the activations stay in `dtype`."""
+    tokens, experts, inter, hidden, topk = (dims[d] for d in ("tokens", "experts", "inter", "hidden", "topk"))
+    weights = experts_read(tokens, experts, topk) * expert_elements(inter, hidden)
+    activations = 2 * tokens * hidden * ELEMENT_BYTES[dtype]
+    routing = tokens * experts * 4 + tokens * topk * 4
+    return weights + activations + routing, moe_flops(tokens, topk, inter, hidden)
+
+
 def decode_attention(dims: dict[str, int], dtype: str) -> tuple[int, int]:
     """(bytes, FLOPs) of one decode call: every request's K and V rows read once (the pool holds nothing
     else), q read and the output written; QK^T and PV: 4 * batch * heads * kv_len * head_dim FLOPs. The

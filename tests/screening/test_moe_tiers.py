@@ -201,16 +201,16 @@ def test_plan_only_tells_what_a_call_would_screen_without_a_gpu(tmp_path, torchv
     assert all(f"{u}: GPU " in proc.stdout for u in plan["units"]) and not list((tmp_path / "p" / "screen").glob("*"))
 
 
-def test_an_fp8_shape_is_screened_without_the_knob_and_left_unjudged_with_why(tmp_path):
+def test_an_fp8_shape_is_screened_without_the_knob_judged_by_the_fp8_spec_and_not_written(tmp_path):
     out, text = _tiers(tmp_path, "a", SHAPES="mixtral-8x7b-tp2-fp8", EXTRA="1", KNOB="splitk")
     plan = json.loads((out / "plan.json").read_text())
     assert plan["units"] == ["mixtral-8x7b-tp2-fp8@1"]  # no knob unit: its variants run unquantized shapes only
     (verdict,) = _jsonl(out / "verdicts.jsonl")
-    assert verdict["verdict"] == "not-measured" and verdict["chosen"] == verdict["pick"]
-    assert "fp8_w8a8: screening figures only" in verdict["note"] and "dtype=fp8_w8a8" in verdict["pick_source"]
-    assert not (out / "strict").exists() or not list((out / "strict").iterdir())
-    # what the bar takes from it: the ranked configs, and ours: SGLang's pick (a screening figure never ships on
-    # its own), with why
+    assert verdict["verdict"] in ("tuned", "sglang-best") and "dtype=fp8_w8a8" in verdict["pick_source"]
+    tune = json.loads((out / "strict" / "mixtral-8x7b-tp2-fp8-1" / "tune.json").read_text())
+    assert tune["kernel"] == "fused_moe_fp8" and not tune["config_file"]  # a bf16-named file would be wrong
+    assert any("fp8_w8a8: tuned configs not written" in n for n in tune["notes"]) or verdict["verdict"] != "tuned"
+    # what the bar takes from it: the ranked configs, and ours: the strict tier's verdict
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         from moe_tiers_export import export
@@ -221,5 +221,5 @@ def test_an_fp8_shape_is_screened_without_the_knob_and_left_unjudged_with_why(tm
     rows = [r for r in _jsonl(out / "screen" / "mixtral-8x7b-tp2-fp8@1.jsonl") if r["stage"] == "done"]
     fastest = sorted(rows, key=lambda r: r["us"])
     assert ranked == {"1": [r["config"] for r in fastest[:5]]}
-    assert ours == {"1": MoeConfig.from_code(verdict["pick"]).sglang()}
-    assert "SGLang's pick, left untuned (strict tier: not-measured)" in (tmp_path / "bar" / "ours.md").read_text()
+    assert ours == {"1": MoeConfig.from_code(verdict["chosen"]).sglang()}
+    assert f"strict tier: {verdict['verdict']}" in (tmp_path / "bar" / "ours.md").read_text()

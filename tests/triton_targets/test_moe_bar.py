@@ -204,8 +204,8 @@ def test_ours_is_judged_against_an_earlier_runs_best_without_running_sglangs_tun
         " ".join(report.split())
 
 
-def test_an_fp8_preset_runs_the_tuner_fp8_and_says_why_nothing_is_judged_strictly(bench_script, tmp_path,
-                                                                                  monkeypatch):
+def test_an_fp8_preset_runs_the_tuner_fp8_and_is_judged_by_the_fp8_spec_without_split_k(bench_script, tmp_path,
+                                                                                       monkeypatch):
     script = bench_script("moe_sglang_bar")
     seen = _stand_in_gpu_stages(script, monkeypatch)
 
@@ -215,10 +215,23 @@ def test_an_fp8_preset_runs_the_tuner_fp8_and_says_why_nothing_is_judged_strictl
         batches = [b.model_copy(update={"timed": {"pick": 20.0, "tuner": 16.0}}) for b in run.batches if b.tokens == 1]
         return run.model_copy(update={"batches": batches})
 
+    judged = []
+
+    def evaluate(gpus, comparisons):
+        judged.extend(comparisons)
+        return [result_for(c, {1: 1.05}) for c in comparisons]
+
     monkeypatch.setattr(script, "run_bounded", bounded)
-    monkeypatch.setattr(script, "evaluate", lambda gpus, comparisons: pytest.fail("no strict evaluation at fp8"))
+    monkeypatch.setattr(script, "evaluate", evaluate)
+    ours = tmp_path / "ours.json"
+    ours.write_text(json.dumps({"1": MoeConfig(16, 64, 128, 1, 4, 3).sglang()}))
     report = script.main(["--tuner-dir", str(tmp_path), "--out", str(tmp_path / "out"), "--batch-sizes", "1",
-                          "--gpus", "0", "--preset", "mixtral-8x7b-tp2-fp8"]).read_text()
+                          "--gpus", "0", "--preset", "mixtral-8x7b-tp2-fp8", "--ours", str(ours)]).read_text()
     assert seen["dtype"] == "fp8_w8a8" and seen["shape"].quant == "fp8_w8a8" and seen["shape"].inter == 7168
     assert "| 1 | 20.00 | 16.00 | - | - | - |" in report
-    assert "fp8_w8a8: no strict evaluation (the isolated evaluator's fused_moe spec is unquantized)" in report
+    # the fp8 spec and ops judge it: the tuner's best against SGLang's pick, ours against it; no split-K
+    assert [c.name for c in judged] == ["tuner-vs-pick", "ours-vs-tuner"]
+    assert all(c.request.kernel == "fused_moe_fp8" for c in judged)
+    assert all(side.path.startswith("py:astra_sglang.triton.moe.op_fp8:")
+               for c in judged for side in (c.request.candidate, c.request.baseline))
+    assert "fp8_w8a8: judged by the evaluator's fused_moe_fp8 spec" in " ".join(report.split())

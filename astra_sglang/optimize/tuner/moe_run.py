@@ -145,7 +145,8 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
     kw = dict(proposer=proposer, run_id=run_dir.name, echo=echo, width=options.width, timeout_s=options.timeout_s)
     tuner = knob_tuner(provider, setup, batch, cache, **kw) if provider else moe_tuner(setup, batch, cache, **kw)
     evaluations, table, final = search_then_check(tuner, options, started, batch, run_dir, echo, "batch size")
-    result = TuneResult(date=dt.date.today().isoformat(), gpu=facts.gpu, triton=facts.triton, sglang=facts.sglang,
+    result = TuneResult(kernel=shape.spec, date=dt.date.today().isoformat(), gpu=facts.gpu, triton=facts.triton,
+                        sglang=facts.sglang,
                         source_hash=facts.source_hash, shape={"experts": shape.experts, "inter": shape.inter,
                                                               "hidden": shape.hidden, "topk": shape.topk,
                                                               "dtype": shape.dtype},
@@ -162,7 +163,9 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
     tuned = {b.tokens: tuner.op.from_code(b.chosen) for b in result.buckets if b.verdict == "tuned"}
     if provider and not any(not v.split.trivial for v in tuned.values()):
         tuned, provider = {t: v.config for t, v in tuned.items()}, None  # plain configs won: a config patch
-    if tuned and options.patches_dir and provider:
+    if tuned and options.patches_dir and shape.quantized:  # the file would need SGLang's ",dtype=" name and entry
+        result.notes.append(f"{shape.quant}: tuned configs not written (config patches hold bf16/fp16 files only)")
+    elif tuned and options.patches_dir and provider:
         result.config_file = write_patch(options.patches_dir, result, shape, file_table(shape, tuned, picks_at),
                                          provider, run_dir.name)
     elif tuned and options.patches_dir:

@@ -192,12 +192,6 @@ def judge(setup: TiersSetup, plans: dict[str, ShapePlan], records: Records, knob
         knobs = {t: records.known(unit_name(name, t, True)) for t in ready} if knob else {}
         knob_screens = {t: BucketScreen.of(t, k) for t, k in knobs.items() if k}
         picks = {t: sp.picks[t].config.code() for t in ready}
-        if sp.shape.quantized:  # the strict evaluator's fused_moe spec is unquantized: nothing is judged or written
-            for t in ready:
-                records.verdict(_row(sp, t, screens[t], None, [], "not-measured", picks[t], note=(
-                    f"{sp.shape.quant}: screening figures only (the strict evaluator has no quantized fused_moe "
-                    "spec); SGLang's pick kept")))
-            continue
         chosen = finalists_by_bucket(screens, picks, setup.finalists, knob, echo, knob_screens, setup.knob_finalists)
         for t in [t for t in ready if not chosen[t]]:
             records.verdict(_row(sp, t, screens[t], knob_screens.get(t), [], "sglang-best", picks[t],

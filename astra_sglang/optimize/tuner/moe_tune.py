@@ -22,8 +22,6 @@ from astra_sglang.triton.moe.shapes import MoeShape
 from astra_sglang.triton.moe.space import SMEM_BYTES, MoeConfig, neighbors, space
 
 __all__ = ["WIN_MARGIN", "Batch", "MoeOp", "Setup", "moe_tuner"]
-OP = "py:astra_sglang.triton.moe.op:"
-BASELINE = KernelSource(path=OP + "sglang_pick", label="sglang")
 
 
 @dataclass
@@ -40,16 +38,16 @@ class Setup:
 
 
 class MoeOp:
-    kernel = "fused_moe"
-
     def __init__(self, setup: Setup):
         self.setup = setup
         self.buckets = setup.buckets
+        self.kernel = setup.shape.spec
+        """The strict evaluator's spec for the shape's precision (fused_moe, fused_moe_fp8)."""
 
     def key(self, tokens: int) -> CacheKey:
         s = self.setup
         return CacheKey(gpu=s.gpu, triton=s.triton, source_hash=s.source_hash, shape=s.shape.shape(tokens),
-                        dtype=s.shape.dtype, baseline=self.pick(tokens).code())
+                        dtype=s.shape.precision, baseline=self.pick(tokens).code())
 
     def pick(self, tokens: int) -> MoeConfig:
         return self.setup.picks[tokens].config
@@ -71,8 +69,9 @@ class MoeOp:
 
     def request(self, table: dict[int, MoeConfig], label: str, final: bool, timeout_s: float) -> EvalRequest:
         s = self.setup
-        return EvalRequest(kernel="fused_moe", candidate=KernelSource(path=OP + table_name(table), label=label),
-                           baseline=BASELINE, shapes=[s.shape.shape(t) for t in sorted(table)],
+        return EvalRequest(kernel=s.shape.spec, candidate=KernelSource(path=s.shape.op(table_name(table)), label=label),
+                           baseline=KernelSource(path=s.shape.op("sglang_pick"), label="sglang"),
+                           shapes=[s.shape.shape(t) for t in sorted(table)],
                            dtypes=[s.shape.dtype], edge_cases=final, timeout_s=timeout_s)
 
     def proposals(self, tokens: int, best: Measurement | None, first: bool) -> list[MoeConfig]:

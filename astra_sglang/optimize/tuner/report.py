@@ -18,7 +18,7 @@ VERDICTS = {"tuned": "tuned config", "sglang-best": "SGLang's pick (already the 
 def write_report(result: TuneResult, path: Path) -> Path:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")), trim_blocks=True,
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-    name = "tune.md.j2" if result.kernel == "fused_moe" else "tune_attention.md.j2"
+    name = "tune.md.j2" if result.kernel.startswith("fused_moe") else "tune_attention.md.j2"
     path.write_text(env.get_template(name).render(r=result, verdicts=VERDICTS, margin=f"{WIN_MARGIN:g}x"))
     return path
 
@@ -26,13 +26,13 @@ def write_report(result: TuneResult, path: Path) -> Path:
 def print_result(result: TuneResult, console: Console | None = None) -> None:
     console = console or Console(width=max(Console().width, 150))
     shape = result.shape
-    if result.kernel == "fused_moe":
+    if result.kernel.startswith("fused_moe"):
         title = (f"fused_moe E={shape['experts']} N={shape['inter']} hidden={shape['hidden']} top-{shape['topk']} "
                  f"{shape['dtype']}")
     else:
         title = f"{result.kernel} {shape['heads']}/{shape['kv_heads']} heads x {shape['head_dim']} {shape['dtype']}"
     t = Table(title=f"{title} | {result.gpu} | Triton {result.triton}", title_justify="left")
-    first = "M" if result.kernel == "fused_moe" else "bucket"
+    first = "M" if result.kernel.startswith("fused_moe") else "bucket"
     for col in (first, "SGLang's pick", "best found", "search", "final", "written"):
         t.add_column(col, justify="right" if col in (first, "search", "final") else "left")
     for b in result.buckets:

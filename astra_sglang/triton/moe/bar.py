@@ -29,8 +29,6 @@ PRESETS = {
 }
 """Expert shapes people serve (per tensor-parallel rank; bf16 activations). The fp8 one is Mixtral-8x7B-Instruct
 FP8 at TP2 (per-tensor scales), for which SGLang ships H100 and H200 configs (triton_3_1_0)."""
-MOE_OP = "py:astra_sglang.triton.moe.op:"
-PICK = KernelSource(path=MOE_OP + "sglang_pick", label="sglang-pick")
 
 
 @dataclass(frozen=True)
@@ -44,34 +42,38 @@ class Comparison:
 
 def _request(shape: MoeShape, tokens: list[int], candidate: KernelSource, baseline: KernelSource,
              timeout_s: float) -> EvalRequest:
-    return EvalRequest(kernel="fused_moe", candidate=candidate, baseline=baseline,
+    return EvalRequest(kernel=shape.spec, candidate=candidate, baseline=baseline,
                        shapes=[shape.shape(t) for t in sorted(tokens)], dtypes=[shape.dtype], edge_cases=False,
                        timeout_s=timeout_s)
 
 
-def _tuner(tuner: dict[int, MoeConfig], tokens) -> KernelSource:
+def _tuner(shape: MoeShape, tuner: dict[int, MoeConfig], tokens) -> KernelSource:
     table = {t: tuner[t] for t in tokens}
-    return KernelSource(path=MOE_OP + table_name(table), label="sglang-tuner")
+    return KernelSource(path=shape.op(table_name(table)), label="sglang-tuner")
 
 
 def requests(shape: MoeShape, tuner: dict[int, MoeConfig], ours: dict[int, MoeConfig] | None = None,
              timeout_s: float = 300.0, sms: int = knobs.SMS, most_splits: int = 4) -> list[Comparison]:
-    """The first round: the tuner's best against SGLang's pick, its split-K variants against it, ours against it."""
+    """The first round: the tuner's best against SGLang's pick, its split-K variants against it (unquantized
+    shapes: the split-K kernel has no fp8 path), ours against it."""
     tokens = sorted(tuner)
-    out = [Comparison("tuner-vs-pick", _request(shape, tokens, _tuner(tuner, tokens), PICK, timeout_s),
+    pick = KernelSource(path=shape.op("sglang_pick"), label="sglang-pick")
+    out = [Comparison("tuner-vs-pick", _request(shape, tokens, _tuner(shape, tuner, tokens), pick, timeout_s),
                       {t: tuner[t].code() for t in tokens})]
-    splits = {t: knobs.extend(tuner[t], t, shape.experts, shape.inter, shape.hidden, shape.topk, sms)[1:]
+    splits = {t: [] if shape.quantized else
+              knobs.extend(tuner[t], t, shape.experts, shape.inter, shape.hidden, shape.topk, sms)[1:]
               for t in tokens}
     for j in range(min(most_splits, max((len(v) for v in splits.values()), default=0))):
         table = {t: v[j] for t, v in splits.items() if j < len(v)}
         candidate = KernelSource(path=candidate_path(table), label=f"splitk-{j + 1}")
-        out.append(Comparison(f"splitk-{j + 1}", _request(shape, list(table), candidate, _tuner(tuner, table),
-                                                          timeout_s), {t: v.code() for t, v in table.items()}))
+        out.append(Comparison(f"splitk-{j + 1}", _request(shape, list(table), candidate,
+                                                          _tuner(shape, tuner, table), timeout_s),
+                              {t: v.code() for t, v in table.items()}))
     if ours:
         table = {t: ours[nearest(ours, t)] for t in tokens}
-        candidate = KernelSource(path=MOE_OP + table_name(table), label="ours")
-        out.append(Comparison("ours-vs-tuner", _request(shape, tokens, candidate, _tuner(tuner, tokens), timeout_s),
-                              {t: c.code() for t, c in table.items()}))
+        candidate = KernelSource(path=shape.op(table_name(table)), label="ours")
+        out.append(Comparison("ours-vs-tuner", _request(shape, tokens, candidate, _tuner(shape, tuner, tokens),
+                                                        timeout_s), {t: c.code() for t, c in table.items()}))
     return out
 
 
@@ -121,5 +123,5 @@ def final_request(shape: MoeShape, tuner: dict[int, MoeConfig], first: list[BarR
         return None
     table = {t: knobs.Variant.from_code(r.candidate) for t, r in best.items()}
     candidate = KernelSource(path=candidate_path(table), label="splitk-final")
-    return Comparison("splitk-final", _request(shape, list(table), candidate, _tuner(tuner, table), timeout_s),
+    return Comparison("splitk-final", _request(shape, list(table), candidate, _tuner(shape, tuner, table), timeout_s),
                       {t: v.code() for t, v in table.items()})

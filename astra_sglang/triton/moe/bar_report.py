@@ -96,7 +96,8 @@ def summarize(picks: dict, tuner: TunerRun, rows: list[BarRow], ours: dict[int, 
 
 
 def write_report(path: Path, header: dict, summaries: list[BatchSummary], tuner: TunerRun, note: str = "") -> Path:
-    """`note`: a line on what the report lacks and why (e.g. no strict evaluation of a quantized shape)."""
+    """`note`: a line on where the figures come from or what the report lacks (earlier runs' tuner figures, the fp8
+    spec that judged a quantized shape)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir() / "reports")), trim_blocks=True,
                              lstrip_blocks=True, undefined=jinja2.StrictUndefined)
     path.write_text(env.get_template("moe_bar.md.j2").render(h=header, rows=summaries, tuner=tuner,

@@ -21,6 +21,14 @@ the output moves by a fraction of bf16's tolerance (extract/fused_moe.toml: 4e-2
 there to drop configs whose results are wrong (errors of the output's own size), not to grade roundings."""
 
 
+STATIC_AMAX = (8.0, 16.0)
+"""|values| the strict evaluator's static activation scales map to fp8's largest (a1: the hidden rows, a2: the
+activation between the GEMMs), for the spec's inputs (extract/fused_moe_fp8.toml): hidden ~ N(0, 1) stays within
+8; silu(gate) * up, a product of two terms of std 0.02 sqrt(hidden) (0.9-1.3 at hidden 2048-4096), within 16 but
+for its rare tails, which the kernel and the reference clamp alike. Constants, as a checkpoint's scales are: the op
+and the reference derive nothing from the batch."""
+
+
 def quantize_experts(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp8 weights, fp32 scale per expert [E]): each expert's largest |w| maps to fp8's largest value."""
     amax = w.abs().amax(dim=tuple(range(1, w.dim()))).float().clamp(min=1e-12)
@@ -42,6 +50,24 @@ def act_scale(amax: float | torch.Tensor, device=None) -> torch.Tensor:
     """A static activation scale [1] (fp32) mapping `amax` to fp8's largest value."""
     value = float(amax) if not isinstance(amax, torch.Tensor) else float(amax.max())
     return torch.tensor([max(value, 1e-12) / FP8_MAX], dtype=torch.float32, device=device)
+
+
+def static_scales(device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a1_scale, a2_scale) from STATIC_AMAX."""
+    return act_scale(STATIC_AMAX[0], device), act_scale(STATIC_AMAX[1], device)
+
+
+def fused_moe_reference(hidden: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, router_logits: torch.Tensor,
+                        topk_weights: torch.Tensor) -> None:
+    """The reference of spec fused_moe_fp8 (extract/fused_moe_fp8.toml), as op_fp8 runs SGLang's kernel: the
+    weights quantized per expert (`quantize_experts`, from the same values the op gets), the GEMMs' inputs rounded
+    through fp8 with the static scales (STATIC_AMAX); the rest in the tensors' own precision (fp64 in the harness)."""
+    from astra_sglang.triton.moe.reference import fused_moe
+
+    a1, a2 = static_scales(hidden.device)
+    w1q, w2q = (dequantize(*quantize_experts(w)).to(hidden.dtype) for w in (w1, w2))
+    fused_moe(hidden, w1q, w2q, router_logits, topk_weights, quant_in=lambda t: fake_quant(t, a1),
+              quant_mid=lambda t: fake_quant(t, a2))
 
 
 @dataclass

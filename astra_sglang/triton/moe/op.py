@@ -55,8 +55,10 @@ def _oversized(exc: Exception) -> bool:
     return type(exc).__name__ in ("OutOfResources", "CompilationError")
 
 
-def run(hidden, w1, w2, router_logits, topk_weights, config: MoeConfig | None = None) -> None:
-    """One call: routing, then SGLang's fused_experts in place on `hidden` (config None: SGLang's choice)."""
+def run(hidden, w1, w2, router_logits, topk_weights, config: MoeConfig | None = None,
+        quant: dict | None = None) -> None:
+    """One call: routing, then SGLang's fused_experts in place on `hidden` (config None: SGLang's choice;
+    `quant`: fused_experts' quantization arguments, op_fp8's)."""
     fused_experts, override_config, runner_config, topk_output = _sglang()
     experts, inter = w2.shape[0], w2.shape[2]
     ids = route_into(router_logits, topk_weights)
@@ -67,10 +69,10 @@ def run(hidden, w1, w2, router_logits, topk_weights, config: MoeConfig | None = 
     output = topk_output(topk_weights, ids, router_logits)
     try:
         if config is None:
-            fused_experts(hidden, w1, w2, output, moe_runner_config=settings)
+            fused_experts(hidden, w1, w2, output, moe_runner_config=settings, **(quant or {}))
         else:
             with override_config(config.sglang()):
-                fused_experts(hidden, w1, w2, output, moe_runner_config=settings)
+                fused_experts(hidden, w1, w2, output, moe_runner_config=settings, **(quant or {}))
     except Exception as exc:  # noqa: BLE001 - only Triton's resource errors are re-labelled
         if _oversized(exc):
             raise NotImplementedError(f"config {config.code() if config else '(SGLang)'} does not fit this GPU: "

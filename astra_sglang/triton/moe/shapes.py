@@ -25,9 +25,14 @@ class Quant:
     """The GEMMs' tensor-core rate over the activations' dtype's (Hopper runs fp8 at twice bf16's)."""
     flags: tuple[str, ...] = ()
     """The QUANT_FLAGS it sets."""
+    spec: str = "fused_moe"
+    """The strict evaluator's spec (extract/SPEC.toml) for this precision: its reference rounds as the kernel does."""
+    op: str = "astra_sglang.triton.moe.op"
+    """The module of its `py:` ops (sglang_pick, config_*, table_*)."""
 
 
-QUANTS = {"": Quant(None, 1.0), "fp8_w8a8": Quant(1, 2.0, ("use_fp8_w8a8",))}
+QUANTS = {"": Quant(None, 1.0),
+          "fp8_w8a8": Quant(1, 2.0, ("use_fp8_w8a8",), "fused_moe_fp8", "astra_sglang.triton.moe.op_fp8")}
 """Weight/activation quantizations a shape can name: none, or SGLang's fp8_w8a8 with per-tensor scales (one per
 expert for the weights, static ones for the activations: the layout of per-tensor FP8 checkpoints such as
 Mixtral-8x7B-Instruct FP8; their values: fp8.py). Block-quantized fp8 (block_shape) is not covered."""
@@ -84,6 +89,15 @@ class MoeShape:
     @property
     def gemm_rate(self) -> float:
         return QUANTS[self.quant].gemm_rate
+
+    @property
+    def spec(self) -> str:
+        """The strict evaluator's kernel (spec) name for this shape's precision."""
+        return QUANTS[self.quant].spec
+
+    def op(self, name: str) -> str:
+        """The `py:` path of one of this precision's ops (sglang_pick, config_*, table_*)."""
+        return f"py:{QUANTS[self.quant].op}:{name}"
 
     def quant_flags(self) -> dict[str, bool]:
         """fused_experts' quantization switches, every one by name."""
