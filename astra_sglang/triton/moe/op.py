@@ -103,21 +103,22 @@ def parse_table(name: str) -> dict[int, MoeConfig]:
     return table
 
 
-def _fixed(config: MoeConfig) -> Callable:
-    def op(hidden, w1, w2, router_logits, topk_weights) -> None:
-        run(hidden, w1, w2, router_logits, topk_weights, config)
-    return op
-
-
-def _table(table: dict[int, MoeConfig]) -> Callable:
-    def op(hidden, w1, w2, router_logits, topk_weights) -> None:
-        run(hidden, w1, w2, router_logits, topk_weights, table[nearest(table, hidden.shape[0])])
-    return op
+def named(name: str, runner: Callable) -> Callable:
+    """The op a `config_*` or `table_*` attribute names, calling `runner(hidden, w1, w2, router_logits,
+    topk_weights, config)` (this module's `run`, or op_fp8's)."""
+    if name.startswith("config_"):
+        config = MoeConfig.from_code(name.removeprefix("config_"))
+        return lambda hidden, w1, w2, router_logits, topk_weights: runner(hidden, w1, w2, router_logits,
+                                                                         topk_weights, config)
+    if name.startswith("table_"):
+        table = parse_table(name)
+        return lambda hidden, w1, w2, router_logits, topk_weights: runner(
+            hidden, w1, w2, router_logits, topk_weights, table[nearest(table, hidden.shape[0])])
+    raise AttributeError(name)
 
 
 def __getattr__(name: str) -> Callable:
-    if name.startswith("config_"):
-        return _fixed(MoeConfig.from_code(name.removeprefix("config_")))
-    if name.startswith("table_"):
-        return _table(parse_table(name))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return named(name, run)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -19,8 +19,6 @@ from typing import Callable
 import torch
 
 from astra_sglang.triton.moe import fp8, op
-from astra_sglang.triton.moe.configs import nearest
-from astra_sglang.triton.moe.op import parse_table
 from astra_sglang.triton.moe.space import MoeConfig
 
 _QUANTIZED: dict[int, tuple] = {}
@@ -57,21 +55,8 @@ def sglang_pick(hidden, w1, w2, router_logits, topk_weights) -> None:
     run(hidden, w1, w2, router_logits, topk_weights)
 
 
-def _fixed(config: MoeConfig) -> Callable:
-    def call(hidden, w1, w2, router_logits, topk_weights) -> None:
-        run(hidden, w1, w2, router_logits, topk_weights, config)
-    return call
-
-
-def _table(table: dict[int, MoeConfig]) -> Callable:
-    def call(hidden, w1, w2, router_logits, topk_weights) -> None:
-        run(hidden, w1, w2, router_logits, topk_weights, table[nearest(table, hidden.shape[0])])
-    return call
-
-
 def __getattr__(name: str) -> Callable:
-    if name.startswith("config_"):
-        return _fixed(MoeConfig.from_code(name.removeprefix("config_")))
-    if name.startswith("table_"):
-        return _table(parse_table(name))
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return op.named(name, run)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
