@@ -149,7 +149,8 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
                         sglang=facts.sglang,
                         source_hash=facts.source_hash, shape={"experts": shape.experts, "inter": shape.inter,
                                                               "hidden": shape.hidden, "topk": shape.topk,
-                                                              "dtype": shape.dtype},
+                                                              "dtype": shape.dtype,
+                                                              **({"quant": shape.quant} if shape.quantized else {})},
                         buckets=tuner.finish(final, table), evaluations=evaluations + 1, cached=tuner.cached,
                         seconds=time.perf_counter() - started, final_ok=final.ok, final_reason=final.reason,
                         command=options.command, screen=[s.stats for s in screens.values()])
@@ -163,9 +164,7 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
     tuned = {b.tokens: tuner.op.from_code(b.chosen) for b in result.buckets if b.verdict == "tuned"}
     if provider and not any(not v.split.trivial for v in tuned.values()):
         tuned, provider = {t: v.config for t, v in tuned.items()}, None  # plain configs won: a config patch
-    if tuned and options.patches_dir and shape.quantized:  # the file would need SGLang's ",dtype=" name and entry
-        result.notes.append(f"{shape.quant}: tuned configs not written (config patches hold bf16/fp16 files only)")
-    elif tuned and options.patches_dir and provider:
+    if tuned and options.patches_dir and provider:
         result.config_file = write_patch(options.patches_dir, result, shape, file_table(shape, tuned, picks_at),
                                          provider, run_dir.name)
     elif tuned and options.patches_dir:
@@ -174,7 +173,7 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
         folder = write_config_patch(options.patches_dir, result, file_table(shape, tuned, picks_at), facts.gpu,
                                     run_dir.name)
         result.config_file = str(folder / "configs" / moe_configs.version_dir(facts.triton) /
-                                 moe_configs.file_name(shape.experts, shape.inter, facts.gpu))
+                                 moe_configs.file_name(shape.experts, shape.inter, facts.gpu, shape.config_dtype))
     elif not tuned:
         result.notes.append("SGLang's own pick is the best measured at every batch size: no file written")
     untuned = sorted(set(file_table(shape, {}, picks_at)) - set(buckets))

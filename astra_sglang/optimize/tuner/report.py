@@ -28,7 +28,7 @@ def print_result(result: TuneResult, console: Console | None = None) -> None:
     shape = result.shape
     if result.kernel.startswith("fused_moe"):
         title = (f"fused_moe E={shape['experts']} N={shape['inter']} hidden={shape['hidden']} top-{shape['topk']} "
-                 f"{shape['dtype']}")
+                 f"{shape.get('quant') or shape['dtype']}")
     else:
         title = f"{result.kernel} {shape['heads']}/{shape['kv_heads']} heads x {shape['head_dim']} {shape['dtype']}"
     t = Table(title=f"{title} | {result.gpu} | Triton {result.triton}", title_justify="left")
