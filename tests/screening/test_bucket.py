@@ -4,6 +4,7 @@ finalists as the only proposals; the final evaluation decides what stays."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +140,30 @@ def test_measurements_are_cached_by_key(tmp_path):
     again = BucketTuner(FakeOp([(1, 0)]), FakeBatch(), cache, echo=lambda _: None, width=2)
     assert again.cached == 2 and again.measured == first.measured
     assert not {k.code() for k in again.propose((1, 0), first=True)} & set(first.measured[(1, 0)])
+
+
+def _append_many(root: str, worker: int) -> None:
+    from astra_sglang.optimize.tuner.cache import Measurement
+
+    cache = TuneCache("shared", Path(root))
+    key = CacheKey(gpu="g", triton="t", source_hash="s", shape=(worker,), dtype="bfloat16", baseline="v0")
+    for batch in range(20):  # batches of 300 lines: far past one 8 KiB buffer each
+        cache.add_many(key, [Measurement(config=f"c{batch}-{i}", ok=True, speedup=1.0, reason="x" * 40)
+                             for i in range(300)])
+
+
+def test_two_runs_appending_to_one_cache_at_once_lose_no_line(tmp_path):
+    """host_split's bar01 and bar jobs share the cache folder: every line of both stays whole (each batch goes out
+    in one O_APPEND write)."""
+    import multiprocessing
+
+    procs = [multiprocessing.get_context("spawn").Process(target=_append_many, args=(str(tmp_path), w))
+             for w in (1, 2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    cache = TuneCache("shared", tmp_path)
+    for worker in (1, 2):
+        key = CacheKey(gpu="g", triton="t", source_hash="s", shape=(worker,), dtype="bfloat16", baseline="v0")
+        assert len(cache.lookup(key)) == 20 * 300
