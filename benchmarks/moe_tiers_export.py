@@ -25,16 +25,10 @@ from astra_sglang.triton.moe.space import MoeConfig
 JUDGED = ("tuned", "sglang-best")
 
 
-def planned_picks(tiers: Path, shape: str) -> dict[int, dict]:
-    """SGLang's pick ({"config", "from"}) at every batch size the run planned for `shape` (plan.json's `picks`)."""
-    plan = json.loads((tiers / "plan.json").read_text()) if (tiers / "plan.json").is_file() else {}
-    return {int(t): pick for t, pick in plan.get("picks", {}).get(shape, {}).items()}
-
-
-def left_why(tiers: Path, shape: str, tokens: int, verdict) -> str:
+def left_why(plan: dict, shape: str, tokens: int, verdict) -> str:
+    """Why a batch size keeps SGLang's pick: its verdict, the budget's deferral, or the deadline."""
     if verdict is not None:
         return f"left untuned (strict tier: {verdict.verdict})"
-    plan = json.loads((tiers / "plan.json").read_text()) if (tiers / "plan.json").is_file() else {}
     if unit_name(shape, tokens) in plan.get("deferred", []):
         return "left untuned (deferred: the budget did not fit it)"
     return "left untuned (screened, not judged by the strict tier before the deadline)"
@@ -43,7 +37,9 @@ def left_why(tiers: Path, shape: str, tokens: int, verdict) -> str:
 def export(tiers: Path, shape: str, out: Path, top: int = 16) -> tuple[Path, Path]:
     records = Records(tiers)
     verdicts = {t: v for (name, t), v in records.verdicts().items() if name == shape}
-    picks = planned_picks(tiers, shape)
+    plan = json.loads((tiers / "plan.json").read_text()) if (tiers / "plan.json").is_file() else {}
+    # SGLang's pick ({"config", "from"}) at every batch size the run planned, deferred ones included
+    picks = {int(t): pick for t, pick in plan.get("picks", {}).get(shape, {}).items()}
     ranked, ours, lines = {}, {}, []
     # every batch size screened, from the screen files (a unit cut by the deadline has no units.jsonl row)
     units = [f.stem for f in (tiers / SCREEN_DIR).glob(f"{glob.escape(shape)}@*.jsonl") if "+" not in f.stem]
@@ -57,7 +53,7 @@ def export(tiers: Path, shape: str, out: Path, top: int = 16) -> tuple[Path, Pat
             code, why = verdict.chosen, f"strict tier: {verdict.verdict}"
         elif verdict or tokens in picks:
             pick = verdict.pick if verdict else picks[tokens]["config"]
-            code, why = pick, f"SGLang's pick, {left_why(tiers, shape, tokens, verdict)}"
+            code, why = pick, f"SGLang's pick, {left_why(plan, shape, tokens, verdict)}"
         else:
             continue  # a resumed run's batch size with neither a verdict nor a plan here
         ours[tokens] = MoeConfig.from_code(code.partition("+")[0]).sglang()

@@ -190,7 +190,8 @@ def plan(patches: Path, max_tokens: int) -> tuple[list[tuple[str, str]], list[st
         if shapes:
             out.append((manifest.op, ",".join("x".join(map(str, s)) for s in shapes)))
         else:
-            why = "its spec names no sandwich" if spec.sandwich is None else f"no served shape up to {max_tokens} tokens"
+            why = ("its spec names no sandwich" if spec.sandwich is None
+                   else f"no served shape up to {max_tokens} tokens")
             left.append(f"{manifest.op}: not timed between its neighbours ({why}); its in-place figure comes from "
                         "`astra-sglang profile --patched --compare`")
     return out, left

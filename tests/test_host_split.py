@@ -17,7 +17,8 @@ STAND_IN = """#!/usr/bin/env bash
 dir=${{1:-$OUT}}
 mkdir -p "$dir"
 {{ echo "args=$*"; for v in OUT STAGES DEADLINE PERIODS ROUNDS RUNS GPUS CORES SHAPES BUCKETS CUDA_VISIBLE_DEVICES PORT \\
-    HOME_FROM CONFIGS FINAL_S AA PRESET MODE BATCH_SIZES TUNER_FROM WORK BAR_WORK; do echo "$v=${{!v-<unset>}}"; done; }} > "$dir/seen.txt"
+    HOME_FROM CONFIGS FINAL_S AA PRESET MODE BATCH_SIZES TUNER_FROM WORK BAR_WORK; do
+    echo "$v=${{!v-<unset>}}"; done; }} > "$dir/seen.txt"
 {setup}
 exit {rc}
 """

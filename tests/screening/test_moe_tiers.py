@@ -210,7 +210,8 @@ def test_an_fp8_shape_is_screened_without_the_knob_judged_by_the_fp8_spec_and_wr
     tune = json.loads((out / "strict" / "mixtral-8x7b-tp2-fp8-1" / "tune.json").read_text())
     assert tune["kernel"] == "fused_moe_fp8" and tune["shape"]["quant"] == "fp8_w8a8"
     if verdict["verdict"] == "tuned":  # the file SGLang reads for fp8_w8a8 only, never its bf16 one
-        assert "/E=8,N=7168,device_name=" in tune["config_file"] and tune["config_file"].endswith(",dtype=fp8_w8a8.json")
+        written = tune["config_file"]
+        assert "/E=8,N=7168,device_name=" in written and written.endswith(",dtype=fp8_w8a8.json")
         from astra_sglang.patchset.manifest import PatchManifest
         from astra_sglang.triton.moe.patch import verify_requests
 

@@ -145,12 +145,10 @@ def tune_fused_moe(shape: MoeShape, buckets: list[int], run_dir: Path, options: 
     kw = dict(proposer=proposer, run_id=run_dir.name, echo=echo, width=options.width, timeout_s=options.timeout_s)
     tuner = knob_tuner(provider, setup, batch, cache, **kw) if provider else moe_tuner(setup, batch, cache, **kw)
     evaluations, table, final = search_then_check(tuner, options, started, batch, run_dir, echo, "batch size")
+    described = {"experts": shape.experts, "inter": shape.inter, "hidden": shape.hidden, "topk": shape.topk,
+                 "dtype": shape.dtype, **({"quant": shape.quant} if shape.quantized else {})}
     result = TuneResult(kernel=shape.spec, date=dt.date.today().isoformat(), gpu=facts.gpu, triton=facts.triton,
-                        sglang=facts.sglang,
-                        source_hash=facts.source_hash, shape={"experts": shape.experts, "inter": shape.inter,
-                                                              "hidden": shape.hidden, "topk": shape.topk,
-                                                              "dtype": shape.dtype,
-                                                              **({"quant": shape.quant} if shape.quantized else {})},
+                        sglang=facts.sglang, source_hash=facts.source_hash, shape=described,
                         buckets=tuner.finish(final, table), evaluations=evaluations + 1, cached=tuner.cached,
                         seconds=time.perf_counter() - started, final_ok=final.ok, final_reason=final.reason,
                         command=options.command, screen=[s.stats for s in screens.values()])

@@ -43,4 +43,3 @@ def fused_moe(hidden: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, router_l
         act = act if quant_mid is None else quant_mid(act)
         out.index_add_(0, rows, (act @ w2[expert].T) * scale[slots, None].to(out.dtype))
     hidden.copy_(out)
-
