@@ -6,7 +6,13 @@ Usage: python3 benchmarks/make_moe_model.py OUT [--layers 4] [--preset qwen3-30b
 Presets (the architectures' published config.json values; only the layer count differs):
   qwen3-30b-a3b  Qwen3MoeForCausalLM: hidden 2048, 128 experts of N=768, top-8, 32 heads, 4 KV heads
   mixtral-8x7b   MixtralForCausalLM: hidden 4096, 8 experts of N=14336, top-2, 32 heads, 8 KV heads
-Four layers of qwen3-30b-a3b hold 4.8 GB of expert weights (bf16); mixtral-8x7b's 11 GB.
+  deepseek-v2-lite-experts
+                 DeepSeek-V2-Lite's routed experts (hidden 2048, 64 experts of N=1408, top-6, softmax weights not
+                 renormalized) in Qwen3MoeForCausalLM's layers (16 heads of 128, no KV grouping; DeepSeek-V2-Lite's
+                 own MLA attention, shared experts and dense first layer are not reproduced): the fused MoE calls a
+                 DeepSeek-V2-Lite server makes, in a model SGLang serves from a plain config
+Four layers of qwen3-30b-a3b hold 4.8 GB of expert weights (bf16); mixtral-8x7b's 11 GB; deepseek-v2-lite-experts'
+2.2 GB.
 """
 from __future__ import annotations
 
@@ -22,6 +28,14 @@ PRESETS = {
         "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [], "num_attention_heads": 32,
         "num_key_value_heads": 4, "head_dim": 128, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
         "attention_bias": False, "max_position_embeddings": 40960, "router_aux_loss_coef": 0.001,
+        "output_router_logits": False, "use_sliding_window": False, "sliding_window": None,
+    },
+    "deepseek-v2-lite-experts": {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+        "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_experts": 64, "num_experts_per_tok": 6,
+        "norm_topk_prob": False, "decoder_sparse_step": 1, "mlp_only_layers": [], "num_attention_heads": 16,
+        "num_key_value_heads": 16, "head_dim": 128, "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+        "attention_bias": False, "max_position_embeddings": 32768, "router_aux_loss_coef": 0.001,
         "output_router_logits": False, "use_sliding_window": False, "sliding_window": None,
     },
     "mixtral-8x7b": {

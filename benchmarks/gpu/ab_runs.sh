@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The serving A/Bs with the method of ab_design.sh (crossover on two GPUs by default; DESIGN=restarts on one GPU),
 # in calls of at most 9 minutes, resumable (RUNS=<a folder holding an earlier OUT's stage folders>).
-# Stages (STAGES, default "mixtral dense"; each gets an equal share of DEADLINE, default 500 s):
+# Stages (STAGES, default "mixtral dense"; dsv2lite only when named; each gets an equal share of DEADLINE, default 500 s):
 #   mixtral  A Mixtral-shaped model (benchmarks/make_moe_model.py, 4 layers, dummy weights, SGLang's Triton MoE
 #            runner). A: SGLang's best available fused-MoE config for this GPU: it ships none for E=8,N=14336 on
 #            an H100, so the file it ships for the nearest GPU (H200) is put under this GPU's name through
@@ -10,6 +10,13 @@
 #            only: moe_ab_configs.py refuses any other GPU in one line (B's configs are no answer of ours there).
 #   dense    The kit's 8-layer Llama-3-8B shape with random weights (make_weights.py). A: unpatched; B: the shipped
 #            patch set as `launch` serves it (merge_attn_states_lse off: the kit has no FA3).
+#   dsv2lite DeepSeek-V2-Lite's routed experts in an 8-layer model (make_moe_model.py deepseek-v2-lite-experts,
+#            dummy weights), decoded one request at a time (CONC=1: batch 1, where our tiers tuned it). A: SGLang
+#            as shipped (no H200 file for E=64,N=1408: its default config); B: the file our two tiers wrote on an
+#            H200 (benchmarks/results/2026-11-27-h200/moe-bar/ours-deepseek-v2-lite-1: batch 1 tuned, 1.104x the
+#            default by the strict evaluator, SGLang's picks at every other key). On an H200 only. Its own client:
+#            DSV2_PROMPTS (96) prompts of 128 in / 256 out at concurrency 1 (24,576 tokens: a window of 12 s or
+#            more at a step of 0.5 ms or more, unmeasured at batch 1).
 # Both use the A/A's client and rounds (ab_common.sh: PROMPTS=1024, 128 in / 256 out, 32 concurrent, fixed
 # lengths, seed 1; ROUNDS=3 after a full warm-up round; one long-lived client per arm), so the A/A's interval there
 # is the floor to read them against; AA=<the A/A's run folder> makes it their parity reference (else each A/B's
@@ -59,6 +66,22 @@ for stage in $STAGES; do
       --patches /tmp/ab-dense-patches "${AA_FLAG[@]}" --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 \
       "${CLIENT[@]}" $(stagger_opts "$MODEL") --out "$OUT/dense" -- "${SERVER_ARGS[@]}"
     echo "== dense: exit $? at $(elapsed) s"; mark_started "$MODEL" "$OUT/dense"; report_line "$OUT/dense" ;;
+  dsv2lite)
+    model=/tmp/model-dsv2lite-experts
+    [ -f "$model/config.json" ] || python3 benchmarks/make_moe_model.py "$model" --layers 8 \
+      --preset deepseek-v2-lite-experts
+    device=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
+    if [ "$device" != "NVIDIA H200" ]; then  # B's file is named for the H200 and tuned there
+      echo "== dsv2lite: B's configs were tuned on an NVIDIA H200, this is an $device: not run"; continue
+    fi
+    b1=(--num-prompts "${DSV2_PROMPTS:-96}" --input-len "${IN:-128}" --output-len "${OUT_LEN:-256}" --concurrency 1
+        --warmup-requests 1 --seed 1)
+    echo "== dsv2lite: A = SGLang's default config, B = our batch-1 file; $(( stop_at - $(elapsed) )) s"
+    astra-sglang ab --model-path "$model" --load-format dummy "${PLACE[@]}" --rounds "$ROUNDS" --port "$PORT" \
+      --patches benchmarks/results/2026-11-27-h200/moe-bar/ours-deepseek-v2-lite-1/tiers/strict/deepseek-v2-lite-1/patches \
+      "${AA_FLAG[@]}" --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 "${b1[@]}" \
+      $(stagger_opts "$model") --out "$OUT/dsv2lite" -- "${SERVER_ARGS[@]}" --moe-runner-backend triton
+    echo "== dsv2lite: exit $? at $(elapsed) s"; mark_started "$model" "$OUT/dsv2lite"; report_line "$OUT/dsv2lite" ;;
   *) echo "unknown stage $stage" ;;
   esac
 done

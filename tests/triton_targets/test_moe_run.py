@@ -34,6 +34,8 @@ def test_model_folder(bench_script, tmp_path):
     kit = tmp_path / "kit-model"
     mixtral = make.main([str(tmp_path / "mx"), "--preset", "mixtral-8x7b", "--tokenizer-from", str(kit)])
     assert from_config(mixtral) == MoeShape(8, 14336, 4096, 2, "bfloat16")
+    deepseek = make.main([str(tmp_path / "ds"), "--preset", "deepseek-v2-lite-experts", "--tokenizer-from", str(kit)])
+    assert from_config(deepseek) == MoeShape(64, 1408, 2048, 6, "bfloat16")  # the bar's deepseek-v2-lite preset
 
 
 def test_stage_commands(bench_script, tmp_path):
