@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The serving A/Bs with the method of ab_design.sh (crossover on two GPUs by default; DESIGN=restarts on one GPU),
 # in calls of at most 9 minutes, resumable (RUNS=<a folder holding an earlier OUT's stage folders>).
-# Stages (STAGES, default "mixtral dense"; dsv2lite only when named; each gets an equal share of DEADLINE, default 500 s):
+# Stages (STAGES, default "mixtral dense"; dsv2lite only when named; each gets an equal share of DEADLINE,
+# default 500 s):
 #   mixtral  A Mixtral-shaped model (benchmarks/make_moe_model.py, 4 layers, dummy weights, SGLang's Triton MoE
 #            runner). A: SGLang's best available fused-MoE config for this GPU: it ships none for E=8,N=14336 on
 #            an H100, so the file it ships for the nearest GPU (H200) is put under this GPU's name through
