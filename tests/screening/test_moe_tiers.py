@@ -209,6 +209,8 @@ def test_an_fp8_shape_is_screened_without_the_knob_judged_by_the_fp8_spec_and_wr
     assert verdict["verdict"] in ("tuned", "sglang-best") and "dtype=fp8_w8a8" in verdict["pick_source"]
     tune = json.loads((out / "strict" / "mixtral-8x7b-tp2-fp8-1" / "tune.json").read_text())
     assert tune["kernel"] == "fused_moe_fp8" and tune["shape"]["quant"] == "fp8_w8a8"
+    unit = next(u for u in _jsonl(out / "units.jsonl") if u["name"] == "mixtral-8x7b-tp2-fp8@1")
+    assert [s["wall_s"] for s in tune["screen"]] == [unit["wall_s"]] and unit["wall_s"] > 0  # its report: not 0 s
     if verdict["verdict"] == "tuned":  # the file SGLang reads for fp8_w8a8 only, never its bf16 one
         written = tune["config_file"]
         assert "/E=8,N=7168,device_name=" in written and written.endswith(",dtype=fp8_w8a8.json")

@@ -185,10 +185,12 @@ def judge(setup: TiersSetup, plans: dict[str, ShapePlan], records: Records, knob
           deadline: float, echo) -> None:
     """The strict tier over every shape's batch sizes screened whole (see the module docstring)."""
     jobs = []
+    units = {u.name: u for u in records.units()}
     for name, sp in plans.items():
         ready = {t: records.known(unit_name(name, t)) for t in sp.picks}
         ready = {t: k for t, k in ready.items() if k and all(c in k for c in sp.orders[t].codes)}
-        screens = {t: BucketScreen.of(t, k, sp.orders[t].codes) for t, k in ready.items()}
+        screens = {t: _with_unit(BucketScreen.of(t, k, sp.orders[t].codes), units.get(unit_name(name, t)))
+                   for t, k in ready.items()}
         knobs = {t: records.known(unit_name(name, t, True)) for t in ready} if knob else {}
         knob_screens = {t: BucketScreen.of(t, k) for t, k in knobs.items() if k}
         picks = {t: sp.picks[t].config.code() for t in ready}
@@ -213,6 +215,15 @@ def judge(setup: TiersSetup, plans: dict[str, ShapePlan], records: Records, knob
     if fitted:
         with ThreadPoolExecutor(len(fitted)) as ex:  # the shapes' evaluations share the GPUs' queue
             list(ex.map(lambda job: _judge_shape(setup, records, deadline, echo, *job), fitted))
+
+
+def _with_unit(screen: BucketScreen, unit: UnitRow | None) -> BucketScreen:
+    """The screen as the records rebuild it, with its unit's wall, GPU and compiles (the strict tier's report
+    shows them; the rows alone would say 0 s)."""
+    if unit is not None:
+        screen.stats = screen.stats.model_copy(update={"wall_s": unit.wall_s, "gpus": [unit.gpu] if unit.gpu else [],
+                                                       "compile_jobs": unit.specializations or 0})
+    return screen
 
 
 def _strict_s(buckets: int, ranks: int, costs: Costs) -> float:
