@@ -50,8 +50,11 @@ def test_sglang_gets_the_fp8_weights_scales_and_config(monkeypatch):
     quant = seen["quant"]
     assert quant["use_fp8_w8a8"] is True and quant["w1_scale"].shape == (4,) and quant["w2_scale"].shape == (4,)
     assert [float(quant[k]) * fp8.FP8_MAX for k in ("a1_scale", "a2_scale")] == pytest.approx(list(fp8.STATIC_AMAX))
+    first = (quant["a1_scale"], quant["a2_scale"])
     op_fp8.sglang_pick(hidden, w1, w2, logits, weights)
     assert seen["config"] is None  # SGLang chooses, from its fp8_w8a8 file or its default
+    # the same scale tensors every call: none made from host values inside a graph capture
+    assert seen["quant"]["a1_scale"] is first[0] and seen["quant"]["w1_scale"] is quant["w1_scale"]
     op_fp8.table_1xm16n32k64g1w4s3_64xm64n128k64g1w8s3(hidden, w1, w2, logits, weights)
     assert seen["config"] == MoeConfig.from_code("m16n32k64g1w4s3")  # 3 tokens: the nearest key, 1
 

@@ -8,8 +8,9 @@ ops, with the spec's bf16 weights quantized per expert (fp8.quantize_experts) an
 
 A server quantizes its weights once, at load; so does this op: each weight tensor's fp8 copy is kept while the
 tensor is the same object at the same version (`Tensor._version` moves with every in-place write, so new values
-in the same buffer are quantized again), and timed calls run SGLang's kernel only. The reference quantizes the
-same values the same way.
+in the same buffer are quantized again), and timed calls run SGLang's kernel only. A call inside a CUDA-graph
+capture therefore makes nothing from host values (its eager warm-up made the copies and the scales). The
+reference quantizes the same values the same way.
 """
 from __future__ import annotations
 
@@ -38,10 +39,17 @@ def quantized(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return out
 
 
+_SCALES: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+"""Device -> the static activation scales, made once: a tensor made from host values inside a CUDA-graph capture
+(the evaluator times graph replays) is a host-to-device copy the capture refuses."""
+
+
 def quant_args(w1: torch.Tensor, w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """(fp8 w1, fp8 w2, fused_experts' fp8_w8a8 arguments)."""
     (q1, s1), (q2, s2) = quantized(w1), quantized(w2)
-    a1, a2 = fp8.static_scales(w1.device)
+    if str(w1.device) not in _SCALES:
+        _SCALES[str(w1.device)] = fp8.static_scales(w1.device)
+    a1, a2 = _SCALES[str(w1.device)]
     return q1, q2, dict(use_fp8_w8a8=True, w1_scale=s1, w2_scale=s2, a1_scale=a1, a2_scale=a2)
 
 
