@@ -31,9 +31,19 @@ def test_weights_are_quantized_once_per_tensor_and_version():
     assert again is not first and torch.equal(again[1], first[1] * 2)
     other = w1.clone()  # equal values, another tensor: its own entry
     assert op_fp8.quantized(other) is not again
-    for _ in range(2 * op_fp8._KEEP):  # earlier trials' tensors are dropped, not kept forever
-        op_fp8.quantized(w1.clone())
-    assert len(op_fp8._QUANTIZED) <= op_fp8._KEEP
+    kept = [w1.clone() for _ in range(2 * op_fp8._KEEP)]
+    for w in kept:  # live tensors past the limit: the oldest go first, not the one just quantized
+        op_fp8.quantized(w)
+        assert len(op_fp8._QUANTIZED) <= op_fp8._KEEP and id(w) in op_fp8._QUANTIZED
+    w1b, w2b = _weights(seed=1)  # a call's two weights, with the cache full: both stay for its next call
+    pair = op_fp8.quantized(w1b), op_fp8.quantized(w2b)
+    assert op_fp8.quantized(w1b) is pair[0] and op_fp8.quantized(w2b) is pair[1]
+    del kept
+    import gc
+
+    gc.collect()
+    op_fp8.quantized(_weights(seed=2)[0])  # freed tensors' entries are dropped before anything live
+    assert id(w1b) in op_fp8._QUANTIZED and id(w2b) in op_fp8._QUANTIZED and len(op_fp8._QUANTIZED) <= 4
 
 
 def test_sglang_gets_the_fp8_weights_scales_and_config(monkeypatch):

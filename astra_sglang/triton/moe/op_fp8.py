@@ -23,17 +23,21 @@ from astra_sglang.triton.moe import fp8, op
 from astra_sglang.triton.moe.space import MoeConfig
 
 _QUANTIZED: dict[int, tuple] = {}
-"""id(weight) -> (a weak reference to it, its _version, (fp8 weights, scales)): at most a few entries live."""
+"""id(weight) -> (a weak reference to it, its _version, (fp8 weights, scales)), oldest use first: at most _KEEP,
+freed tensors' entries dropped first (a candidate's and a baseline's w1 and w2 fit with room)."""
 _KEEP = 8
 
 
 def quantized(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp8 weights, fp32 scale per expert) of `w`, computed once per tensor and version."""
-    held = _QUANTIZED.get(id(w))
+    held = _QUANTIZED.pop(id(w), None)
     if held is not None and held[0]() is w and held[1] == w._version:
+        _QUANTIZED[id(w)] = held  # the newest again: evicted last
         return held[2]
-    if len(_QUANTIZED) >= _KEEP:  # tensors of earlier trials: dropped, not leaked
-        _QUANTIZED.clear()
+    for key in [k for k, v in _QUANTIZED.items() if v[0]() is None]:  # tensors of earlier trials, freed
+        del _QUANTIZED[key]
+    while len(_QUANTIZED) >= _KEEP:  # the oldest first: never the other weight of the call being made
+        del _QUANTIZED[next(iter(_QUANTIZED))]
     out = fp8.quantize_experts(w)
     _QUANTIZED[id(w)] = (weakref.ref(w), w._version, out)
     return out
