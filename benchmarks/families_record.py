@@ -58,8 +58,8 @@ def verdict(timed: list[dict], checked: list[dict], per_call: list[dict], failur
     """Whether the rows of one op enable its patch, and why: every check passed, every timed shape has SGLang's
     figure, the geomean against SGLang's op is at least 1 and no shape below REGRESSION_FLOOR, no eager call costs
     more than 1 / REGRESSION_FLOOR of SGLang's (the same 5% of noise room), and compute-sanitizer's memcheck and
-    racecheck passed (`sanitized`: the op's line of OUT/sanitize.jsonl, None where it did not run). `failures`: the reasons of the op's evaluations that did not
-    finish (a timeout leaves shapes untimed)."""
+    racecheck passed (`sanitized`: the op's line of OUT/sanitize.jsonl, None where it did not run). `failures`: the
+    reasons of the op's evaluations that did not finish (a timeout leaves shapes untimed)."""
     bad = [r for r in timed + checked if r.get("correct") is False]
     if bad:
         return False, f"{len(bad)} checks failed"

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from astra_sglang.stats import t_quantile
 
 LEVEL = 0.95
+
+
 def pct(log_ratio: float) -> float:
     """A log ratio as a % change of B vs A."""
     return 100.0 * math.expm1(log_ratio)

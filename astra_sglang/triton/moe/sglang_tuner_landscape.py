@@ -6,8 +6,8 @@
   among them is that timing's noise.
 - Shared memory: our model (space.MoeConfig.smem_bytes, as space.fits reads it) against the compiler's verdicts.
   Configs the model keeps that Triton refused for shared memory cost a compile each for nothing; configs the model
-  drops that ran are good configs pruned away. Triton's refusal names the bytes it needed ("out of resource: shared memory,
-  Required: 327680, Hardware limit: 232448. ..."), so the model's byte count is checked against it too.
+  drops that ran are good configs pruned away. Triton's refusal names the bytes it needed ("out of resource: shared
+  memory, Required: 327680, Hardware limit: 232448. ..."), so the model's byte count is checked against it too.
 """
 from __future__ import annotations
 
@@ -47,10 +47,10 @@ class Landscape(BaseModel):
     """Label ("pick", "ours") -> where its config lies."""
 
 
-def place(batch: TunerBatch, code: str) -> Place:
+def place(batch: TunerBatch, code: str, best: float) -> Place:
+    """Where `code` lies among the configs the loop timed (`best`: their fastest time)."""
     if code in batch.landscape:
         us = batch.landscape[code]
-        best = min(batch.landscape.values())
         return Place(code=code, rank=1 + sum(v < us for v in batch.landscape.values()), ratio=us / best)
     return Place(code=code, failed=batch.failed.get(code, ""))
 
@@ -63,7 +63,7 @@ def landscape_of(batch: TunerBatch, codes: dict[str, str]) -> Landscape | None:
     best = min(times)
     return Landscape(timed=len(times), best_us=best, within_1=sum(v <= best * 1.01 for v in times),
                      within_3=sum(v <= best * 1.03 for v in times),
-                     places={label: place(batch, code) for label, code in codes.items()})
+                     places={label: place(batch, code, best) for label, code in codes.items()})
 
 
 class SmemCheck(BaseModel):
