@@ -15,7 +15,9 @@
 #            dummy weights), decoded one request at a time (CONC=1: batch 1, where our tiers tuned it). A: SGLang
 #            as shipped (no H200 file for E=64,N=1408: its default config); B: the file our two tiers wrote on an
 #            H200 (benchmarks/results/2026-11-27-h200/moe-bar/ours-deepseek-v2-lite-1: batch 1 tuned, 1.104x the
-#            default by the strict evaluator, SGLang's picks at every other key). On an H200 only. Its own client:
+#            default by the strict evaluator, SGLang's picks at every other key). A is what SGLang serves untuned;
+#            a user who ran SGLang's own tuner would serve its best, which ours beats by only 1.052x at batch 1
+#            (moe-bar page): that stronger A is not built yet. On an H200 only. Its own client:
 #            DSV2_PROMPTS (96) prompts of 128 in / 256 out at concurrency 1 (24,576 tokens: a window of 12 s or
 #            more at a step of 0.5 ms or more, unmeasured at batch 1).
 # Both use the A/A's client and rounds (ab_common.sh: PROMPTS=1024, 128 in / 256 out, 32 concurrent, fixed
