@@ -134,3 +134,16 @@ def test_two_bars_at_once_get_their_own_gpus_presets_and_triton_caches(tmp_path)
 def test_two_jobs_on_the_same_gpus_are_refused(tmp_path, pair, gpus):
     done = run(tmp_path, JOBS=f"{pair[0]} {pair[1]}")
     assert done.returncode == 2 and f"both {pair[0]} and {pair[1]}, and both run on GPUs {gpus}" in done.stdout
+
+
+def test_on_a_two_gpu_host_the_two_bars_take_a_gpu_each(tmp_path):
+    done = run(tmp_path, JOBS="bar01 bar", BAR01_GPUS="0", BAR_GPUS="1", PRESET="qwen3-30b-a3b",
+               BAR01_PRESET="deepseek-v2-lite")
+    assert done.returncode == 0, done.stdout + done.stderr
+    bar, bar01 = seen(tmp_path / "out" / "bar.tgz", "bar"), seen(tmp_path / "out" / "bar01.tgz", "bar01")
+    assert (bar["CUDA_VISIBLE_DEVICES"], bar01["CUDA_VISIBLE_DEVICES"]) == ("1", "0")
+
+
+def test_two_bars_sharing_a_gpu_are_refused(tmp_path):
+    done = run(tmp_path, JOBS="bar01 bar", BAR01_GPUS="0,1", BAR_GPUS="1")
+    assert done.returncode == 2 and "share GPU 1" in done.stdout

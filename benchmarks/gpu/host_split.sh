@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's GPU jobs side by side on one 4-GPU host, in one command of at most ~9.5 minutes:
+# The project's GPU jobs side by side on one 4-GPU host (or two bars on a 2-GPU host: BAR01_GPUS=0 BAR_GPUS=1), in one
+# command of at most ~9.5 minutes:
 #   ab       benchmarks/gpu/ab_design.sh on GPUs 0,1 (its --gpus 0,1): the serving controls, one GPU per arm
 #   abruns   benchmarks/gpu/ab_runs.sh on GPUs 2,3 (its GPUS=2,3, its own port range): the serving A/Bs
 #            beside the A/A, read against it (not with tiers or onboard: they take GPUs 2,3)
@@ -32,6 +33,9 @@
 #            own variables passed through as they are (PRESET, BATCH_SIZES, MODE, TUNER_SHARE, WARM_SHARE, ...)
 #   bar01:   BAR01_PRESET, BAR01_BATCH_SIZES, BAR01_MODE, BAR01_TUNER_FROM in place of bar's (the rest shared);
 #            its own Triton caches (WORK, BAR_WORK) so that the two bars' compiles do not meet
+#   BAR_GPUS (2,3), BAR01_GPUS (0,1): the GPUs each bar sees; on a 2-GPU host BAR01_GPUS=0 BAR_GPUS=1 runs two
+#            shapes at once, a GPU each (below 64 cores nothing is pinned: each bar's tiers take their GPU share of
+#            the cores, moe_tiers.sh)
 #   AB_SCRIPT, ABRUNS_SCRIPT (both abruns jobs), TIERS_SCRIPT, ONBOARD_SCRIPT, BAR_SCRIPT: the scripts run (their CPU test swaps in stand-ins)
 # Writes OUTDIR/<job>.tgz (the job's whole folder) and OUTDIR/<job>.console; prints each job's exit code and tail.
 set -u
@@ -65,6 +69,11 @@ for pair in "abruns tiers 2,3" "abruns onboard 2,3" "bar abruns 2,3" "bar tiers 
     echo "host_split.sh: JOBS has both $1 and $2, and both run on GPUs $3: choose one"; exit 2
   fi
 done
+overlap=$(comm -12 <(tr , '\n' <<< "${BAR_GPUS:-2,3}" | sort) <(tr , '\n' <<< "${BAR01_GPUS:-0,1}" | sort) | paste -sd,)
+if has bar && has bar01 && [ -n "$overlap" ]; then
+  echo "host_split.sh: bar (BAR_GPUS ${BAR_GPUS:-2,3}) and bar01 (BAR01_GPUS ${BAR01_GPUS:-0,1}) share GPU $overlap"
+  exit 2
+fi
 set_up_first() {  # set_up_first NAME PID: the job's set-up alone first (see above)
   for _ in $(seq 1 150); do
     grep -q "model ready" "$WORKDIR/$1/console.txt" 2>/dev/null && break
@@ -126,7 +135,7 @@ if has onboard; then
 fi
 bar_cores=16-63
 if has bar01; then
-  bar01_env=("CUDA_VISIBLE_DEVICES=0,1" "DEADLINE=${BAR_DEADLINE:-440}" "WORK=/tmp/moe-tiers-work01"
+  bar01_env=("CUDA_VISIBLE_DEVICES=${BAR01_GPUS:-0,1}" "DEADLINE=${BAR_DEADLINE:-440}" "WORK=/tmp/moe-tiers-work01"
              "BAR_WORK=/tmp/moe-bar-work01")
   for v in PRESET BATCH_SIZES MODE TUNER_FROM; do
     own=BAR01_$v
@@ -138,7 +147,7 @@ if has bar01; then
   sleep "${STAGGER:-20}"  # its set-up (this checkout installed) before the next one's
 fi
 if has bar; then
-  job bar "$bar_cores" "CUDA_VISIBLE_DEVICES=2,3" "DEADLINE=${BAR_DEADLINE:-440}" -- \
+  job bar "$bar_cores" "CUDA_VISIBLE_DEVICES=${BAR_GPUS:-2,3}" "DEADLINE=${BAR_DEADLINE:-440}" -- \
     bash "${BAR_SCRIPT:-benchmarks/gpu/moe_sglang_bar.sh}" "$WORKDIR/bar" &
   pids+=($!)
 fi
