@@ -4,6 +4,7 @@ written file; the screen cache on a second run; finalists only where a config sc
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +87,31 @@ def test_finalists_are_configs_as_fast_as_the_pick_fastest_first():
     assert finalists(screen, "pick", 5) == ["a", "e", "b"]  # b within 1% of the pick; c is not
     assert finalists(screen, "pick", 2) == ["a", "e"]
     assert finalists(_screen({"pick": None, "a": 120.0, "b": 110.0}), "pick", 1) == ["b"]  # no bar: the fastest
+
+
+def test_with_a_family_each_familys_fastest_comes_first_then_the_rest_by_rank():
+    screen = _screen({"pick": 100.0, "a1": 90.0, "a2": 90.1, "a3": 90.2, "b1": 95.0, "c1": 99.0, "b2": 96.0})
+    family = lambda code: code[0]  # noqa: E731
+    assert finalists(screen, "pick", 2, family=family) == ["a1", "b1"]
+    assert finalists(screen, "pick", 4, family=family) == ["a1", "b1", "c1", "a2"]
+    assert finalists(screen, "pick", 9, family=family) == ["a1", "b1", "c1", "a2", "a3", "b2"]
+    assert finalists(screen, "pick", 2) == ["a1", "a2"]  # no family: rank only
+
+
+def test_moe_finalists_are_one_per_tile_on_the_h200_qwen3_batch_64_screen():
+    """The committed screen where the top five were one tile's variants: with a finalist per tile, SGLang tuner's
+    best (m16n128k128g1w8s2, sixth) goes to the strict tier second."""
+    from astra_sglang.optimize.tuner.moe_two_tier import tile
+
+    path = (Path(__file__).parents[2] / "benchmarks/results/2026-11-27-h200/moe-bar/ours-qwen3-30b-a3b-64/tiers/screen"
+            / "qwen3-30b-a3b@64.jsonl")
+    rows = [Screened.model_validate_json(line) for line in path.read_text().splitlines()]
+    screen = BucketScreen(results=rows, stats=ScreenStats.of(64, [r.config for r in rows], rows, gpus=["1"],
+                                                             wall_s=1.0))
+    pick = "m16n256k128g1w8s2"
+    assert finalists(screen, pick, 2) == ["m16n64k128g1w4s3", "m16n64k128g16w4s3"]
+    assert finalists(screen, pick, 2, family=tile) == ["m16n64k128g1w4s3", "m16n128k128g1w8s2"]
+    assert tile("m16n64k128g1w4s3+splitk:su2sd1") == (16, 64, 128)
 
 
 def test_a_screen_from_records_keeps_the_orders_configs_and_ranks_those_that_screened():

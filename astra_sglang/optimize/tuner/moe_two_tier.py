@@ -113,16 +113,22 @@ def screen_moe(shape: MoeShape, picks: dict[int, MoeConfig], gpu: str, triton: s
     return finalists_by_bucket(screens, {t: p.code() for t, p in picks.items()}, options.finalists, knob, echo), screens
 
 
+def tile(code: str) -> tuple[int, int, int]:
+    """A screened config's tile (BLOCK_SIZE_M/N/K): the family its finalists are drawn one per."""
+    config = MoeConfig.from_code(code.partition("+")[0])  # a knob's variant: the config it varies
+    return config.block_m, config.block_n, config.block_k
+
+
 def finalists_by_bucket(screens: dict[int, BucketScreen], picks: dict[int, str], count: int,
                         knob: KernelSourceProvider | None = None, echo=print,
                         knob_screens: dict[int, BucketScreen] | None = None, knob_count: int = 0
                         ) -> dict[int, list[MoeConfig | Variant]]:
-    """Each batch size's finalists for the strict tier: up to `count` that screened as fast as SGLang's pick
-    (`finalists`), then, from a knob's own screening of its variants (`knob_screens`), its `knob_count` fastest
+    """Each batch size's finalists for the strict tier: up to `count` that screened as fast as SGLang's pick, the
+    fastest of each tile first (`finalists`), then, from a knob's own screening of its variants (`knob_screens`), its `knob_count` fastest
     whatever their time (the knob's figure against the best plain config is the strict tier's to give)."""
     out: dict[int, list[MoeConfig | Variant]] = {}
     for t, s in screens.items():
-        codes = finalists(s, picks[t], count)
+        codes = finalists(s, picks[t], count, family=tile)
         extra = [r.config for r in (knob_screens or {})[t].ranked()[:knob_count]] if t in (knob_screens or {}) else []
         codes += [c for c in extra if c not in codes]
         out[t] = [Variant.from_screen_code(c) if knob else MoeConfig.from_code(c) for c in codes

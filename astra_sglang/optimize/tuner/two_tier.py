@@ -51,12 +51,20 @@ class BucketScreen:
         return next((r.us for r in self.results if r.config == pick and r.ok), None)
 
 
-def finalists(screen: BucketScreen, pick: str, count: int, slack: float = FINALIST_SLACK) -> list[str]:
+def finalists(screen: BucketScreen, pick: str, count: int, slack: float = FINALIST_SLACK,
+              family: Callable[[str], Hashable] | None = None) -> list[str]:
     """Up to `count` configs that screened as fast as the pick (or the fastest, where the pick did not screen),
-    fastest first."""
+    fastest first. With `family` (a config's tile, say), the fastest of each family come first: the screening's
+    top can be one tile's variants a fraction of a percent apart (Qwen3-30B-A3B @64 on an H200, 2026-11-27: its five
+    fastest were m16n64k128 variants, SGLang tuner's best tile sixth; moe-bar page), and the strict tier, timing as
+    the server runs (L2 cold), may rank the tiles otherwise."""
     bar = screen.pick_us(pick)
-    out = [r.config for r in screen.ranked() if r.config != pick and (bar is None or r.us <= bar * slack)]
-    return out[:count]
+    fast = [r.config for r in screen.ranked() if r.config != pick and (bar is None or r.us <= bar * slack)]
+    if family is not None:
+        seen: set = set()
+        heads = [c for c in fast if not (family(c) in seen or seen.add(family(c)))]  # each family's fastest
+        fast = heads + [c for c in fast if c not in heads]
+    return fast[:count]
 
 
 def screen_buckets(screener: Screener, orders: dict[Hashable, list[str]], picks: dict[Hashable, str],
