@@ -122,22 +122,38 @@ def _periods(rows: list[dict]) -> list[PeriodSummary]:
 
 
 def parity_summary(out: Path, control: bool, aa_dir: Path | None) -> ParitySummary | None:
-    """B's logprobs against A's, judged against another run's A/A (aa_dir), else this run's A across its starts,
-    else the tolerance alone (a control: B against A is itself the A/A)."""
+    """B's logprobs against A's, judged against another run's A/A (aa_dir) of the same model, else this run's A
+    across its starts, else the tolerance alone (a control: B against A is itself the A/A). An A/A of another model
+    (or load format) says nothing of this one's logprobs: it is passed over, and the reference says so."""
     ab, own = parity.pairs_of(parity.read_probes(out / runner.PROBES))
     if not ab:
         return None
-    reference, aa = "the tolerance alone", None
+    reference, aa, other_model = "the tolerance alone", None, ""
     if aa_dir is not None:
-        other, _ = parity.pairs_of(parity.read_probes(aa_dir / runner.PROBES))
+        other_model = _other_model(out, aa_dir)
+        other, _ = parity.pairs_of(parity.read_probes(aa_dir / runner.PROBES)) if not other_model else ([], [])
         if other:
             reference, aa = f"the A/A of {aa_dir}", parity.compare(other)
-    elif own and not control:
+    if aa is None and own and not control:
         reference, aa = "A against itself across its starts", parity.compare(own)
+    if other_model:
+        reference += f" (the A/A of {aa_dir} is of {other_model}: not this model's reference)"
     diff = parity.compare(ab)
     verdict = parity.judge(diff, aa)
     return ParitySummary(ok=verdict.ok, lines=verdict.lines, max_abs=diff.max_abs, bias_t=min(diff.bias_t, 1e9),
                          reference=reference)
+
+
+def _other_model(out: Path, aa_dir: Path) -> str:
+    """'' where the A/A in aa_dir served this run's model (path and load format), else what it served."""
+    try:
+        mine = runner.RunPlan.model_validate_json((out / runner.PLAN).read_text())
+        theirs = runner.RunPlan.model_validate_json((aa_dir / runner.PLAN).read_text())
+    except (OSError, ValueError):
+        return ""  # a plan missing: nothing to tell them apart by
+    if (mine.model_path, mine.load_format) == (theirs.model_path, theirs.load_format):
+        return ""
+    return f"{theirs.model_path}" + (f" ({theirs.load_format})" if theirs.load_format else "")
 
 
 def summarize(out: Path, aa_dir: Path | None = None, min_window_s: float = window.MIN_WINDOW_S) -> RunSummary:

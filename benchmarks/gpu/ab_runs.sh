@@ -22,8 +22,8 @@
 #            more at a step of 0.5 ms or more, unmeasured at batch 1).
 # Both use the A/A's client and rounds (ab_common.sh: PROMPTS=1024, 128 in / 256 out, 32 concurrent, fixed
 # lengths, seed 1; ROUNDS=3 after a full warm-up round; one long-lived client per arm), so the A/A's interval there
-# is the floor to read them against; AA=<the A/A's run folder> makes it their parity reference (else each A/B's
-# own A across its starts).
+# is the floor to read them against; AA=<the A/A's run folder> makes it the parity reference of the stage whose model
+# it served (dense); a stage of another model takes its own A across its starts, and its report says why.
 # Time: a period as ab_design.sh's (measured there on 4x H200, 2026-11-27: 147-195 s with both starts at once, 331 s
 # as a fresh machine's first), so a call runs 1 period on a fresh machine and 2 on a warm one; 5 periods (3 df) take
 # three calls going on from each other (RUNS=). host_split.sh runs two stages at once (JOBS="abruns01 abruns": dense

@@ -245,3 +245,18 @@ def test_no_stagger_starts_the_first_period_at_once(tmp_path, fake):
     events, _ = fake
     runner.run(_plan(periods=1, rounds=0), tmp_path, _launch, stagger_first=False)
     assert events[:3] == ["start A1 gpu=0", "start B1 gpu=1", "healthy A1"]
+
+
+@pytest.mark.parametrize("aa_model, reference", [
+    ("m", "the A/A of {aa}"),
+    ("another-model", "A against itself across its starts (the A/A of {aa} is of another-model: not this model's "
+                      "reference)")])
+def test_an_aa_of_another_model_is_no_parity_reference(tmp_path, fake, aa_model, reference):
+    """The A/A's logprob differences bound B's only for the model it served; for another model the run's own A
+    across its starts is the reference, and the summary says why."""
+    aa, ab = tmp_path / "aa", tmp_path / "ab"
+    runner.run(runner.load_or_write_plan(aa, _plan(periods=2, control=True).model_copy(
+        update={"model_path": aa_model})), aa, _launch)
+    runner.run(runner.load_or_write_plan(ab, _plan(periods=2)), ab, _launch)
+    s = summary.parity_summary(ab, control=False, aa_dir=aa)
+    assert s is not None and s.ok and s.reference == reference.format(aa=aa)
