@@ -124,8 +124,9 @@ def finalists_by_bucket(screens: dict[int, BucketScreen], picks: dict[int, str],
                         knob_screens: dict[int, BucketScreen] | None = None, knob_count: int = 0
                         ) -> dict[int, list[MoeConfig | Variant]]:
     """Each batch size's finalists for the strict tier: up to `count` that screened as fast as SGLang's pick, the
-    fastest of each tile first (`finalists`), then, from a knob's own screening of its variants (`knob_screens`), its `knob_count` fastest
-    whatever their time (the knob's figure against the best plain config is the strict tier's to give)."""
+    fastest of each tile first (`finalists`), then, from a knob's own screening of its variants (`knob_screens`),
+    its `knob_count` fastest whatever their time (the knob's figure against the best plain config is the strict
+    tier's to give)."""
     out: dict[int, list[MoeConfig | Variant]] = {}
     for t, s in screens.items():
         codes = finalists(s, picks[t], count, family=tile)
