@@ -75,8 +75,8 @@ def parse(argv=None) -> argparse.Namespace:
                    "fewer where GPU memory is short)")
     p.add_argument("--warm-share", type=float, default=0.5, help="exhaustive: of the tuner's time after the cold "
                    "sample, at most this for the warm phase")
-    p.add_argument("--cold-sample", type=int, default=8, help="exhaustive: configs per batch size timed on a cold "
-                   "cache for its users' wall (0: none)")
+    p.add_argument("--cold-sample", type=int, default=8, help="exhaustive: configs drawn per batch size and GPU, timed "
+                   "on a cold cache for its users' wall (every GPU samples; 0: none)")
     p.add_argument("--cold-seconds", type=float, default=60.0, help="exhaustive: at most this for the cold sample, "
                    "its processes' start included (of 30 s in the 2026-11-27 H200 bar, 1-4 configs were sampled)")
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "moe-bar-work",

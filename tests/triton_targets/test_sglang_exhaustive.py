@@ -70,6 +70,23 @@ def test_every_config_is_warmed_once_per_batch_size_then_timed_whole_on_the_same
                                                  run.batches[1].estimate()[0]))
 
 
+def test_with_fewer_batch_sizes_than_gpus_every_gpu_samples_cold_configs(tmp_path, monkeypatch):
+    """One batch size on two GPUs: both draw a cold sample (their own seeds, their own empty caches), and the
+    estimate gets both children's configs, the one-time costs of the second child's first config dropped."""
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("STANDIN_CALLS", str(log))
+    script = TunerScript.open(tuner_folder(tmp_path, sleep=0.01))
+    run = run_exhaustive(script, SHAPE, [64], ["0", "1"], tmp_path / "work", seconds=120, warm_procs=1,
+                         cold_sample=4, cold_seconds=60, cache_root=tmp_path / "caches")
+    cold = [c for c in calls(log) if "triton-cold-" in c["cache"]]
+    by_child = {name: [key(c["config"]) for c in cold if c["log"].startswith(name)] for name in ("cold-gpu0",
+                                                                                                  "cold-gpu1")}
+    assert [len(v) for v in by_child.values()] == [4, 4] and by_child["cold-gpu0"] != by_child["cold-gpu1"]
+    assert len({c["cache"] for c in cold}) == 2
+    (batch,) = run.batches
+    assert len(batch.cold_costs) == 4 + 3 and batch.estimate() is not None
+
+
 def test_a_deadline_cuts_the_timing_loop_and_says_how_far_it_got(tmp_path):
     # 2 s a config: the whole loop (36 s) cannot fit, while a timing child that takes ~10 s to start on a loaded
     # 2-core machine still reaches some configs (at 0.4 s a config and 14 s in all it reached none there)

@@ -1,9 +1,10 @@
 """SGLang's fused MoE tuner over its whole space inside one GPU command, its exact answer: compiling is done apart
 from timing, both by the script's own code (sglang_tuner_child), on one fresh Triton cache shared by every process.
 
-1. cold sample (optional): a bounded run of its loop over a few configs drawn at random per batch size, each GPU's
-   child on its own empty cache, nothing else running: the per-config cost its users pay, from which their full
-   sweep's wall is estimated (TunerBatch.estimate, TunerRun.users_wall). Not part of this run's own wall.
+1. cold sample (optional): its loop over a few configs drawn at random per batch size, a child per GPU on its own
+   empty cache, nothing else running: the per-config cost its users pay, from which their full sweep's wall is
+   estimated (TunerBatch.estimate, TunerRun.users_wall). Every GPU samples: with fewer batch sizes than GPUs the
+   spare ones draw more configs of the same batch sizes. Not part of this run's own wall.
 2. warm: `warm_procs` children per GPU, each running the script's worker's `tune` over its shard of the space
    (every `count`-th config) at every batch size, timings discarded: Triton compiles on every core into the shared
    cache, exactly the kernels (specializations included: num_tokens changes two int arguments) the timing phase
@@ -26,7 +27,7 @@ from astra_sglang.triton.cost import expert_elements
 from astra_sglang.triton.moe.sglang_tuner import TunerScript, model_dir
 from astra_sglang.triton.moe.sglang_tuner_child import WarmShard
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch, TunerRun
-from astra_sglang.triton.moe.sglang_tuner_run import collect, request_for, run_bounded, share, spawn
+from astra_sglang.triton.moe.sglang_tuner_run import collect, request_for, share, spawn
 from astra_sglang.triton.moe.shapes import MoeShape
 
 FP16_BYTES = 2
@@ -69,6 +70,32 @@ def warm(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list[str
     return collect(children, "warm phase", WarmShard)
 
 
+def sample_cold(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list[str], work: Path, model: Path,
+                count: int, seed: int, seconds: float, cache_root: Path) -> tuple[dict[int, list[float]], float]:
+    """(batch size -> per-config costs, wall) of the script's loop over `count` configs drawn at random per batch
+    size and child, a child per GPU on its own cold cache, all stopped `seconds` from now. The batch sizes are dealt
+    round-robin; a GPU left without one (fewer batch sizes than GPUs) draws another sample of one (its own seed), so
+    that every GPU samples. A child's first config also carries its process's one-time costs, which the users'
+    estimate counts once (TunerBatch.estimate): the first child's is kept first, the others' are dropped."""
+    work.mkdir(parents=True, exist_ok=True)
+    slots = [(gpus[i % len(gpus)], tokens[i % len(tokens)], i // len(tokens))
+             for i in range(max(len(gpus), len(tokens)))]
+    deadline, started, children = time.time() + seconds, time.perf_counter(), []
+    for gpu in dict.fromkeys(g for g, _, _ in slots):
+        mine = [t for g, t, _ in slots if g == gpu]
+        draw = next(d for g, _, d in slots if g == gpu)  # a GPU's slots share a draw (more only past the sizes)
+        out = work / f"cold-gpu{gpu}.jsonl"
+        request = request_for(shape, script, model, tokens=mine, ranked={t: [] for t in mine}, sample=count,
+                              seed=seed + 7919 * draw, deadline=deadline, out=str(out),
+                              compare={t: {} for t in mine}, rounds=0)
+        cache = Path(tempfile.mkdtemp(prefix="triton-cold-", dir=cache_root))  # a cold cache: compiles counted
+        children.append((gpu, out, *spawn(request, f"cold-gpu{gpu}", gpu, cache, work)))
+    cold: dict[int, list[float]] = {}
+    for batch in collect(children, "cold sample"):  # in the children's order: the first child's first
+        cold[batch.tokens] = cold[batch.tokens] + batch.costs[1:] if batch.tokens in cold else list(batch.costs)
+    return cold, time.perf_counter() - started
+
+
 def run_exhaustive(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list[str], work: Path,
                    seconds: float, warm_procs: int, warm_share: float = 0.5, cold_sample: int = 8,
                    cold_seconds: float = 30.0, seed: int = 0, compare: dict[int, dict[str, dict]] | None = None,
@@ -81,11 +108,8 @@ def run_exhaustive(script: TunerScript, shape: MoeShape, tokens: list[int], gpus
     cache_root = cache_root or work
     cache_root.mkdir(parents=True, exist_ok=True)
     model, end = model_dir(shape, work), time.time() + seconds
-    cold, cold_s = {}, 0.0
-    if cold_sample:
-        run = run_bounded(script, shape, tokens, gpus, work / "cold", {}, cold_sample, seed, cold_seconds, rounds=0,
-                          cache_root=cache_root)
-        cold, cold_s = {b.tokens: b.costs for b in run.batches}, run.wall_s
+    cold, cold_s = sample_cold(script, shape, tokens, gpus, work / "cold", model, cold_sample, seed, cold_seconds,
+                               cache_root) if cold_sample else ({}, 0.0)
     cache = Path(tempfile.mkdtemp(prefix="triton-warm-", dir=cache_root))  # one fresh cache, every process of the host
     begin = time.time()
     shards = warm(script, shape, tokens, gpus, work, model, cache, warm_procs, begin + warm_share * (end - begin))
