@@ -11,8 +11,9 @@
 # SGLang's release tag (v0.5.17), never committed.
 # MODE=exhaustive: SGLang's tuner's exact answer over its whole space instead of a bounded sample: a cold sample of
 # COLD_SAMPLE configs per batch size and GPU (its users' wall, estimated; every GPU samples), then WARM_PROCS
-# processes per GPU running its own tune loop over shards of its space into one fresh Triton cache (timings discarded), then its tune loop over
-# the whole space, a process per GPU, on that cache; a deadline cut is reported with how far its loop got.
+# processes per GPU running its own tune loop over shards of its space into one fresh Triton cache (timings
+# discarded), then its tune loop over the whole space, a process per GPU, on that cache; a deadline cut is reported
+# with how far its loop got.
 # Usage (GPU machine, repo root): bash benchmarks/gpu/moe_sglang_bar.sh [OUTDIR]
 # env: PRESET (mixtral-8x7b-tp2 | qwen3-30b-a3b | deepseek-v2-lite | mixtral-8x7b-tp2-fp8), BATCH_SIZES (1,4,16,64),
 #      SAMPLE (24), SEED (0), DEADLINE (400 s for the python part), TUNER_SHARE (0.45 of it for SGLang's tuner; pass
