@@ -4,8 +4,8 @@
 # space drawn at random, a process per GPU, Ray served in-process), then the strict evaluator on every GPU: the
 # tuner's best against SGLang's pick, split-K on the tuner's best config against it (then the winners again), ours
 # (OURS, a config file in SGLang's format) against it; and in the tuner's own process, after its loop, SGLang's pick,
-# its best and ours timed by its script's benchmark_config (every dtype: the only figures of an fp8_w8a8 shape, which
-# the strict evaluator does not take). RANKED and OURS from a tiers run: benchmarks/moe_tiers_export.py.
+# its best and ours timed by its script's benchmark_config (every dtype; an fp8_w8a8 shape is judged by the strict
+# evaluator's fused_moe_fp8 spec, without split-K). RANKED and OURS from a tiers run: benchmarks/moe_tiers_export.py.
 # Needs, carried: .stage/ (the SGLang runtime kit, see setup.sh) and TUNER_DIR (default .bar/fused_moe_triton):
 # tuning_fused_moe_triton.py and common_utils.py of SGLang's benchmark/kernels/fused_moe_triton/ at the installed
 # SGLang's release tag (v0.5.17), never committed.
@@ -16,8 +16,8 @@
 # with how far its loop got.
 # Usage (GPU machine, repo root): bash benchmarks/gpu/moe_sglang_bar.sh [OUTDIR]
 # env: PRESET (mixtral-8x7b-tp2 | qwen3-30b-a3b | deepseek-v2-lite | mixtral-8x7b-tp2-fp8), BATCH_SIZES (1,4,16,64),
-#      SAMPLE (24), SEED (0), DEADLINE (400 s for the python part), TUNER_SHARE (0.45 of it for SGLang's tuner; pass
-#      0.9 for an fp8 shape, which has no strict stage after it; exhaustive: 0.8 by default), GPUS (every visible),
+#      SAMPLE (24), SEED (0), DEADLINE (400 s for the python part), TUNER_SHARE (0.45 of it for SGLang's tuner;
+#      exhaustive: 0.8 by default), GPUS (every visible),
 #      RANKED (JSON {batch: [codes]}), OURS, MODE (bounded | full | exhaustive; FULL=1 is MODE=full), WARM_PROCS (cores / GPUs),
 #      WARM_SHARE (0.5), COLD_SAMPLE (8), COLD_SECONDS (60), TUNER_FROM (earlier runs' OUTs, space-separated: SGLang's
 #      tuner not run again, its best per batch size taken from them; same GPU and shape, e.g. the committed
