@@ -28,7 +28,7 @@ from provenance import commit
 
 from astra_sglang.errors import AstraError
 from astra_sglang.optimize.tuner.moe_costs import Costs
-from astra_sglang.optimize.tuner.moe_tiers import TiersSetup, plan_tiers, run_tiers, shape_plans
+from astra_sglang.optimize.tuner.moe_tiers import PlanRefused, TiersSetup, plan_tiers, run_tiers, shape_plans
 from astra_sglang.optimize.tuner.moe_tiers_records import Records
 from astra_sglang.optimize.tuner.moe_tiers_report import bucket_lines, render
 from astra_sglang.triton.moe import configs as moe_configs
@@ -51,7 +51,7 @@ def setup_of(args) -> tuple[TiersSetup, object]:
     common = dict(shapes=shapes, core=_sizes(args.buckets), extra=_sizes(args.extra), deadline_s=args.deadline,
                   out=Path(args.out), triton_cache=Path(args.work) / "triton-cache", picks_at=picks_at,
                   resume=Path(args.resume) if args.resume else None, cores=args.cores, finalists=args.finalists,
-                  knob=args.knob, knob_finalists=args.knob_finalists)
+                  knob=args.knob, knob_finalists=args.knob_finalists, require=args.require)
     from astra_sglang.optimize.pool.devices import visible_gpus
 
     if args.simulate:
@@ -106,6 +106,8 @@ def main() -> int:
     p.add_argument("--knob", default="splitk", help="source knob screened beside the configs ('' for none)")
     p.add_argument("--knob-finalists", type=int, default=1, help="the knob's variants per batch size (strict tier)")
     add_simulate_args(p, compile_s=0.002, call_s=0.0005)
+    p.add_argument("--require", action="store_true", help="refuse to start (exit 3, before any worker) where the "
+                   "plan defers a --buckets batch size; the error names the deadline that fits")
     p.add_argument("--table", action="store_true", help="only write tiers.md from OUT's records (a cut run's)")
     p.add_argument("--plan-only", metavar="GPU_NAME", help="only print the plan a call would make on GPUs of this "
                    "name (e.g. 'NVIDIA H200'; --gpus and --cores as that call's)")
@@ -135,7 +137,7 @@ def main() -> int:
             deferred = {u.name for u in plan.deferred}
     except AstraError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 3 if isinstance(exc, PlanRefused) else 1
     lines = bucket_lines(plans, Records(out), sorted(set(setup.core) | set(setup.extra)), deferred, setup.facts.gpu)
     header = (f"{dt.date.today().isoformat()}, commit {commit()}, {setup.facts.gpu} x{len(setup.gpus)} (GPUs "
               f"{','.join(setup.gpus)}){', simulated GPUs' if args.simulate else ''}: `python3 {' '.join(sys.argv)}`")

@@ -10,6 +10,9 @@
 #   PRESET=qwen3-30b-a3b BATCH_SIZES=1,64 bash benchmarks/gpu/moe_ours_vs_bar.sh OUTDIR
 # host_split.sh runs it as its bar job (GPUs 2,3): BAR_SCRIPT=benchmarks/gpu/moe_ours_vs_bar.sh BAR_DEADLINE=280
 # (BAR_DEADLINE becomes this script's DEADLINE: the bar's python part, after the tiers' TIERS_S).
+# A TIERS_S too short for every batch size is refused at once (exit 3, before any worker or the bar: the line names
+# the TIERS_S that fits); check a call ahead on the CPU with moe_tiers_bench.py --plan-only GPU_NAME --require and
+# the call's --gpus, --cores, --deadline, --shapes, --buckets.
 # env: PRESET, BATCH_SIZES (1,64), TIERS_S (our tiers' deadline, 200 s), DEADLINE (the bar's python part, 280 s),
 #      KNOB (the tiers' source knob: splitk; empty: none), TIERS_SCRIPT, BAR_RUNNER (not BAR_SCRIPT: host_split.sh
 #      names this script by that), SETUP (their CPU test swaps in stand-ins); the bar's own variables
@@ -29,11 +32,15 @@ T0=$(date +%s)
 source "${SETUP:-benchmarks/gpu/setup.sh}" > "$OUTDIR/env.txt" 2>&1
 
 # EXTRA = the same batch sizes: nothing beyond them is planned
-SHAPES="$PRESET" BUCKETS="$BATCH_SIZES" EXTRA="$BATCH_SIZES" KNOB="${KNOB-splitk}" DEADLINE="${TIERS_S:-200}" \
+# REQUIRE: a plan that would leave a batch size of the comparison unjudged is refused before any worker starts
+SHAPES="$PRESET" BUCKETS="$BATCH_SIZES" EXTRA="$BATCH_SIZES" KNOB="${KNOB-splitk}" DEADLINE="${TIERS_S:-200}" REQUIRE=1 \
   bash "${TIERS_SCRIPT:-benchmarks/gpu/moe_tiers.sh}" "$OUTDIR/tiers" > "$OUTDIR/tiers.console" 2>&1
 tiers_rc=$?
 ours_s=$(( $(date +%s) - T0 ))
 echo "our two tiers: exit code $tiers_rc after $ours_s s"; tail -25 "$OUTDIR/tiers.console"
+if [ $tiers_rc -eq 3 ]; then  # nothing of ours to compare: the bar is not run either
+  echo "refused: $(grep -m1 '^error: ' "$OUTDIR/tiers/bench.log" | cut -c8-) (TIERS_S)"; exit 3
+fi
 
 bar_env=()
 if python3 benchmarks/moe_tiers_export.py "$OUTDIR/tiers" "$PRESET" "$OUTDIR/ours"; then

@@ -14,7 +14,8 @@
 #      deadline, those farthest from their floor first), KNOB (splitk; empty:
 #      none), FINALISTS (2), KNOB_FINALISTS (1), CORES (compile processes; default: the cores this process is
 #      pinned to, else this GPU share of the CPU cores, less one per GPU), RUNS (an earlier OUTDIR to continue),
-#      WORK (Triton cache, /tmp/moe-tiers-work, kept), SIMULATE=1 (no GPU: the cost model's times)
+#      WORK (Triton cache, /tmp/moe-tiers-work, kept), SIMULATE=1 (no GPU: the cost model's times), REQUIRE=1
+#      (refuse to start, exit code 3, where the plan defers a BUCKETS batch size: the error names the deadline that fits)
 # OUTDIR (default $OUT, else /tmp/moe-tiers) gets env.txt, bench.log, tiers.md, plan.json, units.jsonl,
 # verdicts.jsonl, specializations.jsonl, screen/, strict/.
 set -u
@@ -46,6 +47,7 @@ ARGS=(--out "$OUTDIR" --work "$WORK" --deadline "$DEADLINE" --shapes "${SHAPES:-
       --knob-finalists "${KNOB_FINALISTS:-1}" --cores "$CORES")
 [ -n "${RUNS:-}" ] && ARGS+=(--resume "$RUNS")
 [ -n "${SIMULATE:-}" ] && ARGS+=(--simulate)
+[ -n "${REQUIRE:-}" ] && ARGS+=(--require)  # exit 3 before any worker where the plan defers a BUCKETS batch size
 # Its own process group, so a cut run leaves no screening worker or compile process behind.
 setsid timeout --kill-after=15 $((DEADLINE + 60)) python3 benchmarks/moe_tiers_bench.py "${ARGS[@]}" \
   > "$OUTDIR/bench.log" 2>&1 &

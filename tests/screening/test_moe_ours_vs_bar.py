@@ -69,3 +69,18 @@ def test_a_failed_export_runs_sglangs_tuner_alone_and_says_so(tmp_path):
     assert "no answer of ours to compare (the export failed): SGLang's tuner runs alone" in done.stdout
     assert _seen(out / "bar" / "seen.txt")["OURS"] == "<unset>"
     assert done.returncode != 0  # the tiers failed on the unknown preset: the command says so in its exit code
+
+
+def test_a_plan_that_would_leave_a_batch_size_unjudged_is_refused_before_any_worker(tmp_path):
+    """TIERS_S too short for both batch sizes: the tiers refuse at once (exit 3), naming the deadline that fits,
+    and neither a screening worker nor the bar runs."""
+    done = _run(tmp_path, TIERS_S="20")
+    assert done.returncode == 3, done.stdout[-3000:] + done.stderr[-3000:]
+    line = next(x for x in done.stdout.splitlines() if x.startswith("refused: "))
+    assert "the plan defers qwen3-30b-a3b@" in line and "it fits with " in line and line.endswith("(TIERS_S)")
+    fits = int(line.split("it fits with ")[1].split(" s left")[0])
+    assert fits > 20
+    out = tmp_path / "out"
+    assert not (out / "bar").exists() and not list((out / "tiers").glob("screen/*.jsonl"))
+    again = _run(tmp_path, TIERS_S=str(fits + 60))  # the deadline it named (and the set-up's margin) runs
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]

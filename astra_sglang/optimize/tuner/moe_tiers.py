@@ -34,7 +34,7 @@ from astra_sglang.optimize.tuner.compile_pool import CompilePool
 from astra_sglang.optimize.tuner.moe_budget import Strict
 from astra_sglang.optimize.tuner.moe_costs import Costs
 from astra_sglang.optimize.tuner.moe_run import Facts, TuneOptions, tune_fused_moe
-from astra_sglang.optimize.tuner.moe_tiers_plan import Plan, ShapePlan, make_plan, shape_plan
+from astra_sglang.optimize.tuner.moe_tiers_plan import Plan, ShapePlan, least_deadline, make_plan, shape_plan
 from astra_sglang.optimize.tuner.moe_tiers_records import Records, UnitRow, VerdictRow, unit_name
 from astra_sglang.optimize.tuner.moe_two_tier import LAUNCH, finalists_by_bucket
 from astra_sglang.optimize.tuner.screen_pool import ScreenPool
@@ -70,6 +70,13 @@ class TiersSetup:
     """A source knob ("splitk") screened and judged beside the configs; "" for none."""
     knob_finalists: int = 1
     costs: Costs = field(default_factory=Costs)
+    require: bool = False
+    """Refuse to start (PlanRefused, before any worker) where the plan defers a plain unit of a `core` batch size: a
+    comparison at those batch sizes (moe_ours_vs_bar.sh) that would judge none of them wastes its GPU call."""
+
+
+class PlanRefused(AstraError):
+    """The plan defers a batch size the call requires; the message names the deadline that fits it."""
 
 
 def run_tiers(setup: TiersSetup, echo: Callable[[str], None] = print) -> tuple[Plan, dict[str, ShapePlan]]:
@@ -95,8 +102,18 @@ def plan_tiers(setup: TiersSetup, records: Records, left_s: float, echo: Callabl
     plans = shape_plans(setup, records, knob)
     cores = setup.cores or max(1, (os.cpu_count() or 2) - len(setup.gpus))
     strict = Strict(setup.finalists, setup.knob_finalists if knob else 0)
-    plan = make_plan(plans, setup.core, [t for t in setup.extra if t not in setup.core], setup.facts,
-                     len(setup.gpus), cores, left_s, knob, costs=setup.costs, strict=strict)
+
+    def plan_for(seconds: float) -> Plan:
+        return make_plan(plans, setup.core, [t for t in setup.extra if t not in setup.core], setup.facts,
+                         len(setup.gpus), cores, seconds, knob, costs=setup.costs, strict=strict)
+
+    def short(p: Plan) -> list[str]:
+        return [u.name for u in p.deferred if not u.knob and u.tokens in setup.core]
+
+    plan = plan_for(left_s)
+    if setup.require and short(plan):
+        raise PlanRefused(f"the plan defers {', '.join(short(plan))} with {left_s:.0f} s left on GPU(s) "
+                          f"{','.join(setup.gpus)} and {cores} compile processes: " + least_deadline(left_s, plan_for, short))
     line = plan.fit.timeline
     (setup.out / "plan.json").write_text(json.dumps({
         "gpus": setup.gpus, "units": [u.name for u in plan.units], "deferred": sorted(u.name for u in plan.deferred),

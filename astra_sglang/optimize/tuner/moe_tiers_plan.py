@@ -16,8 +16,10 @@ the compile processes must have compiled before a GPU starts it.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Callable
 
 from astra_sglang.optimize.tuner.cache import ScreenCache, ScreenKey
 from astra_sglang.optimize.tuner.moe_budget import Fit, Strict, Unit, compile_windows, fit, run_order
@@ -144,3 +146,20 @@ def make_plan(shapes: dict[str, ShapePlan], core: list[int], extra: list[int], f
             ahead = lead(u.configs, config_s(u.us, costs), windows[u.name][1])
             units.append(ScreenUnit(u.name, u.shape, u.tokens, sp.todo(u.tokens), lead=ahead))
     return Plan(shapes, units, fitted, knob, fitted.deferred, done)
+
+
+def least_deadline(left_s: float, plan_for: Callable[[float], Plan], short: Callable[[Plan], list[str]],
+                   most_s: float = 86400.0) -> str:
+    """The words for the least deadline (to 10 s) whose plan defers none of the required units: doubled, then
+    halved back (the plan fits more as the deadline grows)."""
+    high = max(left_s, 10.0) * 2
+    while short(plan_for(high)):
+        if high >= most_s:
+            return f"it does not fit even in {most_s:.0f} s"
+        high *= 2
+    low = left_s
+    while high - low > 1:
+        mid = (low + high) / 2
+        low, high = (mid, high) if short(plan_for(mid)) else (low, mid)
+    fits = math.ceil(high / 10) * 10
+    return f"it fits with {fits} s left (raise the deadline by {fits - left_s:.0f} s)"
