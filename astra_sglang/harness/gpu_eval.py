@@ -15,6 +15,7 @@ import zlib
 
 import torch
 
+from astra_sglang.errors import describe
 from astra_sglang.harness.abi import ASTRA_REPLACED, KernelLibrary, Launcher
 from astra_sglang.harness.arena import Arena, set_bytes
 from astra_sglang.harness.budget import device_ledger
@@ -45,7 +46,7 @@ def python_op(spec: KernelSpec, path: str):
     def refused(exc: Exception) -> int:
         # what the op raised, for the row's reason: a refusal and a broken call (an adapter's TypeError) look
         # alike from here, and only the text tells them apart
-        launch.refusal = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        launch.refusal = describe(exc)
         return -1
 
     def launch(tensors, scalars) -> int:
