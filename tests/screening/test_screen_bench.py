@@ -27,7 +27,7 @@ def _bench(tmp_path, *args, rc: int = 0) -> tuple[list[dict], str]:
 def test_every_phase_and_the_two_tiers(tmp_path):
     """Two simulated GPUs: the tiers run in their own process on GPU 1 beside the scaling phases on GPU 0, which
     GPU 1 joins for warm2 once the tiers are done; one worker per GPU for all phases (started once)."""
-    rows, md = _bench(tmp_path, "--warm", "100", "--buckets", "1,64", "--extra", "", "--deadline", "400")
+    rows, md = _bench(tmp_path, "--warm", "100", "--buckets", "1,64", "--extra", "", "--deadline", "520")
     phases = [r for r in rows if r["kind"] == "phase"]
     assert [r["phase"] for r in phases] == ["cold", "warm1", "warm2"]
     cold, warm1, warm2 = phases

@@ -66,12 +66,14 @@ class Costs:
     """A config timed in full runs at this x SGLang's pick on average (RUN_B's mixtral@64: mean of 977)."""
     slow_factor: float = 3.244
     """A config cut after one replay (past 1.5x the best) runs at this x SGLang's pick (mean of 342)."""
-    eval_fixed_s: float = 27.0
+    eval_fixed_s: float = 39.0
     eval_bucket_s: float = 3.0
-    final_bucket_s: float = 5.0
-    """A strict evaluation: RUN_A ~45 s a round's of 6 batch sizes, 55-58 s a final's; RUN_B 27 s each of a round's
-    two of one batch size, 28.6 s its final (final.json wall_s); the split into a fixed part and a part per batch
-    size is assumed."""
+    final_bucket_s: float = 6.0
+    """A strict evaluation of one batch size on an H200 (2026-11-27, the five ours-* runs committed under
+    benchmarks/results/2026-11-27-h200/moe-bar: tiers/bench.log's round lines and tiers/strict/*/final.json's wall_s):
+    rounds 29-48 s, median 42 of 10; finals 28.5-54.2 s, median 45.2 of 5; the lower ones alone on the host, the
+    higher beside another job's compiles. Earlier (RUN_A, uncommitted): ~45 s a round's of 6 batch sizes, 55-58 s a
+    final's. The split into a fixed part and 3 s (a round) or 6 s (a final) per batch size is assumed."""
     replays: int = 10
     warmup: int = 1
     slack: float = 0.1
