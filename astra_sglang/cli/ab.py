@@ -54,8 +54,9 @@ from astra_sglang.serving.window import MIN_WINDOW_S
               help="An A/A control: B unpatched and started as A is. Its report applies the A/A rule (8 rounds, "
                    "typical change within 2%, an interval that holds 0).")
 @click.option("--aa", "aa_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="The folder of an A/A run: the parity reference (its own logprob differences); with --design "
-                   "paired, an A/A of that design that passed licenses its claims.")
+              help="The folder of an A/A run: the parity reference (its own logprob differences) where it served "
+                   "the same model, else A across its starts; with --design paired, an A/A of that design that "
+                   "passed licenses its claims.")
 @click.option("--min-window", type=click.FloatRange(min=0), default=MIN_WINDOW_S, show_default=True,
               help="Seconds: a timed round whose benchmark window is shorter is flagged in the report and fails the "
                    "A/A rule (its ramp-up and tail dominate it; 0: no check).")
