@@ -46,13 +46,13 @@ def moe_flops(tokens: int, topk: int, inter: int, hidden: int) -> int:
     return 6 * tokens * topk * inter * hidden
 
 
-def fused_moe(dims: dict[str, int], dtype: str) -> tuple[int, int]:
+def fused_moe(dims: dict[str, int], dtype: str, weight_bytes: int | None = None) -> tuple[int, int]:
     """(bytes, FLOPs) of one call: the weights of the experts read, the hidden states read and written in place,
     the router logits read and the routing weights written; the two GEMMs' FLOPs. Intermediates are not counted
-    (a fused kernel may keep them on chip)."""
+    (a fused kernel may keep them on chip). `weight_bytes`: a weight element's size where it is not `dtype`'s."""
     tokens, experts, inter, hidden, topk = (dims[d] for d in ("tokens", "experts", "inter", "hidden", "topk"))
     size = ELEMENT_BYTES[dtype]
-    weights = experts_read(tokens, experts, topk) * expert_elements(inter, hidden) * size
+    weights = experts_read(tokens, experts, topk) * expert_elements(inter, hidden) * (weight_bytes or size)
     activations = 2 * tokens * hidden * size
     routing = tokens * experts * 4 + tokens * topk * 4
     return weights + activations + routing, moe_flops(tokens, topk, inter, hidden)
@@ -61,11 +61,7 @@ def fused_moe(dims: dict[str, int], dtype: str) -> tuple[int, int]:
 def fused_moe_fp8(dims: dict[str, int], dtype: str) -> tuple[int, int]:
     """fused_moe's bytes and FLOPs with the weights stored in fp8 (one byte an element, the per-expert scales
     negligible): the activations stay in `dtype`."""
-    tokens, experts, inter, hidden, topk = (dims[d] for d in ("tokens", "experts", "inter", "hidden", "topk"))
-    weights = experts_read(tokens, experts, topk) * expert_elements(inter, hidden)
-    activations = 2 * tokens * hidden * ELEMENT_BYTES[dtype]
-    routing = tokens * experts * 4 + tokens * topk * 4
-    return weights + activations + routing, moe_flops(tokens, topk, inter, hidden)
+    return fused_moe(dims, dtype, weight_bytes=1)
 
 
 def decode_attention(dims: dict[str, int], dtype: str) -> tuple[int, int]:
