@@ -78,15 +78,13 @@ def sample_cold(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: l
     that every GPU samples. A child's first config also carries its process's one-time costs, which the users'
     estimate counts once (TunerBatch.estimate): the first child's is kept first, the others' are dropped."""
     work.mkdir(parents=True, exist_ok=True)
-    slots = [(gpus[i % len(gpus)], tokens[i % len(tokens)], i // len(tokens))
-             for i in range(max(len(gpus), len(tokens)))]
+    dealt = share(tokens, gpus)
     deadline, started, children = time.time() + seconds, time.perf_counter(), []
-    for gpu in dict.fromkeys(g for g, _, _ in slots):
-        mine = [t for g, t, _ in slots if g == gpu]
-        draw = next(d for g, _, d in slots if g == gpu)  # a GPU's slots share a draw (more only past the sizes)
+    for i, gpu in enumerate(gpus):
+        mine = dealt.get(gpu) or [tokens[i % len(tokens)]]  # a spare GPU: a batch size again, its own draw
         out = work / f"cold-gpu{gpu}.jsonl"
         request = request_for(shape, script, model, tokens=mine, ranked={t: [] for t in mine}, sample=count,
-                              seed=seed + 7919 * draw, deadline=deadline, out=str(out),
+                              seed=seed + 7919 * (i // len(tokens)), deadline=deadline, out=str(out),
                               compare={t: {} for t in mine}, rounds=0)
         cache = Path(tempfile.mkdtemp(prefix="triton-cold-", dir=cache_root))  # a cold cache: compiles counted
         children.append((gpu, out, *spawn(request, f"cold-gpu{gpu}", gpu, cache, work)))
