@@ -113,7 +113,8 @@ def plan_tiers(setup: TiersSetup, records: Records, left_s: float, echo: Callabl
     plan = plan_for(left_s)
     if setup.require and short(plan):
         raise PlanRefused(f"the plan defers {', '.join(short(plan))} with {left_s:.0f} s left on GPU(s) "
-                          f"{','.join(setup.gpus)} and {cores} compile processes: " + least_deadline(left_s, plan_for, short))
+                          f"{','.join(setup.gpus)} and {cores} compile processes: "
+                          + least_deadline(left_s, plan_for, short))
     line = plan.fit.timeline
     (setup.out / "plan.json").write_text(json.dumps({
         "gpus": setup.gpus, "units": [u.name for u in plan.units], "deferred": sorted(u.name for u in plan.deferred),

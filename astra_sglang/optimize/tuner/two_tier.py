@@ -61,9 +61,11 @@ def finalists(screen: BucketScreen, pick: str, count: int, slack: float = FINALI
     bar = screen.pick_us(pick)
     fast = [r.config for r in screen.ranked() if r.config != pick and (bar is None or r.us <= bar * slack)]
     if family is not None:
-        seen: set = set()
-        heads = [c for c in fast if not (family(c) in seen or seen.add(family(c)))]  # each family's fastest
-        fast = heads + [c for c in fast if c not in heads]
+        heads: dict = {}
+        for code in fast:  # in rank order: the first of a family is its fastest
+            heads.setdefault(family(code), code)
+        first = set(heads.values())
+        fast = [*heads.values(), *(c for c in fast if c not in first)]
     return fast[:count]
 
 
