@@ -206,26 +206,25 @@ def test_an_fp8_shape_is_screened_without_the_knob_judged_by_the_fp8_spec_and_wr
     plan = json.loads((out / "plan.json").read_text())
     assert plan["units"] == ["mixtral-8x7b-tp2-fp8@1"]  # no knob unit: its variants run unquantized shapes only
     (verdict,) = _jsonl(out / "verdicts.jsonl")
-    assert verdict["verdict"] in ("tuned", "sglang-best") and "dtype=fp8_w8a8" in verdict["pick_source"]
+    # the simulated landscape puts SGLang's fp8 pick far from the best: a config is tuned and written
+    assert verdict["verdict"] == "tuned" and "dtype=fp8_w8a8" in verdict["pick_source"]
     tune = json.loads((out / "strict" / "mixtral-8x7b-tp2-fp8-1" / "tune.json").read_text())
     assert tune["kernel"] == "fused_moe_fp8" and tune["shape"]["quant"] == "fp8_w8a8"
     unit = next(u for u in _jsonl(out / "units.jsonl") if u["name"] == "mixtral-8x7b-tp2-fp8@1")
     assert [s["wall_s"] for s in tune["screen"]] == [unit["wall_s"]] and unit["wall_s"] > 0  # its report: not 0 s
-    if verdict["verdict"] == "tuned":  # the file SGLang reads for fp8_w8a8 only, never its bf16 one
-        written = tune["config_file"]
-        assert "/E=8,N=7168,device_name=" in written and written.endswith(",dtype=fp8_w8a8.json")
-        from astra_sglang.patchset.manifest import PatchManifest
-        from astra_sglang.triton.moe.patch import verify_requests
+    written = tune["config_file"]  # the file SGLang reads for fp8_w8a8 only, never its bf16 one
+    assert "/E=8,N=7168,device_name=" in written and written.endswith(",dtype=fp8_w8a8.json")
+    from astra_sglang.patchset.manifest import PatchManifest
+    from astra_sglang.patchset.store import PatchStore
+    from astra_sglang.triton.moe.patch import verify_requests
 
-        folder = out / "strict" / "mixtral-8x7b-tp2-fp8-1" / "patches" / "fused_moe"
-        manifest = PatchManifest.load(folder)
-        assert [c.dtype for c in manifest.configs] == ["fp8_w8a8"] and manifest.dtypes == ["bfloat16"]  # its calls'
-        from astra_sglang.patchset.store import PatchStore
-
-        assert [e.op for e in PatchStore(folder.parent).entries()] == ["fused_moe"]  # loads: the spec's dtypes
-        (request,) = verify_requests(folder, manifest)  # `patch verify` judges it by the fp8 spec, bf16 calls
-        assert request.kernel == "fused_moe_fp8" and request.dtypes == ["bfloat16"]
-        assert request.baseline.path == "py:astra_sglang.triton.moe.op_fp8:sglang_pick"
+    folder = out / "strict" / "mixtral-8x7b-tp2-fp8-1" / "patches" / "fused_moe"
+    manifest = PatchManifest.load(folder)
+    assert [c.dtype for c in manifest.configs] == ["fp8_w8a8"] and manifest.dtypes == ["bfloat16"]  # its calls'
+    assert [e.op for e in PatchStore(folder.parent).entries()] == ["fused_moe"]  # loads: the spec's dtypes
+    (request,) = verify_requests(folder, manifest)  # `patch verify` judges it by the fp8 spec, bf16 calls
+    assert request.kernel == "fused_moe_fp8" and request.dtypes == ["bfloat16"]
+    assert request.baseline.path == "py:astra_sglang.triton.moe.op_fp8:sglang_pick"
     # what the bar takes from it: the ranked configs, and ours: the strict tier's verdict
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
