@@ -142,28 +142,32 @@ def test_measurements_are_cached_by_key(tmp_path):
     assert not {k.code() for k in again.propose((1, 0), first=True)} & set(first.measured[(1, 0)])
 
 
-def _append_many(root: str, worker: int) -> None:
+def _append_many(root: str, worker: int, go) -> None:
     from astra_sglang.optimize.tuner.cache import Measurement
 
     cache = TuneCache("shared", Path(root))
     key = CacheKey(gpu="g", triton="t", source_hash="s", shape=(worker,), dtype="bfloat16", baseline="v0")
-    for batch in range(20):  # batches of 300 lines: far past one 8 KiB buffer each
-        cache.add_many(key, [Measurement(config=f"c{batch}-{i}", ok=True, speedup=1.0, reason="x" * 40)
-                             for i in range(300)])
+    batches = [[Measurement(config=f"c{batch}-{i}", ok=True, speedup=1.0, reason="x" * 40) for i in range(300)]
+               for batch in range(60)]  # batches of 300 lines: far past one 8 KiB buffer each
+    go.wait(60)  # both processes write at once, not one after the other's start-up (a barrier of the two)
+    for batch in batches:
+        cache.add_many(key, batch)
 
 
 def test_two_runs_appending_to_one_cache_at_once_lose_no_line(tmp_path):
-    """host_split's bar01 and bar jobs share the cache folder: every line of both stays whole (each batch goes out
-    in one O_APPEND write)."""
+    """host_split's bar01 and bar jobs share the cache folder: with both writing at once (their lines interleave),
+    every line of both stays whole and none is lost."""
     import multiprocessing
 
-    procs = [multiprocessing.get_context("spawn").Process(target=_append_many, args=(str(tmp_path), w))
-             for w in (1, 2)]
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Barrier(2)
+    procs = [ctx.Process(target=_append_many, args=(str(tmp_path), w, go)) for w in (1, 2)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(60)
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
     cache = TuneCache("shared", tmp_path)
     for worker in (1, 2):
         key = CacheKey(gpu="g", triton="t", source_hash="s", shape=(worker,), dtype="bfloat16", baseline="v0")
-        assert len(cache.lookup(key)) == 20 * 300
+        assert len(cache.lookup(key)) == 60 * 300

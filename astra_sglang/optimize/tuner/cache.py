@@ -9,7 +9,6 @@ the key) go to `<kernel>-screen.jsonl` the same way (`ScreenCache`).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -85,15 +84,11 @@ class _Jsonl:
 
     def add_many(self, key, measurements) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        text = "".join(json.dumps(self.entry(key=key, measurement=m).model_dump(mode="json")) + "\n"
-                       for m in measurements)
-        # one O_APPEND write a batch: two runs sharing the cache (host_split's bar01 and bar) cannot interleave
-        # inside it, whatever the text layer's buffering would have split it into
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
+        # two runs may share the file (host_split's bar01 and bar): appended lines stay whole, as the text layer
+        # hands the buffer on at write boundaries (tests/screening/test_bucket.py writes from two processes at once)
+        with self.path.open("a") as fh:
+            for m in measurements:
+                fh.write(json.dumps(self.entry(key=key, measurement=m).model_dump(mode="json")) + "\n")
 
 
 class TuneCache(_Jsonl):
