@@ -33,7 +33,7 @@ final evaluations where the pick was kept, Mixtral 8x14336x4096 @64, Qwen3-30B-A
 ours-against-the-tuner's-best where both were one config, DeepSeek-V2-Lite @64 and Mixtral TP2 @1; verdicts.jsonl
 and bar.md under benchmarks/results/2026-11-27-h200/moe-tiers and moe-bar) gave medians of 0.996-1.003x: the margin
 is 2.5 times the largest deviation. At 1.02x the tiers kept SGLang's pick at Qwen3-30B-A3B @64 where SGLang's
-tuner found a config 1.005-1.015x faster in four evaluations (0.988x its best: moe-bar page)."""
+tuner found a config 1.009-1.015x faster in three evaluations (0.988x its best: moe-bar page)."""
 FIRST_EVALUATION_S = 60.0
 """Assumed length of an evaluation until one has been measured (a process start with SGLang's import, Triton's
 compiles of a new config, checks and timing of a few buckets): only schedules the first round under a budget;
