@@ -17,7 +17,7 @@ STAND_IN = """#!/usr/bin/env bash
 dir=${{1:-$OUT}}
 mkdir -p "$dir"
 {{ echo "args=$*"; for v in OUT STAGES DEADLINE PERIODS ROUNDS RUNS GPUS CORES SHAPES BUCKETS CUDA_VISIBLE_DEVICES PORT \\
-    HOME_FROM CONFIGS FINAL_S AA PRESET MODE BATCH_SIZES TUNER_FROM WORK BAR_WORK; do
+    HOME_FROM CONFIGS FINAL_S AA PRESET MODE BATCH_SIZES TUNER_FROM WORK BAR_WORK TIERS_S COLD_SAMPLE; do
     echo "$v=${{!v-<unset>}}"; done; }} > "$dir/seen.txt"
 {setup}
 exit {rc}
@@ -134,6 +134,19 @@ def test_two_bars_at_once_get_their_own_gpus_presets_and_triton_caches(tmp_path)
 def test_two_jobs_on_the_same_gpus_are_refused(tmp_path, pair, gpus):
     done = run(tmp_path, JOBS=f"{pair[0]} {pair[1]}")
     assert done.returncode == 2 and f"both {pair[0]} and {pair[1]}, and both run on GPUs {gpus}" in done.stdout
+
+
+def test_one_bar_job_runs_sglangs_tuner_while_the_other_runs_ours(tmp_path):
+    ours = stand_in(tmp_path, "ours")
+    done = run(tmp_path, JOBS="bar01 bar", PRESET="qwen3-30b-a3b", TIERS_S="260", BAR_DEADLINE="110",
+               BAR_SCRIPT=str(ours), BAR01_SCRIPT=str(tmp_path / "bar.sh"), BAR01_PRESET="mixtral-8x7b-tp2",
+               BAR01_MODE="exhaustive", BAR01_DEADLINE="515", BAR01_COLD_SAMPLE="20")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ours.sh" in done.stdout and "bar.sh" in done.stdout  # each job's command line
+    bar, bar01 = seen(tmp_path / "out" / "bar.tgz", "bar"), seen(tmp_path / "out" / "bar01.tgz", "bar01")
+    assert (bar["DEADLINE"], bar["TIERS_S"], bar["COLD_SAMPLE"]) == ("110", "260", "<unset>")
+    assert (bar01["DEADLINE"], bar01["PRESET"], bar01["MODE"], bar01["COLD_SAMPLE"]) == \
+        ("515", "mixtral-8x7b-tp2", "exhaustive", "20")
 
 
 def test_on_a_two_gpu_host_the_two_bars_take_a_gpu_each(tmp_path):

@@ -31,8 +31,10 @@
 #            CONFIGS, FINAL_S
 #   bar:     BAR_DEADLINE (440: its python part; the script adds its set-up and a 40 s kill margin), and the bar's
 #            own variables passed through as they are (PRESET, BATCH_SIZES, MODE, TUNER_SHARE, WARM_SHARE, ...)
-#   bar01:   BAR01_PRESET, BAR01_BATCH_SIZES, BAR01_MODE, BAR01_TUNER_FROM in place of bar's (the rest shared);
-#            its own Triton caches (WORK, BAR_WORK) so that the two bars' compiles do not meet
+#   bar01:   BAR01_SCRIPT, BAR01_DEADLINE, and BAR01_<v> for v in PRESET BATCH_SIZES MODE TUNER_FROM TIERS_S
+#            COLD_SAMPLE COLD_SECONDS TUNER_SHARE WARM_SHARE, in place of bar's (the rest shared), so that one job can
+#            run SGLang's tuner on a shape while the other runs ours on another; its own Triton caches (WORK,
+#            BAR_WORK) so that the two bars' compiles do not meet
 #   BAR_GPUS (2,3), BAR01_GPUS (0,1): the GPUs each bar sees; on a 2-GPU host BAR01_GPUS=0 BAR_GPUS=1 runs two
 #            shapes at once, a GPU each (below 64 cores nothing is pinned: each bar's tiers take their GPU share of
 #            the cores, moe_tiers.sh)
@@ -135,13 +137,14 @@ if has onboard; then
 fi
 bar_cores=16-63
 if has bar01; then
-  bar01_env=("CUDA_VISIBLE_DEVICES=${BAR01_GPUS:-0,1}" "DEADLINE=${BAR_DEADLINE:-440}" "WORK=/tmp/moe-tiers-work01"
-             "BAR_WORK=/tmp/moe-bar-work01")
-  for v in PRESET BATCH_SIZES MODE TUNER_FROM; do
+  bar01_env=("CUDA_VISIBLE_DEVICES=${BAR01_GPUS:-0,1}" "DEADLINE=${BAR01_DEADLINE:-${BAR_DEADLINE:-440}}"
+             "WORK=/tmp/moe-tiers-work01" "BAR_WORK=/tmp/moe-bar-work01")
+  for v in PRESET BATCH_SIZES MODE TUNER_FROM TIERS_S COLD_SAMPLE COLD_SECONDS TUNER_SHARE WARM_SHARE; do
     own=BAR01_$v
     [ -n "${!own+x}" ] && bar01_env+=("$v=${!own}")
   done
-  job bar01 0-31 "${bar01_env[@]}" -- bash "${BAR_SCRIPT:-benchmarks/gpu/moe_sglang_bar.sh}" "$WORKDIR/bar01" &
+  job bar01 0-31 "${bar01_env[@]}" -- bash "${BAR01_SCRIPT:-${BAR_SCRIPT:-benchmarks/gpu/moe_sglang_bar.sh}}" \
+    "$WORKDIR/bar01" &
   pids+=($!)
   bar_cores=32-63
   sleep "${STAGGER:-20}"  # its set-up (this checkout installed) before the next one's
