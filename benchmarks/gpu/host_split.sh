@@ -143,6 +143,8 @@ if has bar01; then
     own=BAR01_$v
     [ -n "${!own+x}" ] && bar01_env+=("$v=${!own}")
   done
+  # bar's TUNER_FROM names bar's shape: a bar01 of its own preset never takes it
+  [ -n "${BAR01_PRESET+x}" ] && [ -z "${BAR01_TUNER_FROM+x}" ] && bar01_env+=("TUNER_FROM=")
   job bar01 0-31 "${bar01_env[@]}" -- bash "${BAR01_SCRIPT:-${BAR_SCRIPT:-benchmarks/gpu/moe_sglang_bar.sh}}" \
     "$WORKDIR/bar01" &
   pids+=($!)
