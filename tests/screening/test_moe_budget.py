@@ -71,6 +71,17 @@ def test_compiles_bound_the_screen_where_the_gpu_is_faster_than_the_cores():
     assert slow.start_s > Costs().start_s + 60  # waited for its lead
 
 
+def test_an_fp8_screen_is_planned_at_its_own_compile_rate():
+    """Mixtral TP2 fp8_w8a8 @1 on an H200 (moe-bar page, 2026-11-27): 30 compile processes, SGLang's pick 64.0 us;
+    its screen reached 1,681 of 1,709 configs by 178 s after the start, where the plan at the bf16 compile rate put
+    its end at 141 s. At fp8's own rate (Costs.fp8_compile_factor) the plan ends past the cut."""
+    bf16 = simulate([Unit("mixtral-8x7b-tp2-fp8", 1, 1709, 64.0)], gpus=2, cores=30).placed[0]
+    fp8 = simulate([Unit("mixtral-8x7b-tp2-fp8", 1, 1709, 64.0, compile_factor=Costs().fp8_compile_factor)],
+                   gpus=2, cores=30).placed[0]
+    assert bf16.end_s == pytest.approx(141.0, abs=5.0)
+    assert fp8.end_s > 178.0 and fp8.start_s > bf16.start_s
+
+
 def test_mixtral_at_batch_64_runs_near_its_memory_floor():
     f = floor(MIXTRAL, 64, H200)
     assert f.bound == "memory" and f.experts == pytest.approx(8.0, abs=1e-6)

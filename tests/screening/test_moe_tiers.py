@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,53 @@ def test_an_fp8_shape_is_screened_without_the_knob_judged_by_the_fp8_spec_and_wr
     assert ranked == {"1": [r["config"] for r in fastest[:5]]}
     assert ours == {"1": MoeConfig.from_code(verdict["chosen"]).sglang()}
     assert f"strict tier: {verdict['verdict']}" in (tmp_path / "bar" / "ours.md").read_text()
+
+
+@pytest.mark.parametrize("share, judged", [(1.0, True), (0.6, True), (0.4, False)])
+def test_a_screen_the_deadline_cut_is_judged_past_half_its_order_and_says_so(tmp_path, torchvision_shim, monkeypatch,
+                                                                             share, judged):
+    """On an H200 (2026-11-27) Mixtral TP2 fp8 @1 screened 1,681 of its 1,709 configs before the deadline, with the
+    strict tier's time still left, and was left untuned. A cut screen past JUDGE_CUT_SHARE of its order now goes to
+    the strict tier (its verdict counts what the cut left); one under it is left, and the report says why."""
+    from types import SimpleNamespace
+
+    from astra_sglang.optimize.tuner import moe_tiers
+    from astra_sglang.optimize.tuner.moe_costs import Costs
+    from astra_sglang.optimize.tuner.moe_run import Facts
+    from astra_sglang.optimize.tuner.moe_tiers_plan import shape_plan
+    from astra_sglang.optimize.tuner.moe_tiers_records import Records, unit_name
+    from astra_sglang.optimize.tuner.moe_tiers_report import bucket_lines
+    from astra_sglang.triton.moe import configs as moe_configs
+    from astra_sglang.triton.moe.shapes import MoeShape
+
+    lookup = moe_configs.sglang_module()
+    monkeypatch.setattr(lookup, "get_device_name", lambda: "NVIDIA H200")
+    lookup.get_moe_configs.cache_clear()
+    facts = Facts(gpu="NVIDIA H200", smem=232448, triton="3.6.0", sglang="0.5.17", source_hash="0" * 64)
+    shape = MoeShape(128, 768, 2048, 8)
+    picks = {p.tokens: p for p in moe_configs.sglang_picks(128, 768, 2048, 8, [64])}
+    lookup.get_moe_configs.cache_clear()
+    sp = shape_plan("qwen3", shape, picks, facts.gpu, facts.smem, facts, None, None, [])
+    codes, pick = sp.orders[64].codes, picks[64].config.code()
+    held = [pick] + [c for c in codes if c != pick][:round(share * len(codes)) - 1]
+    records = Records(tmp_path)
+    for i, code in enumerate(held):  # SGLang's pick 100 us, the second config held 2% faster, the rest slower
+        us = 100.0 if code == pick else 98.0 if i == 1 else 110.0 + i
+        records.screened(unit_name("qwen3", 64), Screened(config=code, bucket=64, stage="done", us=us, replays=10))
+    given = {}
+    monkeypatch.setattr(moe_tiers, "_judge_shape",
+                        lambda setup, recs, deadline, echo, name, sp_, judged_, *rest: given.update(judged_))
+    setup = SimpleNamespace(finalists=2, knob_finalists=0, gpus=["0"], costs=Costs())
+    moe_tiers.judge(setup, {"qwen3": sp}, records, None, time.time() + 600, echo=lambda text: None)
+    if judged:
+        assert [c.code() for c in given[64]] == [held[1]]  # the fastest screened, to the strict tier
+        row = moe_tiers._row(sp, 64, BucketScreen.of(64, records.known(unit_name("qwen3", 64)), codes), None,
+                             [held[1]], "tuned", held[1])
+        assert row.cut == len(codes) - len(held) and row.screened == len(held)
+        records.verdict(row)
+        (line,) = bucket_lines({"qwen3": sp}, records, [64], set(), facts.gpu)
+        assert ("judged on a screen cut by the deadline" in line.why) == (share < 1)
+    else:
+        assert not given
+        (line,) = bucket_lines({"qwen3": sp}, records, [64], set(), facts.gpu)
+        assert line.verdict == "left" and "the strict tier judges a cut screen from 50% of them" in line.why

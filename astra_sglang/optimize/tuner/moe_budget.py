@@ -39,6 +39,8 @@ class Unit:
     """A source knob's variants: compiled when the unit starts (its own kernels), after its plain unit."""
     gap: float = 1.0
     """SGLang's pick's time over the floor (moe_roofline): the farthest from it are screened first."""
+    compile_factor: float = 1.0
+    """A config's compile over a bf16 config's (Costs.fp8_compile_factor for an fp8_w8a8 shape)."""
 
     @property
     def name(self) -> str:
@@ -106,8 +108,8 @@ def compile_windows(units: list[Unit], gpus: int, begin: float, per_config: floa
     for i in range(0, len(plain), gpus):
         wave = plain[i:i + gpus]
         for u in wave:
-            out[u.name] = (t, per_config * len(wave))
-        t += per_config * sum(u.configs for u in wave)
+            out[u.name] = (t, per_config * sum(w.compile_factor for w in wave))
+        t += per_config * sum(u.configs * u.compile_factor for u in wave)
     return out
 
 
@@ -126,8 +128,8 @@ def simulate(units: list[Unit], gpus: int, cores: int, costs: Costs = Costs(), s
     per_config = costs.config_compile_s / max(cores, 1)
     begin = costs.start_s + recording_s(units, gpus, costs)
     windows = compile_windows(units, gpus, begin + costs.compile_start_s, per_config)
-    timeline = Timeline(compile_s=begin + costs.compile_start_s + per_config * sum(u.configs for u in units
-                                                                                   if not u.knob))
+    timeline = Timeline(compile_s=begin + costs.compile_start_s + per_config * sum(
+        u.configs * u.compile_factor for u in units if not u.knob))
     free = [begin] * gpus
     ends: dict[tuple, float] = {}
     pending = list(units)

@@ -52,6 +52,12 @@ class Costs:
     (summary.md), timed from its console log, which is not among the committed results (a rerun of its command
     gives it). The committed figure is RUN_A's: 0.93 CPU-s each (moe_screen.jsonl's cold phase: compile_s 2,805
     CPU-s for compile_jobs 3,006 on 30 processes)."""
+    fp8_compile_factor: float = 1.6
+    """An fp8_w8a8 specialization's compile over a bf16 one's. The compile-bound screens at batch 1 on H200 (the
+    moe-bar page, 2026-11-27: each unit's start plus wall x its compile processes over the specializations it
+    reached, less compile_start_s) gave 0.63 CPU-s a specialization for Mixtral TP2 in bf16 (30 processes), 0.74
+    for Qwen3-30B-A3B and 0.61 for DeepSeek-V2-Lite (22), and 1.01 for Mixtral TP2 in fp8_w8a8 (30): 1.6x its bf16
+    twin. The plan at 0.66 had that fp8 screen end at 141 s; the deadline cut it 28 configs short."""
     jobs_per_config: int = 2
     """Fused MoE's two GEMMs: two specializations a config at each batch size (RUN_B: hits 2 in every config's
     row). Batch sizes do not share them: RUN_B's mixtral@16 compiled its own after mixtral@64 had compiled the same

@@ -9,7 +9,8 @@
    unit's compiles recorded and queued by when a GPU needs them, the units scheduled one per GPU once their
    compiles are far enough ahead (screen_schedule), stopped where the strict tier's estimate must start; every
    result is appended to the folder as it comes (moe_tiers_records).
-3. The strict tier: per shape, the batch sizes whose space is screened whole and not judged yet; where a config
+3. The strict tier: per shape, the batch sizes screened whole (or cut by the deadline past
+   two_tier.JUDGE_CUT_SHARE of their order, said in their verdicts) and not judged yet; where a config
    (or a knob variant) screened as fast as SGLang's pick, its finalists go through the isolated evaluator
    (moe_run.tune_fused_moe with the screening given), all shapes at once over the GPUs; elsewhere SGLang's pick is
    kept without an evaluation. A shape whose evaluations would end past the deadline is left to a resumed run.
@@ -40,7 +41,7 @@ from astra_sglang.optimize.tuner.moe_two_tier import LAUNCH, finalists_by_bucket
 from astra_sglang.optimize.tuner.screen_pool import ScreenPool
 from astra_sglang.optimize.tuner.screen_schedule import Schedule, UnitResult
 from astra_sglang.optimize.tuner.screen_worker_handle import WorkerLost, WorkerSettings
-from astra_sglang.optimize.tuner.two_tier import BucketScreen
+from astra_sglang.optimize.tuner.two_tier import BucketScreen, judgeable
 from astra_sglang.triton.moe.configs import Pick
 from astra_sglang.triton.moe.provider import KernelSourceProvider
 from astra_sglang.triton.moe.shapes import MoeShape
@@ -206,7 +207,7 @@ def judge(setup: TiersSetup, plans: dict[str, ShapePlan], records: Records, knob
     units = {u.name: u for u in records.units()}
     for name, sp in plans.items():
         ready = {t: records.known(unit_name(name, t)) for t in sp.picks}
-        ready = {t: k for t, k in ready.items() if k and all(c in k for c in sp.orders[t].codes)}
+        ready = {t: k for t, k in ready.items() if judgeable(k, sp.orders[t].codes)}
         screens = {t: _with_unit(BucketScreen.of(t, k, sp.orders[t].codes), units.get(unit_name(name, t)))
                    for t, k in ready.items()}
         knobs = {t: records.known(unit_name(name, t, True)) for t in ready} if knob else {}
@@ -283,6 +284,7 @@ def _row(sp: ShapePlan, tokens: int, screen_: BucketScreen, knob_screen: BucketS
     order = sp.orders[tokens]
     return VerdictRow(shape=sp.name, tokens=tokens, pick=pick.config.code(), pick_source=pick.describe(),
                       space=len(order.codes) + len(order.pruned), screened=screen_.stats.screened,
+                      cut=len(order.codes) - screen_.stats.screened if screen_.stats.screened < len(order.codes) else 0,
                       knob_screened=knob_screen.stats.screened if knob_screen else 0,
                       screen_best=best[0].config if best else None, screen_best_us=best[0].us if best else None,
                       screen_pick_us=screen_.pick_us(pick.config.code()), finalists=finalists, verdict=verdict,

@@ -104,11 +104,13 @@ def pick_us(sp: ShapePlan, tokens: int, gpu: str) -> float:
     return call_us((sp.shape.experts, sp.shape.inter, sp.shape.hidden, sp.shape.topk), tokens, gpu)
 
 
-def _estimate(sp: ShapePlan, tokens: int, knob: KernelSourceProvider | None, top: int, gpu: str) -> Unit:
+def _estimate(sp: ShapePlan, tokens: int, knob: KernelSourceProvider | None, top: int, gpu: str,
+              costs: Costs = Costs()) -> Unit:
     us = pick_us(sp, tokens, gpu)
     gap = us / floor(sp.shape, tokens, gpu).us
     if knob is None:
-        return Unit(sp.name, tokens, len(sp.todo(tokens)), us, gap=gap)
+        return Unit(sp.name, tokens, len(sp.todo(tokens)), us, gap=gap,
+                    compile_factor=costs.fp8_compile_factor if sp.shape.quantized else 1.0)
     order = sp.orders[tokens]
     codes = knob_variants([Screened(config=c, bucket=tokens, stage="done", us=float(i))
                            for i, c in enumerate(order.codes[1:top + 1])],
@@ -126,9 +128,9 @@ def make_plan(shapes: dict[str, ShapePlan], core: list[int], extra: list[int], f
             for sp in shapes.values():
                 if t not in sp.picks:
                     continue
-                out.append(_estimate(sp, t, None, top, facts.gpu))
+                out.append(_estimate(sp, t, None, top, facts.gpu, costs))
                 if knob and t in sp.knob_tokens:
-                    out.append(_estimate(sp, t, knob, top, facts.gpu))
+                    out.append(_estimate(sp, t, knob, top, facts.gpu, costs))
         return [u for u in out if u.configs]  # a knob with no split worth measuring there has no unit
 
     done = [f"{sp.name}@{t}" for sp in shapes.values() for t in sp.picks if not sp.todo(t)]

@@ -64,6 +64,8 @@ class VerdictRow(BaseModel):
     screened: int
     """Configs screened here, this run's and earlier runs' (the knob's variants not counted)."""
     knob_screened: int = 0
+    cut: int = 0
+    """Buildable configs of the order the deadline left unscreened when the strict tier judged it (0: whole)."""
     screen_best: str | None = None
     screen_best_us: float | None = None
     screen_pick_us: float | None = None

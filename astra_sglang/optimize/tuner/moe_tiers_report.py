@@ -10,7 +10,8 @@ from pydantic import BaseModel
 
 from astra_sglang.optimize.tuner.moe_roofline import floor
 from astra_sglang.optimize.tuner.moe_tiers_plan import ShapePlan
-from astra_sglang.optimize.tuner.moe_tiers_records import Records, unit_name
+from astra_sglang.optimize.tuner.moe_tiers_records import Records, VerdictRow, unit_name
+from astra_sglang.optimize.tuner.two_tier import JUDGE_CUT_SHARE, judgeable
 
 
 class BucketLine(BaseModel):
@@ -63,7 +64,7 @@ def _lines(plans: dict[str, ShapePlan], records: Records, buckets: list[int], de
                                       knob_screened=v.knob_screened, pick=v.pick, pick_us=v.screen_pick_us,
                                       best=v.screen_best, best_us=v.screen_best_us, verdict=v.verdict,
                                       chosen=v.chosen, speedup=v.final_speedup, interval=v.interval,
-                                      why=(v.note or "SGLang's pick measured best") if kept else ""))
+                                      why=_cut(v) + ((v.note or "SGLang's pick measured best") if kept else "")))
                 continue
             if t not in sp.orders:
                 continue
@@ -74,17 +75,25 @@ def _lines(plans: dict[str, ShapePlan], records: Records, buckets: list[int], de
             screened = sum(c in known for c in order.codes)
             if unit_name(name, t) in deferred:
                 why = "deferred: the budget model did not fit its screening before the deadline"
-            elif screened < len(order.codes):
-                why = f"screening cut by the deadline ({screened} of {len(order.codes)} buildable configs)" \
-                    if screened else "not screened: the deadline came first"
+            elif not screened:
+                why = "not screened: the deadline came first"
+            elif not judgeable(known, order.codes):
+                why = f"screening cut by the deadline ({screened} of {len(order.codes)} buildable configs; the " \
+                      f"strict tier judges a cut screen from {JUDGE_CUT_SHARE:.0%} of them)"
             else:
-                why = "screened whole; its strict tier did not fit before the deadline"
+                whole = "whole" if screened == len(order.codes) else \
+                    f"{screened} of {len(order.codes)} buildable configs (cut by the deadline)"
+                why = f"screened {whole}; its strict tier did not fit before the deadline"
             out.append(BucketLine(shape=name, tokens=t, space=len(order.codes) + len(order.pruned),
                                   screened=screened, knob_screened=len(records.known(unit_name(name, t, True))),
                                   pick=pick, pick_us=known[pick].us if pick in known and known[pick].ok else None,
                                   best=ranked[0].config if ranked else None, best_us=ranked[0].us if ranked else None,
                                   verdict="left", why=why + " (a resumed run continues it)"))
     return out
+
+
+def _cut(v: VerdictRow) -> str:
+    return f"judged on a screen cut by the deadline ({v.cut} buildable configs not reached); " if v.cut else ""
 
 
 FARTHEST = 3

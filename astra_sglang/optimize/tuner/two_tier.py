@@ -19,6 +19,11 @@ from astra_sglang.triton.screen_records import Screened, ScreenStats
 FINALIST_SLACK = 1.01
 """A finalist screened no slower than the pick x this (screening is one process and a few replays: a config
 within 1% of the pick may still beat it under the strict evaluator)."""
+JUDGE_CUT_SHARE = 0.5
+"""A bucket whose screen a deadline cut still goes to the strict tier once it holds this share of its order: in the
+eight whole fused MoE screens on H200 of 2026-11-27 (the moe-bar and moe-tiers pages' screen/*.jsonl, in the
+order they were timed), the screen's best came at most 20% in and the last config within 1% of it at most 42% in
+(Mixtral 8x14336x4096 @64). The ordering puts the likely winners first; the tail a cut leaves rarely holds one."""
 KEEP = ("done", "slow", "compile", "load", "launch", "check", "crash", "hang")
 """Screening ends the cache keeps: the config's own outcome (not a budget's, nor a worker lost to staleness)."""
 
@@ -97,3 +102,10 @@ def screen_buckets(screener: Screener, orders: dict[Hashable, list[str]], picks:
         out[bucket] = BucketScreen(results=merged, stats=stats, reused=len(set(known) & set(orders[bucket])),
                                    pruned=(pruned or {}).get(bucket, {}))
     return out
+
+
+def judgeable(known: dict[str, Screened], codes: list[str]) -> bool:
+    """Whether the strict tier may judge a bucket from the screen `known` holds of its order `codes`: screened
+    whole, or cut past JUDGE_CUT_SHARE of it."""
+    held = sum(c in known for c in codes)
+    return bool(codes) and (held == len(codes) or held >= JUDGE_CUT_SHARE * len(codes))
