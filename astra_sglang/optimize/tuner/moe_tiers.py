@@ -284,7 +284,7 @@ def _row(sp: ShapePlan, tokens: int, screen_: BucketScreen, knob_screen: BucketS
     order = sp.orders[tokens]
     return VerdictRow(shape=sp.name, tokens=tokens, pick=pick.config.code(), pick_source=pick.describe(),
                       space=len(order.codes) + len(order.pruned), screened=screen_.stats.screened,
-                      cut=len(order.codes) - screen_.stats.screened if screen_.stats.screened < len(order.codes) else 0,
+                      cut=max(0, len(order.codes) - screen_.stats.screened),
                       knob_screened=knob_screen.stats.screened if knob_screen else 0,
                       screen_best=best[0].config if best else None, screen_best_us=best[0].us if best else None,
                       screen_pick_us=screen_.pick_us(pick.config.code()), finalists=finalists, verdict=verdict,
