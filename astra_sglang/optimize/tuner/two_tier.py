@@ -107,5 +107,4 @@ def screen_buckets(screener: Screener, orders: dict[Hashable, list[str]], picks:
 def judgeable(known: dict[str, Screened], codes: list[str]) -> bool:
     """Whether the strict tier may judge a bucket from the screen `known` holds of its order `codes`: screened
     whole, or cut past JUDGE_CUT_SHARE of it."""
-    held = sum(c in known for c in codes)
-    return bool(codes) and (held == len(codes) or held >= JUDGE_CUT_SHARE * len(codes))
+    return bool(codes) and sum(c in known for c in codes) >= JUDGE_CUT_SHARE * len(codes)
