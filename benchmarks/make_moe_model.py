@@ -6,13 +6,16 @@ Usage: python3 benchmarks/make_moe_model.py OUT [--layers 4] [--preset qwen3-30b
 Presets (the architectures' published config.json values; only the layer count differs):
   qwen3-30b-a3b  Qwen3MoeForCausalLM: hidden 2048, 128 experts of N=768, top-8, 32 heads, 4 KV heads
   mixtral-8x7b   MixtralForCausalLM: hidden 4096, 8 experts of N=14336, top-2, 32 heads, 8 KV heads
+  mixtral-8x7b-tp2-experts
+                 mixtral-8x7b with each expert's N=7168: the shard one GPU of a TP2 Mixtral-8x7B server runs (its
+                 attention stays whole), so one GPU makes the fused MoE calls of that server's GPUs
   deepseek-v2-lite-experts
                  DeepSeek-V2-Lite's routed experts (hidden 2048, 64 experts of N=1408, top-6, softmax weights not
                  renormalized) in Qwen3MoeForCausalLM's layers (16 heads of 128, no KV grouping; DeepSeek-V2-Lite's
                  own MLA attention, shared experts and dense first layer are not reproduced): the fused MoE calls a
                  DeepSeek-V2-Lite server makes, in a model SGLang serves from a plain config
-Four layers of qwen3-30b-a3b hold 4.8 GB of expert weights (bf16); mixtral-8x7b's 11 GB; deepseek-v2-lite-experts'
-2.2 GB.
+Four layers of qwen3-30b-a3b hold 4.8 GB of expert weights (bf16); mixtral-8x7b's 11 GB; mixtral-8x7b-tp2-experts'
+5.6 GB; deepseek-v2-lite-experts' 2.2 GB.
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ PRESETS = {
         "sliding_window": None,
     },
 }
+PRESETS["mixtral-8x7b-tp2-experts"] = {**PRESETS["mixtral-8x7b"], "intermediate_size": 7168}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
 
 

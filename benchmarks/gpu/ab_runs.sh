@@ -4,11 +4,15 @@
 # Stages (STAGES, default "mixtral dense"; dsv2lite only when named; each gets an equal share of DEADLINE,
 # default 500 s):
 #   mixtral  A Mixtral-shaped model (benchmarks/make_moe_model.py, 4 layers, dummy weights, SGLang's Triton MoE
-#            runner). A: SGLang's best available fused-MoE config for this GPU: it ships none for E=8,N=14336 on
-#            an H100, so the file it ships for the nearest GPU (H200) is put under this GPU's name through
-#            $SGLANG_MOE_CONFIG_DIR (benchmarks/moe_ab_configs.py). B: the configs `tune fused_moe` chose on an
-#            H100 (benchmarks/results/2026-11-25-h100/mixtral-tune), as a patch over A's folder. On an H100
-#            only: moe_ab_configs.py refuses any other GPU in one line (B's configs are no answer of ours there).
+#            runner). A: SGLang's best available fused-MoE config for this GPU; B: our tuning's configs for it, as a
+#            patch over A's folder (benchmarks/moe_ab_configs.py; it refuses, in one line, a GPU B was not tuned on).
+#            On an H100: Mixtral-8x7B's whole experts (N=14336), A SGLang's H200 file under the H100's name through
+#            $SGLANG_MOE_CONFIG_DIR (it ships none for the H100), B what `tune fused_moe` chose there
+#            (benchmarks/results/2026-11-25-h100/mixtral-tune), with the A/A's client. On an H200: Mixtral-8x7B's
+#            TP2 shard (preset mixtral-8x7b-tp2-experts, N=7168), A SGLang's own H200 file, B the file our two tiers
+#            wrote against SGLang's whole-space tuner (batch 1 and 64 tuned: 1.044x and 1.025x SGLang's pick),
+#            served one request at a time as dsv2lite is (MIX_PROMPTS, 96): at the A/A's 32 concurrent requests
+#            the decode calls read key 32, where B's file holds SGLang's own pick.
 #   dense    The kit's 8-layer Llama-3-8B shape with random weights (make_weights.py). A: unpatched; B: the shipped
 #            patch set as `launch` serves it (merge_attn_states_lse off: the kit has no FA3).
 #   dsv2lite DeepSeek-V2-Lite's routed experts in an 8-layer model (make_moe_model.py deepseek-v2-lite-experts,
@@ -50,14 +54,18 @@ for stage in $STAGES; do
   stop_at=$(( $(elapsed) + SHARE ))
   case $stage in
   mixtral)
-    model=/tmp/model-mixtral-8x7b
-    [ -f "$model/config.json" ] || python3 benchmarks/make_moe_model.py "$model" --layers 4 --preset mixtral-8x7b
     device=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
     python3 benchmarks/moe_ab_configs.py "$OUT/moe-configs" --device "$device" || continue
-    echo "== mixtral: A = SGLang's nearest-GPU config, B = the tuned configs; $(( stop_at - $(elapsed) )) s"
+    if [ "$device" = "NVIDIA H200" ]; then
+      model=/tmp/model-mixtral-8x7b-tp2; preset=mixtral-8x7b-tp2-experts
+      client=(--num-prompts "${MIX_PROMPTS:-96}" --input-len "${IN:-128}" --output-len "${OUT_LEN:-256}"
+              --concurrency 1 --warmup-requests 1 --seed 1)
+    else model=/tmp/model-mixtral-8x7b; preset=mixtral-8x7b; client=("${CLIENT[@]}"); fi
+    [ -f "$model/config.json" ] || python3 benchmarks/make_moe_model.py "$model" --layers 4 --preset $preset
+    echo "== mixtral: A = SGLang's best available config, B = our tuned configs ($preset); $(( stop_at - $(elapsed) )) s"
     SGLANG_MOE_CONFIG_DIR="$OUT/moe-configs/baseline" astra-sglang ab --model-path "$model" --load-format dummy \
       "${PLACE[@]}" --rounds "$ROUNDS" --port "$PORT" --patches "$OUT/moe-configs/patches" "${AA_FLAG[@]}" \
-      --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 "${CLIENT[@]}" $(stagger_opts "$model") \
+      --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 "${client[@]}" $(stagger_opts "$model") \
       --out "$OUT/mixtral" -- "${SERVER_ARGS[@]}" --moe-runner-backend triton
     echo "== mixtral: exit $? at $(elapsed) s"; mark_started "$model" "$OUT/mixtral"; report_line "$OUT/mixtral" ;;
   dense)

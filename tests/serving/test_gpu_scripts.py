@@ -69,14 +69,40 @@ def test_the_mixtral_arms_sglang_nearest_gpu_file_and_the_tuned_patch(tmp_path):
     assert (entry.folder / entry.manifest.configs[0].path).name == name
 
 
+def test_the_h200_mixtral_arms_sglang_own_file_and_our_two_tiers_runs_merged(tmp_path):
+    """On an H200: A reads SGLang's own TP2-shard file; B is one file holding both committed tiers runs' tuned
+    keys (batch 1 from one run, 64 from the other), SGLang's picks elsewhere, and both runs' figures."""
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        pytest.skip("SGLang's config files come with the sglang package")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import moe_ab_configs
+
+    from astra_sglang.patchset.store import PatchStore
+    from astra_sglang.triton.moe.configs import read
+
+    assert moe_ab_configs.main([str(tmp_path), "--device", "NVIDIA H200", "--triton", "3.6.0"]) == 0
+    name = "E=8,N=7168,device_name=NVIDIA_H200.json"
+    shipped = read(tmp_path / "baseline" / "configs" / "triton_3_1_0" / name)
+    assert read(tmp_path / "baseline" / "configs" / "triton_3_6_0" / name) == shipped
+    entry = PatchStore(tmp_path / "patches").get("fused_moe")
+    assert entry.manifest.configs[0].tuned == [1, 64]
+    assert sorted((m.shape[0], round(m.speedup, 3)) for m in entry.manifest.measured) == [(1, 1.044), (64, 1.025)]
+    ours = read(entry.folder / entry.manifest.configs[0].path)
+    runs = [read(next((run / "patches").rglob(name))) for run in moe_ab_configs.H200_RUNS]
+    assert ours[1] == runs[0][1] != shipped[1] and ours[64] == runs[1][64] != shipped[64]
+    assert {k: v for k, v in ours.items() if k not in (1, 64)} == {k: v for k, v in shipped.items() if k not in (1, 64)}
+
+
 def test_the_mixtral_arms_are_refused_on_a_gpu_the_configs_were_not_tuned_on(tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import moe_ab_configs
 
-    assert moe_ab_configs.main([str(tmp_path / "out"), "--device", "NVIDIA H200", "--triton", "3.6.0"]) == 2
+    assert moe_ab_configs.main([str(tmp_path / "out"), "--device", "NVIDIA A100-SXM4-80GB", "--triton", "3.6.0"]) == 2
     said = capsys.readouterr().err.strip()
-    assert said == ("moe_ab_configs: B's configs were tuned on NVIDIA H100 80GB HBM3, not on NVIDIA H200: no A/B of "
-                    "our tuning on this GPU")
+    assert said == ("moe_ab_configs: B's configs were tuned on NVIDIA H100 80GB HBM3 and NVIDIA H200, not on NVIDIA "
+                    "A100-SXM4-80GB: no A/B of our tuning on this GPU")
     assert not (tmp_path / "out").exists()
 
 
