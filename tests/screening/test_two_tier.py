@@ -3,6 +3,7 @@ the GPU's times), its finalists through a fake strict evaluator that agrees with
 written file; the screen cache on a second run; finalists only where a config screened as fast as the pick."""
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -104,8 +105,8 @@ def test_moe_finalists_are_one_per_tile_on_the_h200_qwen3_batch_64_screen():
     from astra_sglang.optimize.tuner.moe_two_tier import tile
 
     path = (Path(__file__).parents[2] / "benchmarks/results/2026-11-27-h200/moe-bar/ours-qwen3-30b-a3b-64/tiers/screen"
-            / "qwen3-30b-a3b@64.jsonl")
-    rows = [Screened.model_validate_json(line) for line in path.read_text().splitlines()]
+            / "qwen3-30b-a3b@64.jsonl.gz")
+    rows = [Screened.model_validate_json(line) for line in gzip.decompress(path.read_bytes()).decode().splitlines()]
     screen = BucketScreen(results=rows, stats=ScreenStats.of(64, [r.config for r in rows], rows, gpus=["1"],
                                                              wall_s=1.0))
     pick = "m16n256k128g1w8s2"
