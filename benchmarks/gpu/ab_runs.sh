@@ -11,31 +11,36 @@
 #            (benchmarks/results/2026-11-25-h100/mixtral-tune), with the A/A's client. On an H200: Mixtral-8x7B's
 #            TP2 shard (preset mixtral-8x7b-tp2-experts, N=7168), A SGLang's own H200 file, B the file our two tiers
 #            wrote against SGLang's whole-space tuner (batch 1 and 64 tuned: 1.044x and 1.025x SGLang's pick),
-#            served one request at a time as dsv2lite is (MIX_PROMPTS, 96): at the A/A's 32 concurrent requests
-#            the decode calls read key 32, where B's file holds SGLang's own pick.
+#            served one request at a time as dsv2lite is: at the A/A's 32 concurrent requests the decode calls
+#            read key 32, where B's file holds SGLang's own pick. Mixtral-8x7B's 32 layers (MIX_LAYERS).
 #   dense    The kit's 8-layer Llama-3-8B shape with random weights (make_weights.py). A: unpatched; B: the shipped
 #            patch set as `launch` serves it (merge_attn_states_lse off: the kit has no FA3).
-#   dsv2lite DeepSeek-V2-Lite's routed experts in an 8-layer model (make_moe_model.py deepseek-v2-lite-experts,
-#            dummy weights), decoded one request at a time (CONC=1: batch 1, where our tiers tuned it). A: SGLang
-#            as shipped (no H200 file for E=64,N=1408: its default config); B: the file our two tiers wrote on an
-#            H200 (benchmarks/results/2026-11-27-h200/moe-bar/ours-deepseek-v2-lite-1: batch 1 tuned, 1.104x the
-#            default by the strict evaluator, SGLang's picks at every other key). A is what SGLang serves untuned;
-#            a user who ran SGLang's own tuner would serve its best, which ours beats by only 1.052x at batch 1
-#            (moe-bar page): that stronger A is not built yet. On an H200 only. Its own client:
-#            DSV2_PROMPTS (96) prompts of 128 in / 256 out at concurrency 1 (24,576 tokens: a window of 12 s or
-#            more at a step of 0.5 ms or more, unmeasured at batch 1).
+#   dsv2lite DeepSeek-V2-Lite's routed experts in DeepSeek-V2-Lite's 26 MoE layers (DSV2_LAYERS; make_moe_model.py
+#            deepseek-v2-lite-experts, dummy weights), decoded one request at a time (batch 1, where our tiers tuned
+#            it). A: SGLang as shipped (no H200 file for E=64,N=1408: its default config); B: the file our two tiers
+#            wrote on an H200 (benchmarks/results/2026-11-27-h200/moe-bar/ours-deepseek-v2-lite-1: batch 1 tuned,
+#            1.104x the default by the strict evaluator, SGLang's picks at every other key). A is what SGLang
+#            serves untuned; a user who ran SGLang's own tuner would serve its best, which ours beats by only
+#            1.052x at batch 1 (moe-bar page): that stronger A is not built yet. On an H200 only.
+# The one-request client of mixtral (on an H200) and dsv2lite: MIX_PROMPTS (24) / DSV2_PROMPTS (48) prompts of
+# 128 in / ONE_OUT (128) out at concurrency 1, seed 1, one warm-up request. Why the real layer counts: with 4 and
+# 8 layers (4x H200, 2026-11-28, commit 06933ed, JOBS="abruns01 abruns" ABRUNS01_STAGES=mixtral
+# ABRUNS_STAGES=dsv2lite through host_split.sh) both models decoded at the same 1.48-1.92 ms a token, round to
+# round, where their fused MoE calls take ~0.56 and ~0.54 ms a step (SGLang's config, the strict evaluator's
+# times at batch 1: 140 and 67 us a call): the server's own per-step host work set the pace, and a kernel change
+# cannot show in it. At 32 and 26 layers the MoE calls alone take ~4.5 and ~1.7 ms a step, so the GPU sets it, and
+# B's gain is the MoE share of the step times the kernel's (at most 1 - 1/1.044 = 4.2% and 1 - 1/1.104 = 9.4%).
 # Both use the A/A's client and rounds (ab_common.sh: PROMPTS=1024, 128 in / 256 out, 32 concurrent, fixed
 # lengths, seed 1; ROUNDS=3 after a full warm-up round; one long-lived client per arm), so the A/A's interval there
 # is the floor to read them against; AA=<the A/A's run folder> makes it the parity reference of the stage whose model
 # it served (dense); a stage of another model takes its own A across its starts, and its report says why.
 # Time: a period as ab_design.sh's (measured there on 4x H200, 2026-11-27: 147-195 s with both starts at once, 331 s
 # as a fresh machine's first), so a call runs 1 period on a fresh machine and 2 on a warm one; 5 periods (3 df) take
-# three calls going on from each other (RUNS=). host_split.sh runs two stages at once (JOBS="abruns01 abruns": dense
-# on GPUs 0,1, mixtral on 2,3), and AA=benchmarks/results/2026-11-27-h200/serving/aa, the committed A/A, is a parity
-# reference that travels with the checkout. The
-# Mixtral-shaped model reads ~3x the dense model's weights a decode step (4 layers x 8 experts x 3 x 4096 x 14336
-# in bf16, 11.3 GB, against the dense file's 4.0 GB), so its windows should be longer than the dense model's
-# (unmeasured at this client: ab's report flags any under 10 s).
+# three calls going on from each other (RUNS=). host_split.sh runs two stages at once (JOBS="abruns01 abruns":
+# mixtral on GPUs 0,1, dsv2lite on 2,3), and AA=benchmarks/results/2026-11-27-h200/serving/aa, the committed A/A,
+# is a parity reference that travels with the checkout. The 4- and 8-layer one-request runs above took 37-48 s a
+# round at 96 prompts of 256 out, so ~400 s a period: hence the shorter client (each window ~20 and ~15 s at the
+# step times above; ab's report flags any under 10 s).
 # Usage (repo root, GPU machine, .stage carried): OUT=/path [RUNS=work/ab-runs] [AA=work/ab-runs/aa] bash benchmarks/gpu/ab_runs.sh
 # Writes OUT/mixtral/ and OUT/dense/ (ab.md, summary.json, rows, probes, logs), OUT/moe-configs/, console.txt.
 source benchmarks/gpu/ab_common.sh
@@ -46,6 +51,10 @@ DESIGN=${DESIGN:-crossover}
 if [ "$DESIGN" = crossover ]; then PLACE=(--design crossover --gpus "${GPUS:-0,1}" --runs "${PERIODS:-6}")
 else PLACE=(--design restarts ${GPUS:+--gpus "$GPUS"} --runs "${STARTS:-3}"); fi
 AA_FLAG=(); [ -n "${AA:-}" ] && [ -f "$AA/parity.jsonl" ] && AA_FLAG=(--aa "$AA")
+one_request_client() {  # one_request_client PROMPTS: the client's options, one request at a time
+  echo --num-prompts "$1" --input-len "${IN:-128}" --output-len "${ONE_OUT:-128}" --concurrency 1 \
+    --warmup-requests 1 --seed 1
+}
 set -- $STAGES
 SHARE=$(( (DEADLINE - $(elapsed)) / $# ))
 
@@ -57,11 +66,10 @@ for stage in $STAGES; do
     device=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
     python3 benchmarks/moe_ab_configs.py "$OUT/moe-configs" --device "$device" || continue
     if [ "$device" = "NVIDIA H200" ]; then
-      model=/tmp/model-mixtral-8x7b-tp2; preset=mixtral-8x7b-tp2-experts
-      client=(--num-prompts "${MIX_PROMPTS:-96}" --input-len "${IN:-128}" --output-len "${OUT_LEN:-256}"
-              --concurrency 1 --warmup-requests 1 --seed 1)
-    else model=/tmp/model-mixtral-8x7b; preset=mixtral-8x7b; client=("${CLIENT[@]}"); fi
-    [ -f "$model/config.json" ] || python3 benchmarks/make_moe_model.py "$model" --layers 4 --preset $preset
+      layers=${MIX_LAYERS:-32}; model=/tmp/model-mixtral-8x7b-tp2-$layers; preset=mixtral-8x7b-tp2-experts
+      client=($(one_request_client "${MIX_PROMPTS:-24}"))
+    else layers=4; model=/tmp/model-mixtral-8x7b; preset=mixtral-8x7b; client=("${CLIENT[@]}"); fi
+    [ -f "$model/config.json" ] || python3 benchmarks/make_moe_model.py "$model" --layers $layers --preset $preset
     echo "== mixtral: A = SGLang's best available config, B = our tuned configs ($preset); $(( stop_at - $(elapsed) )) s"
     SGLANG_MOE_CONFIG_DIR="$OUT/moe-configs/baseline" astra-sglang ab --model-path "$model" --load-format dummy \
       "${PLACE[@]}" --rounds "$ROUNDS" --port "$PORT" --patches "$OUT/moe-configs/patches" "${AA_FLAG[@]}" \
@@ -78,15 +86,14 @@ for stage in $STAGES; do
       "${CLIENT[@]}" $(stagger_opts "$MODEL") --out "$OUT/dense" -- "${SERVER_ARGS[@]}"
     echo "== dense: exit $? at $(elapsed) s"; mark_started "$MODEL" "$OUT/dense"; report_line "$OUT/dense" ;;
   dsv2lite)
-    model=/tmp/model-dsv2lite-experts
-    [ -f "$model/config.json" ] || python3 benchmarks/make_moe_model.py "$model" --layers 8 \
+    model=/tmp/model-dsv2lite-experts-${DSV2_LAYERS:-26}
+    [ -f "$model/config.json" ] || python3 benchmarks/make_moe_model.py "$model" --layers "${DSV2_LAYERS:-26}" \
       --preset deepseek-v2-lite-experts
     device=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
     if [ "$device" != "NVIDIA H200" ]; then  # B's file is named for the H200 and tuned there
       echo "== dsv2lite: B's configs were tuned on an NVIDIA H200, this is an $device: not run"; continue
     fi
-    b1=(--num-prompts "${DSV2_PROMPTS:-96}" --input-len "${IN:-128}" --output-len "${OUT_LEN:-256}" --concurrency 1
-        --warmup-requests 1 --seed 1)
+    b1=($(one_request_client "${DSV2_PROMPTS:-48}"))
     echo "== dsv2lite: A = SGLang's default config, B = our batch-1 file; $(( stop_at - $(elapsed) )) s"
     astra-sglang ab --model-path "$model" --load-format dummy "${PLACE[@]}" --rounds "$ROUNDS" --port "$PORT" \
       --patches benchmarks/results/2026-11-27-h200/moe-bar/ours-deepseek-v2-lite-1/tiers/strict/deepseek-v2-lite-1/patches \
