@@ -22,7 +22,8 @@ from astra_sglang.serving.window import MIN_WINDOW_S
 @click.option("--design", type=click.Choice(DESIGNS), default=None,
               help="crossover: two GPUs, A and B restarted together each period, swapped between GPUs; restarts "
                    "(default): one GPU, one server at a time in the order A B B A ...; paired: both up at once on "
-                   "one GPU, one start each (no claim unless --aa names a passing A/A of that design).")
+                   "one GPU, one start each. restarts and paired claim nothing unless --aa names a passing A/A of "
+                   "the same design.")
 @click.option("--runs", type=click.IntRange(1, 50), default=None,
               help="crossover: periods (default 8); restarts: starts per arm (default 3, at least 3); paired: "
                    "rounds (default 8).")
@@ -55,8 +56,8 @@ from astra_sglang.serving.window import MIN_WINDOW_S
                    "typical change within 2%, an interval that holds 0).")
 @click.option("--aa", "aa_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="The folder of an A/A run: the parity reference (its own logprob differences) where it served "
-                   "the same model, else A across its starts; with --design paired, an A/A of that design that "
-                   "passed licenses its claims.")
+                   "the same model, else A across its starts; with --design restarts or paired, an A/A of that "
+                   "design that passed licenses its claims.")
 @click.option("--min-window", type=click.FloatRange(min=0), default=MIN_WINDOW_S, show_default=True,
               help="Seconds: a timed round whose benchmark window is shorter is flagged in the report and fails the "
                    "A/A rule (its ramp-up and tail dominate it; 0: no check).")

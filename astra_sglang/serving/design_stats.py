@@ -45,7 +45,10 @@ class Change:
     """Rounds (crossover, paired) or starts' means (restarts: B's starts above A's mean) in B's favour."""
     why_none: str = ""
     licensed: bool = False
-    """paired design: an A/A of the same design passed (--aa), so its rounds may carry a claim."""
+    """paired and restarts designs: an A/A of the same design passed (--aa), so the A/B may carry a claim
+    (serving/license.py)."""
+    control: bool = False
+    """The rows are an A/A control's: judged by the A/A rule, not licensed."""
 
     @property
     def verdict(self) -> str:
@@ -56,6 +59,9 @@ class Change:
         if not i.controlled and not self.licensed:
             return (f"uncontrolled, no claim: {bounds} over rounds of one start per arm leaves out the "
                     f"start-to-start variance (an A/A of this design has not shown it equal; pass --aa)")
+        if self.design == "restarts" and not self.licensed and not self.control:
+            return (f"no claim: {bounds} from one server at a time, and no passing A/A of this design (--aa) has "
+                    f"shown the host steady between starts")
         if i.contains_zero:
             return f"no difference detected: {bounds} includes 0"
         better = (i.lo > 0) == self.higher_is_better
@@ -123,7 +129,8 @@ def design_of(rows: list[dict]) -> str:
     return next((r["design"] for r in rows if "design" in r), "paired" if any(r.get("paired") for r in rows) else "")
 
 
-def change(rows: list[dict], key: str, label: str, unit: str, higher: bool, licensed: bool = False) -> Change | None:
+def change(rows: list[dict], key: str, label: str, unit: str, higher: bool, licensed: bool = False,
+           control: bool = False) -> Change | None:
     """B vs A on one metric under the rows' design; None where no pair of values exists."""
     design = design_of(rows)
     if design == "crossover":
@@ -148,7 +155,7 @@ def change(rows: list[dict], key: str, label: str, unit: str, higher: bool, lice
         return None
     if typical is None:
         return None
-    return Change(key, label, unit, higher, design, interval, typical, rounds, units, better, why, licensed)
+    return Change(key, label, unit, higher, design, interval, typical, rounds, units, better, why, licensed, control)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from astra_sglang.patching.server_env import patched_server
 from astra_sglang.patching.stats import ENV_STATS_INTERVAL
-from astra_sglang.serving import design_stats, noise, report, server, settings, window
+from astra_sglang.serving import design_stats, license, noise, report, server, settings, window
 from astra_sglang.serving.client import ClientSettings
 
 
@@ -191,20 +191,6 @@ def sigterm_runs_finally():
         signal.signal(signal.SIGTERM, previous)
 
 
-def licensed_by(aa_dir: Path | None, min_window_s: float = window.MIN_WINDOW_S) -> bool:
-    """Whether `aa_dir` holds a paired A/A whose rounds pass the A/A rule (but for the start variance, which one
-    start per arm cannot show), none of them shorter than `min_window_s`: only then may the paired design's rounds
-    carry a claim."""
-    if aa_dir is None or not (Path(aa_dir) / "ab.jsonl").is_file():
-        return False
-    rows = [json.loads(line) for line in (Path(aa_dir) / "ab.jsonl").read_text().splitlines() if line.strip()]
-    if design_stats.design_of(rows) != "paired" or not all(r.get("control") for r in rows):
-        return False
-    change = design_stats.change(rows, "output_throughput", "output throughput", "tok/s", True)
-    short = window.short_reason(window.windows(rows), min_window_s)
-    return design_stats.aa_check(change, require_controlled=False, short_windows=short).ok
-
-
 def paired_ab(patches, model_path: str, load_format: str | None, server_args, opts: dict, out: Path, runs: int,
               warmup: int, b_first: bool = False, target_width: float | None = None,
               aa_dir: Path | None = None, console: Console | None = None,
@@ -234,7 +220,7 @@ def paired_ab(patches, model_path: str, load_format: str | None, server_args, op
             fh.writelines(json.dumps(row) + "\n" for row in new)
         report.write_report(out, rows, stats_dirs, licensed, min_window_s=min_window_s)
 
-    licensed = licensed_by(aa_dir, min_window_s)
+    licensed = license.licensed_by(aa_dir, "paired", min_window_s)
     if not licensed:
         err_console.out("note: the paired design makes no claim without a passing paired A/A (--aa): its rounds "
                         "share one start per arm")

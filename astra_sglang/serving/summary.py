@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from astra_sglang.serving import design_stats, parity, runner, window
+from astra_sglang.serving import design_stats, license, parity, runner, window
 from astra_sglang.serving.client import ClientSettings
 
 SUMMARY = "summary.json"
@@ -159,7 +159,9 @@ def _other_model(out: Path, aa_dir: Path) -> str:
 def summarize(out: Path, aa_dir: Path | None = None, min_window_s: float = window.MIN_WINDOW_S) -> RunSummary:
     plan = runner.RunPlan.model_validate_json((out / runner.PLAN).read_text())
     rows = runner.read_jsonl(out / runner.ROWS)
-    changes = [c for key, label, unit, higher in METRICS if (c := design_stats.change(rows, key, label, unit, higher))]
+    licensed = plan.design in license.NEEDS_AA and license.licensed_by(aa_dir, plan.design, min_window_s)
+    changes = [c for key, label, unit, higher in METRICS
+               if (c := design_stats.change(rows, key, label, unit, higher, licensed, plan.control))]
     windows, short = window_summaries(rows, min_window_s)
     check = design_stats.aa_check(next((c for c in changes if c.key == "output_throughput"), None),
                                   short_windows=short)

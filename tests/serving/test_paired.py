@@ -19,7 +19,7 @@ from astra_sglang.patching.stats import ENV_STATS_INTERVAL
 from astra_sglang.serving import ab as ab_mod
 from astra_sglang.serving import server as server_mod
 from astra_sglang.serving import paired as paired_mod
-from astra_sglang.serving import design_stats, paired_stats, report
+from astra_sglang.serving import design_stats, license, paired_stats, report
 
 OPTS = {"port": 31000, "health_timeout": 5, "num_prompts": 512, "concurrency": 8, "extra": [], "repeats": 1}
 
@@ -219,11 +219,12 @@ def test_paired_change_too_few_rounds_and_unpaired_rows():
 def test_a_passing_paired_aa_licenses_the_design(tmp_path):
     rows = [{**r, "control": True} for r in _paired_rows([0.5, -0.4, 0.3, -0.2, 0.1, -0.3, 0.2, -0.1])]
     (tmp_path / "ab.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert paired_mod.licensed_by(tmp_path)
+    assert license.licensed_by(tmp_path, "paired")
+    assert not license.licensed_by(tmp_path, "restarts")  # a paired A/A licenses the paired design only
     offset = [{**r, "control": True} for r in _paired_rows([-14.0, -13.0, -15.0, -14.5, -13.5, -14.2, -13.8, -14.1])]
     (tmp_path / "ab.jsonl").write_text("".join(json.dumps(r) + "\n" for r in offset))
-    assert not paired_mod.licensed_by(tmp_path)  # the H100 A/A: -14% in every round
-    assert not paired_mod.licensed_by(None)
+    assert not license.licensed_by(tmp_path, "paired")  # the H100 A/A: -14% in every round
+    assert not license.licensed_by(None, "paired")
 
 
 def _fixture_rows():
