@@ -124,6 +124,9 @@ def test_isolated_compile_only_evaluation(tmp_path, monkeypatch):
     ok = evaluate(EvalRequest(kernel="silu_and_mul", candidate=KernelSource(path=str(kernels_dir() / "silu_and_mul.cu")),
                               shapes=[(1, 8)], dtypes=["bfloat16"], compile_only=True, arch="sm_90"))
     assert ok.ok and ok.build.ok and ok.baseline_build.ok
+    # where the wall went: the child's start and imports, then its builds (nothing timed: no load or shapes)
+    assert list(ok.phases) == ["process", "build"] and ok.phases["process"] > 0
+    assert sum(ok.phases.values()) <= ok.wall_s + 1e-3
     bad = evaluate(EvalRequest(kernel="silu_and_mul", candidate=KernelSource(path=str(FIXTURES / "faults" / "broken.cu")),
                                shapes=[(1, 8)], dtypes=["bfloat16"], compile_only=True, arch="sm_90"))
     assert not bad.ok and bad.reason.startswith("build failed:") and "this_name_does_not_exist" in bad.reason

@@ -172,6 +172,10 @@ class EvalResult(BaseModel):
     l2: Literal["cold", "hot"] = "cold"
     """The request's timing mode (EvalRequest.l2)."""
     wall_s: float = 0.0
+    phases: dict[str, float] = Field(default_factory=dict)
+    """Seconds of the evaluation's parts: `process` (the child's start and imports, as the parent saw it), `build`,
+    `load` (CUDA, the roofline and matmul probes), `shapes` (checking and timing every shape): where a strict
+    evaluation's wall goes."""
     baseline_fault: BaselineFault | None = None
     """Set with stage "baseline_crash": where the baseline killed the child's CUDA context."""
 

@@ -42,6 +42,7 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
     baseline = req.baseline or default_baseline(req.kernel)
     result = EvalResult(kernel=req.kernel, candidate=req.candidate.name(), baseline=req.baseline_name(), l2=req.l2)
     progress(stage="build", what="candidate")
+    mark = start
     result.build = (BuildInfo(ok=True, library=req.candidate.path) if req.candidate.is_python
                     else build_library(req.candidate.path, req.candidate.defines, req.arch))
     if not result.build.ok:
@@ -53,6 +54,7 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
         if not result.baseline_build.ok:
             result.reason = "baseline build failed: " + _first_error(result.baseline_build.log)
             return _done(result, start)
+    mark = _phase(result, "build", mark)
     if req.compile_only:
         result.ok, result.stage = True, "done"
         return _done(result, start)
@@ -73,6 +75,7 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
     # the session's facts, so that a result the parent rebuilds after a timeout or crash still says where it ran
     progress(stage="loaded", gpu=session.gpu, roofline_gbps=session.roofline, empty_kernel_us=session.empty_us,
              matmul_tflops=session.tflops)
+    mark = _phase(result, "load", mark)
     all_ok = True
     done = {(tuple(r.shape), r.dtype): r for r in req.done}
     for dtype in req.dtypes:
@@ -102,6 +105,7 @@ def evaluate_here(req: EvalRequest, progress: Progress = Progress(None)) -> Eval
             progress(stage="shape_done", row=row.model_dump(mode="json"), done=len(result.shapes))
             all_ok &= row.correct is not False
     session.close()
+    _phase(result, "shapes", mark)
     result.ok = all_ok
     result.stage = "done"
     if not all_ok:
@@ -136,6 +140,13 @@ def _cuda_reason(exc: Exception) -> str:
 def _first_error(log: str) -> str:
     lines = [ln.strip() for ln in log.splitlines() if "error" in ln.lower()]
     return (lines[0] if lines else (log.strip().splitlines() or ["(no compiler output)"])[-1])[:300]
+
+
+def _phase(result: EvalResult, name: str, since: float) -> float:
+    """Records the seconds since `since` as phase `name`; returns now."""
+    now = time.perf_counter()
+    result.phases[name] = round(now - since, 3)
+    return now
 
 
 def _done(result: EvalResult, start: float) -> EvalResult:

@@ -171,3 +171,13 @@ def test_two_runs_appending_to_one_cache_at_once_lose_no_line(tmp_path):
     for worker in (1, 2):
         key = CacheKey(gpu="g", triton="t", source_hash="s", shape=(worker,), dtype="bfloat16", baseline="v0")
         assert len(cache.lookup(key)) == 60 * 300
+
+
+def test_an_evaluations_progress_line_says_where_its_wall_went():
+    from astra_sglang.harness.records import EvalResult
+    from astra_sglang.optimize.tuner.bucket import wall_text
+
+    timed = EvalResult(kernel="fused_moe", wall_s=41.2, phases={"process": 9.1, "build": 0.2, "load": 12.4,
+                                                                "shapes": 19.5})
+    assert wall_text(timed) == "41 s: process 9, build 0, load 12, shapes 20"
+    assert wall_text(EvalResult(kernel="fused_moe", wall_s=40.0)) == "40 s"  # a simulated or rebuilt result

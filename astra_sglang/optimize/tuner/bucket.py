@@ -44,6 +44,12 @@ C = TypeVar("C")
 Batch = Callable[[list[EvalRequest]], list[EvalResult]]
 
 
+
+def wall_text(result: EvalResult) -> str:
+    """An evaluation's wall and, where the child recorded them, its parts: "41 s: process 9, build 0, ..."."""
+    parts = ", ".join(f"{name} {sec:.0f}" for name, sec in result.phases.items())
+    return f"{result.wall_s:.0f} s" + (f": {parts}" if parts else "")
+
 class TuneOp(Protocol[B, C]):
     buckets: list[B]
 
@@ -136,7 +142,7 @@ class BucketTuner(Generic[B, C]):
             self.walls.append(result.wall_s)
             self._absorb(table, f"{self.run_id}/{label}", result)
             self.echo(f"  {label}: {len(table)} buckets, {'ok' if result.ok else result.reason[:110]} "
-                      f"({result.wall_s:.0f} s)")
+                      f"({wall_text(result)})")
         return len(tables)
 
     def _absorb(self, table: dict[B, C], run: str, result: EvalResult) -> None:

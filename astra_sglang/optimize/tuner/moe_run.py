@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from astra_sglang.errors import AstraError
-from astra_sglang.optimize.tuner.bucket import Batch, BucketTuner, Finalists
+from astra_sglang.optimize.tuner.bucket import Batch, BucketTuner, Finalists, wall_text
 from astra_sglang.optimize.tuner.cache import TuneCache
 from astra_sglang.optimize.tuner.moe_knob_tune import keyed_hash, knob_tuner, write_patch
 from astra_sglang.optimize.tuner.moe_tune import Setup, moe_tuner
@@ -94,6 +94,7 @@ def search_then_check(tuner: BucketTuner, options: TuneOptions, started: float, 
     table = tuner.chosen()
     echo(f"final evaluation: the chosen config at every {unit} against SGLang's pick, every check")
     final = batch([tuner.request(table, "final", final=True)])[0]
+    echo(f"  final: {'ok' if final.ok else final.reason[:110]} ({wall_text(final)})")
     (run_dir / "final.json").write_text(final.model_dump_json(indent=1))
     return evaluations, table, final
 
