@@ -5,7 +5,8 @@
 #   2. their answer exported (moe_tiers_export.py: ours.json, ranked.json);
 #   3. SGLang's tuner over its whole space (moe_sglang_bar.sh, MODE=exhaustive) with OURS: the report's "ours /
 #      tuner best" column by the strict evaluator and by the script's own timing.
-# OUTDIR/walls.txt says both walls: ours (the tiers' command) and SGLang's (this run's, and its users' estimate).
+# OUTDIR/walls.txt says both walls: ours (the tiers' command, and of it the tuner's own process: the figure set
+# against SGLang's users' wall, which leaves out installation too) and SGLang's (this run's, and its users' estimate).
 # Usage (repo root, GPU machine, .stage and the SGLang tuner folder carried; see moe_sglang_bar.sh):
 #   PRESET=qwen3-30b-a3b BATCH_SIZES=1,64 bash benchmarks/gpu/moe_ours_vs_bar.sh OUTDIR
 # host_split.sh runs it as its bar job (GPUs 2,3): BAR_SCRIPT=benchmarks/gpu/moe_ours_vs_bar.sh BAR_DEADLINE=280
@@ -51,7 +52,9 @@ fi
 env "${bar_env[@]}" PRESET="$PRESET" BATCH_SIZES="$BATCH_SIZES" MODE=exhaustive DEADLINE="${DEADLINE:-280}" \
   bash "${BAR_RUNNER:-benchmarks/gpu/moe_sglang_bar.sh}" "$OUTDIR/bar"
 bar_rc=$?
-{ echo "ours: our two tiers' command, ${ours_s} s (exit code $tiers_rc), batch sizes $BATCH_SIZES"
+tuner_s=$(cat "$OUTDIR/tiers/tuner_wall_s" 2>/dev/null || echo "?")
+{ echo "ours: our two tiers' command, ${ours_s} s (exit code $tiers_rc), batch sizes $BATCH_SIZES; the tuner's own" \
+    "process ${tuner_s} s, the rest this machine's set-up (the checkout installed, the SGLang kit)"
   python3 - "$OUTDIR/bar/tuner.json" <<'EOF' 2>/dev/null || echo "SGLang's tuner: no tuner.json"
 import sys
 from astra_sglang.triton.moe.sglang_tuner_records import TunerRun

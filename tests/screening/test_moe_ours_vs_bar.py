@@ -58,6 +58,9 @@ def test_our_tiers_answer_goes_to_the_bar_as_ours_and_both_walls_are_written(tmp
     assert sorted(plan["units"]) == ["qwen3-30b-a3b@1", "qwen3-30b-a3b@64"]  # those batch sizes, no others
     walls = (out / "walls.txt").read_text().splitlines()
     assert walls[0].startswith("ours: our two tiers' command, ") and "(exit code 0), batch sizes 1,64" in walls[0]
+    tuner_s = float((out / "tiers" / "tuner_wall_s").read_text())  # the tuner's process alone, inside the command's
+    assert f"the tuner's own process {tuner_s:.1f} s, the rest this machine's set-up" in walls[0]
+    assert 0 < tuner_s <= int(walls[0].split("command, ")[1].split(" s")[0]) + 1
     # 5 s once, then the mean of 1.0, 1.2, 0.8 over the other 1,919 configs; two batch sizes on two GPUs
     assert walls[1] == ("SGLang's tuner: this run's wall 285 s (warm 160 s, timing 125 s); its users' wall "
                         f"{(5.0 + 1.0 * 1919) / 60:.1f} min, estimated from the cold sample")
