@@ -6,7 +6,8 @@
             space, stopped at its share of the deadline), full (the script as its users run it, no deadline) or
             exhaustive (sglang_tuner_exhaustive: a cold sample for its users' wall, a warm phase compiling its whole
             space into one shared Triton cache on every core, then its tune loop over the whole space, a process per
-            GPU, stopped at its share of the deadline); per-config costs, wall time, its picks; then, bounded or
+            GPU, stopped at its share of the deadline) or cold (the cold sample alone: its users' wall, no best,
+            nothing evaluated); per-config costs, wall time, its picks; then, bounded or
             exhaustive, SGLang's pick, its best and ours timed by its script's own benchmark_config in its process;
             or, --tuner-from, not run: its best per batch size from earlier runs on the same GPU and shape
   evaluate  isolated evaluations spread over the GPUs (LocalPool): SGLang tuner's best against SGLang's pick, the
@@ -21,7 +22,7 @@ bounded subset; without it, the configs SGLang ships for this expert shape on ot
 SGLang's space count: SGLang's tuner could not have picked any other.
 Usage: python3 benchmarks/moe_sglang_bar.py (--tuner-dir DIR | --tuner-from EARLIER_OUT ...) --out OUT [--preset NAME | --shape ExNxHxK [--quant fp8_w8a8]]
        [--batch-sizes 1,4,16,64] [--gpus 0,1] [--sample 24] [--seed 0] [--deadline 400] [--tuner-share 0.45]
-       [--ranked FILE] [--ours FILE] [--mode bounded|full|exhaustive] [--warm-procs N] [--warm-share 0.5]
+       [--ranked FILE] [--ours FILE] [--mode bounded|full|exhaustive|cold] [--warm-procs N] [--warm-share 0.5]
        [--cold-sample 8] [--cold-seconds 60] [--work DIR]
 Triton caches go under --work (default: the temp folder), never under --out.
 """
@@ -41,7 +42,7 @@ from astra_sglang.triton.moe.bar import PRESETS, final_request, requests, rows
 from astra_sglang.triton.moe.bar_report import summarize, write_report
 from astra_sglang.triton.moe.sglang_tuner import TunerScript
 from astra_sglang.triton.moe.sglang_tuner_records import earlier_runs
-from astra_sglang.triton.moe.sglang_tuner_exhaustive import default_warm_procs, run_exhaustive
+from astra_sglang.triton.moe.sglang_tuner_exhaustive import default_warm_procs, run_cold, run_exhaustive
 from astra_sglang.triton.moe.sglang_tuner_run import run_bounded, run_full
 from astra_sglang.triton.moe.shapes import QUANTS, MoeShape, parse_buckets
 from astra_sglang.triton.moe.space import MoeConfig
@@ -69,15 +70,17 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--tuner-share", type=float, default=0.45, help="of the deadline, for SGLang's tuner")
     p.add_argument("--ranked", type=Path)
     p.add_argument("--ours", type=Path, help="a config file in SGLang's format to compare with the tuner's best")
-    p.add_argument("--mode", choices=["bounded", "full", "exhaustive"], default="bounded")
+    p.add_argument("--mode", choices=["bounded", "full", "exhaustive", "cold"], default="bounded",
+                   help="cold: the cold sample alone (--cold-sample, --cold-seconds), its users' wall for a shape an "
+                   "earlier exhaustive run judged: pass both folders to a later --tuner-from")
     p.add_argument("--full", action="store_true", help="the same as --mode full")
     p.add_argument("--warm-procs", type=int, default=0, help="exhaustive: warm processes per GPU (0: cores / GPUs, "
                    "fewer where GPU memory is short)")
     p.add_argument("--warm-share", type=float, default=0.5, help="exhaustive: of the tuner's time after the cold "
                    "sample, at most this for the warm phase")
-    p.add_argument("--cold-sample", type=int, default=8, help="exhaustive: configs drawn per batch size and GPU, timed "
-                   "on a cold cache for its users' wall (every GPU samples; 0: none)")
-    p.add_argument("--cold-seconds", type=float, default=60.0, help="exhaustive: at most this for the cold sample, "
+    p.add_argument("--cold-sample", type=int, default=8, help="exhaustive, cold: configs drawn per batch size and GPU, "
+                   "timed on a cold cache for its users' wall (every GPU samples; 0: none)")
+    p.add_argument("--cold-seconds", type=float, default=60.0, help="exhaustive, cold: at most this for the sample, "
                    "its processes' start included (of 30 s in the 2026-11-27 H200 bar, 1-4 configs were sampled)")
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "moe-bar-work",
                    help="Triton caches (thousands of kernels in exhaustive mode)")
@@ -161,6 +164,9 @@ def main(argv=None) -> Path:
         tuner, earlier = earlier_runs(args.tuner_from, head["gpu"], shape.describe(), tokens)
     elif args.mode == "full":
         tuner = run_full(TunerScript.open(args.tuner_dir), shape, tokens, gpus, args.out / "tuner", args.work)
+    elif args.mode == "cold":
+        tuner = run_cold(TunerScript.open(args.tuner_dir), shape, tokens, gpus, args.out / "tuner", args.cold_sample,
+                         args.seed, min(args.cold_seconds, seconds), args.work)
     elif args.mode == "exhaustive":
         tuner = run_exhaustive(TunerScript.open(args.tuner_dir), shape, tokens, gpus, args.out / "tuner", seconds,
                                args.warm_procs or default_warm_procs(shape, gpus), args.warm_share, args.cold_sample,

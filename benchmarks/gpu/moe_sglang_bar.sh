@@ -14,11 +14,14 @@
 # processes per GPU running its own tune loop over shards of its space into one fresh Triton cache (timings
 # discarded), then its tune loop over the whole space, a process per GPU, on that cache; a deadline cut is reported
 # with how far its loop got.
+# MODE=cold: the cold sample alone (COLD_SAMPLE configs per batch size and GPU, at most COLD_SECONDS): its users'
+# wall where an earlier exhaustive run has the best (nothing is evaluated); name both folders in a later TUNER_FROM.
 # Usage (GPU machine, repo root): bash benchmarks/gpu/moe_sglang_bar.sh [OUTDIR]
 # env: PRESET (mixtral-8x7b-tp2 | qwen3-30b-a3b | deepseek-v2-lite | mixtral-8x7b-tp2-fp8), BATCH_SIZES (1,4,16,64),
 #      SAMPLE (24), SEED (0), DEADLINE (400 s for the python part), TUNER_SHARE (0.45 of it for SGLang's tuner;
 #      exhaustive: 0.8 by default), GPUS (every visible),
-#      RANKED (JSON {batch: [codes]}), OURS, MODE (bounded | full | exhaustive; FULL=1 is MODE=full), WARM_PROCS (cores / GPUs),
+#      RANKED (JSON {batch: [codes]}), OURS, MODE (bounded | full | exhaustive | cold; FULL=1 is MODE=full),
+#      WARM_PROCS (cores / GPUs),
 #      WARM_SHARE (0.5), COLD_SAMPLE (8), COLD_SECONDS (60), TUNER_FROM (earlier runs' OUTs, space-separated: SGLang's
 #      tuner not run again, its best per batch size taken from them; same GPU and shape, e.g. the committed
 #      benchmarks/results/2026-11-27-h200/moe-bar/qwen3-30b-a3b-1-64 and qwen3-30b-a3b-64)
@@ -40,7 +43,7 @@ fi
 export ASTRA_SGLANG_CACHE=${ASTRA_SGLANG_CACHE:-/tmp/astra-cache}
 DEADLINE=${DEADLINE:-400}
 MODE=${MODE:-${FULL:+full}}; MODE=${MODE:-bounded}
-[ "$MODE" = exhaustive ] && TUNER_SHARE=${TUNER_SHARE:-0.8}
+[ "$MODE" = exhaustive ] || [ "$MODE" = cold ] && TUNER_SHARE=${TUNER_SHARE:-0.8}
 # Its own process group: an interrupted run leaves no tuner or evaluation child behind.
 setsid timeout --kill-after=10 $((DEADLINE + 40)) python3 benchmarks/moe_sglang_bar.py "${TUNER_ARGS[@]}" \
   --out "$OUTDIR" --preset "${PRESET:-mixtral-8x7b-tp2}" --batch-sizes "${BATCH_SIZES:-1,4,16,64}" \

@@ -167,6 +167,34 @@ def test_the_gpu_script_runs_the_exhaustive_tuner_and_judges_its_best(bench_scri
     assert "exhaustive: its own tune loop over its whole space" in " ".join(report.split())
 
 
+def test_the_cold_mode_samples_its_users_wall_and_evaluates_nothing(bench_script, tmp_path, monkeypatch):
+    """--mode cold: the cold sample alone, at most its seconds and the tuner's share; no best, so nothing judged;
+    the report gives each batch size's users' sweep."""
+    script = bench_script("moe_sglang_bar")
+    seen = _stand_in_gpu_stages(script, monkeypatch)
+
+    def cold(tuner_script, shape, tokens, gpus, work, count, seed, seconds, cache_root):
+        seen.update(tokens=tokens, count=count, seconds=seconds)
+        costs = [9.0] + [1.0, 1.2, 0.8] * 10
+        return TunerRun(files={}, mode="cold", batches=[TunerBatch(tokens=t, mode="cold", space=1920, cold_costs=costs)
+                                                         for t in tokens], wall_s=0.0, gpus=gpus, sample=count,
+                        cold_s=70.0)
+
+    monkeypatch.setattr(script, "run_cold", cold)
+    for other in ("run_bounded", "run_exhaustive", "run_full"):
+        monkeypatch.setattr(script, other, lambda *a, **k: pytest.fail("cold runs no tune loop"))
+    monkeypatch.setattr(script, "evaluate", lambda gpus, comparisons: pytest.fail("cold judges nothing"))
+    report = script.main(["--tuner-dir", str(tmp_path), "--out", str(tmp_path / "out"), "--batch-sizes", "1,64",
+                          "--gpus", "0,1", "--mode", "cold", "--cold-sample", "40", "--cold-seconds", "90",
+                          "--deadline", "300"]).read_text()
+    assert seen["tokens"] == [1, 64] and seen["count"] == 40 and seen["seconds"] == 90.0
+    text = " ".join(report.split())
+    assert "cold: a sample of its space alone" in text
+    minutes = (9.0 + 1.0 * 1919) / 60
+    assert f"| 1 | 1920 | 31 | 9.0 | 1.00 | {minutes:.1f} +- " in report
+    assert f"on 2 GPU(s) (the script dealing them round-robin over one worker per GPU): {minutes:.0f} min" in text
+
+
 def test_ours_is_judged_against_an_earlier_runs_best_without_running_sglangs_tuner(bench_script, tmp_path,
                                                                                     monkeypatch):
     """--tuner-from the committed H200 Qwen3 runs: no tuner runs, its best per batch size is the one committed,

@@ -16,7 +16,7 @@ from astra_sglang.triton.moe.bar_report import summarize, write_report
 from astra_sglang.triton.moe.configs import Pick
 from astra_sglang.triton.moe.sglang_tuner import TunerScript, key, model_dir
 from astra_sglang.triton.moe.sglang_tuner_child import shard_of
-from astra_sglang.triton.moe.sglang_tuner_exhaustive import default_warm_procs, run_exhaustive, warm
+from astra_sglang.triton.moe.sglang_tuner_exhaustive import default_warm_procs, run_cold, run_exhaustive, warm
 from astra_sglang.triton.moe.sglang_tuner_landscape import smem_check
 from astra_sglang.triton.moe.sglang_tuner_records import TunerBatch, TunerRun
 from astra_sglang.triton.moe.shapes import MoeShape
@@ -189,6 +189,48 @@ def test_earlier_runs_give_each_batch_size_from_the_last_run_that_has_it():
                      "qwen3-30b-a3b-1-64 (2026-11-27, commit d5b82c5); qwen3-30b-a3b-64 (2026-11-27, commit d5b82c5).")
     only, _ = earlier_runs([BAR_RUNS / "qwen3-30b-a3b-1-64"], "NVIDIA H200", QWEN3, [64])
     assert only.batches[0].covered == 442  # the cut one, where it is the only one given
+
+
+def test_a_cold_run_samples_every_gpu_and_gives_no_best(tmp_path, monkeypatch):
+    """One batch size on two GPUs: both sample it (the second its own draw), its first config's one-time costs
+    kept once; no warm phase, no timing loop."""
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("STANDIN_CALLS", str(log))
+    run = run_cold(TunerScript.open(tuner_folder(tmp_path, sleep=0.01)), SHAPE, [1], ["0", "1"], tmp_path / "work",
+                   count=4, seed=0, seconds=60, cache_root=tmp_path / "caches")
+    seen = calls(log)
+    assert seen and all("triton-cold-" in c["cache"] for c in seen)  # no warm cache, no timing loop
+    assert len({c["cache"] for c in seen}) == 2  # a cold cache per GPU
+    assert run.mode == "cold" and [b.tokens for b in run.batches] == [1] and run.wall_s == 0.0 and run.cold_s > 0
+    batch = run.batches[0]
+    assert batch.mode == "cold" and batch.space == SPACE and batch.best is None
+    assert len(batch.cold_costs) == 4 + 3  # the second child's first config (its one-time costs) dropped
+    assert batch.estimate() is not None and run.users_wall() == pytest.approx(batch.estimate()[0])
+
+
+def test_a_cold_runs_sample_gives_the_users_wall_to_the_runs_with_a_best(tmp_path):
+    """The committed Qwen3 bar has no users' wall at batch 1 and 64; a cold run's folder given with them supplies
+    one, and gives no best of its own (alone it is refused)."""
+    from astra_sglang.errors import AstraError
+    from astra_sglang.triton.moe.sglang_tuner_records import earlier_runs
+
+    folders = [BAR_RUNS / "qwen3-30b-a3b-1-64", BAR_RUNS / "qwen3-30b-a3b-64"]
+    before, _ = earlier_runs(folders, "NVIDIA H200", QWEN3, [1, 64])
+    cold = tmp_path / "qwen3-cold"
+    cold.mkdir()
+    (cold / "bar.jsonl").write_text(json.dumps({"kind": "header", "gpu": "NVIDIA H200", "shape": QWEN3,
+                                                "date": "2026-11-28", "commit": "abc1234"}) + "\n")
+    costs = [12.0] + [0.9, 1.1] * 20
+    batches = [TunerBatch(tokens=t, mode="cold", space=1920, cold_costs=costs) for t in (1, 64)]
+    (cold / "tuner.json").write_text(TunerRun(files={}, mode="cold", gpus=["0", "1"], sample=21, wall_s=0.0,
+                                              cold_s=80.0, batches=batches).model_dump_json())
+    run, where = earlier_runs([*folders, cold], "NVIDIA H200", QWEN3, [1, 64])
+    assert [b.best for b in run.batches] == [b.best for b in before.batches]  # the bests: the exhaustive runs'
+    assert all(b.cold_costs == costs and b.mode == "exhaustive" for b in run.batches)
+    assert run.wall_s == before.wall_s and run.users_wall() == pytest.approx(12.0 + 1.0 * 1919)  # one batch a GPU
+    assert where.endswith("qwen3-cold (2026-11-28, commit abc1234, its cold sample).")
+    with pytest.raises(AstraError, match="no earlier bar run given has batch size"):
+        earlier_runs([cold], "NVIDIA H200", QWEN3, [1])
 
 
 @pytest.mark.parametrize("folders, gpu, shape, tokens, said", [

@@ -4,7 +4,8 @@ from timing, both by the script's own code (sglang_tuner_child), on one fresh Tr
 1. cold sample (optional): its loop over a few configs drawn at random per batch size, a child per GPU on its own
    empty cache, nothing else running: the per-config cost its users pay, from which their full sweep's wall is
    estimated (TunerBatch.estimate, TunerRun.users_wall). Every GPU samples: with fewer batch sizes than GPUs the
-   spare ones draw more configs of the same batch sizes. Not part of this run's own wall.
+   spare ones draw more configs of the same batch sizes. Not part of this run's own wall. Alone (run_cold): the
+   users' wall of a shape whose best an earlier run has.
 2. warm: `warm_procs` children per GPU, each running the script's worker's `tune` over its shard of the space
    (every `count`-th config) at every batch size, timings discarded: Triton compiles on every core into the shared
    cache, exactly the kernels (specializations included: num_tokens changes two int arguments) the timing phase
@@ -71,9 +72,10 @@ def warm(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list[str
 
 
 def sample_cold(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list[str], work: Path, model: Path,
-                count: int, seed: int, seconds: float, cache_root: Path) -> tuple[dict[int, list[float]], float]:
-    """(batch size -> per-config costs, wall) of the script's loop over `count` configs drawn at random per batch
-    size and child, a child per GPU on its own cold cache, all stopped `seconds` from now. The batch sizes are dealt
+                count: int, seed: int, seconds: float, cache_root: Path
+                ) -> tuple[dict[int, list[float]], float, dict[int, int]]:
+    """(batch size -> per-config costs, wall, batch size -> its space's size) of the script's loop over `count`
+    configs drawn at random per batch size and child, a child per GPU on its own cold cache, all stopped `seconds` from now. The batch sizes are dealt
     round-robin; a GPU left without one (fewer batch sizes than GPUs) draws another sample of one (its own seed), so
     that every GPU samples. A child's first config also carries its process's one-time costs, which the users'
     estimate counts once (TunerBatch.estimate): the first child's is kept first, the others' are dropped."""
@@ -89,9 +91,26 @@ def sample_cold(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: l
         cache = Path(tempfile.mkdtemp(prefix="triton-cold-", dir=cache_root))  # a cold cache: compiles counted
         children.append((gpu, out, *spawn(request, f"cold-gpu{gpu}", gpu, cache, work)))
     cold: dict[int, list[float]] = {}
+    spaces: dict[int, int] = {}
     for batch in collect(children, "cold sample"):  # in the children's order: the first child's first
         cold[batch.tokens] = cold[batch.tokens] + batch.costs[1:] if batch.tokens in cold else list(batch.costs)
-    return cold, time.perf_counter() - started
+        spaces[batch.tokens] = batch.space
+    return cold, time.perf_counter() - started, spaces
+
+
+def run_cold(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list[str], work: Path, count: int,
+             seed: int, seconds: float, cache_root: Path | None = None) -> TunerRun:
+    """The cold sample alone (mode "cold"): its users' wall at each batch size, for a shape whose best an earlier
+    exhaustive run already has (earlier_runs joins the two). `count` configs per batch size and GPU, at most
+    `seconds`; no warm phase, no timing phase, no best."""
+    work.mkdir(parents=True, exist_ok=True)
+    cache_root = cache_root or work
+    cache_root.mkdir(parents=True, exist_ok=True)
+    cold, cold_s, spaces = sample_cold(script, shape, tokens, gpus, work / "cold", model_dir(shape, work), count,
+                                       seed, seconds, cache_root)
+    batches = [TunerBatch(tokens=t, mode="cold", space=spaces[t], cold_costs=cold[t]) for t in tokens if t in cold]
+    return TunerRun(files=script.hashes, mode="cold", batches=batches, wall_s=0.0, gpus=gpus, sample=count, seed=seed,
+                    cold_s=cold_s)
 
 
 def run_exhaustive(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list[str], work: Path,
@@ -106,8 +125,8 @@ def run_exhaustive(script: TunerScript, shape: MoeShape, tokens: list[int], gpus
     cache_root = cache_root or work
     cache_root.mkdir(parents=True, exist_ok=True)
     model, end = model_dir(shape, work), time.time() + seconds
-    cold, cold_s = sample_cold(script, shape, tokens, gpus, work / "cold", model, cold_sample, seed, cold_seconds,
-                               cache_root) if cold_sample else ({}, 0.0)
+    cold, cold_s, _ = sample_cold(script, shape, tokens, gpus, work / "cold", model, cold_sample, seed, cold_seconds,
+                                  cache_root) if cold_sample else ({}, 0.0, {})
     cache = Path(tempfile.mkdtemp(prefix="triton-warm-", dir=cache_root))  # one fresh cache, every process of the host
     begin = time.time()
     shards = warm(script, shape, tokens, gpus, work, model, cache, warm_procs, begin + warm_share * (end - begin))

@@ -13,7 +13,8 @@ from pydantic import BaseModel, Field
 from astra_sglang.errors import AstraError
 from astra_sglang.stats import t_quantile
 
-Mode = Literal["full", "bounded", "exhaustive"]
+Mode = Literal["full", "bounded", "exhaustive", "cold"]
+"""cold: only a cold sample of its space, for its users' wall (no best; earlier_runs joins it to a run that has one)."""
 
 
 class TunerBatch(BaseModel):
@@ -55,8 +56,8 @@ class TunerBatch(BaseModel):
     warm_s: float = 0.0
     """exhaustive: seconds from the first warm shard's start to the last one's end at this batch size."""
     cold_costs: list[float] = Field(default_factory=list)
-    """exhaustive: seconds per config of a cold-cache sample of its space drawn at random (a bounded run in the same
-    call, before the warm phase): what its users' full sweep is estimated from."""
+    """exhaustive, cold: seconds per config of a cold-cache sample of its space drawn at random (a bounded run in the
+    same call, before the warm phase; or the whole of a cold run): what its users' full sweep is estimated from."""
 
     @property
     def covered(self) -> int:
@@ -73,7 +74,7 @@ class TunerBatch(BaseModel):
         those others (at least 2)."""
         if self.mode == "full":
             return self.seconds, 0.0
-        if self.mode == "exhaustive":
+        if self.mode in ("exhaustive", "cold"):
             first, rest = (self.cold_costs[0], self.cold_costs[1:]) if self.cold_costs else (0.0, [])
         elif self.ranked:  # the process's first config is a ranked one: the drawn ones are all alike
             first, rest = 0.0, self.costs[self.ranked:]
@@ -121,9 +122,12 @@ class TunerRun(BaseModel):
 def earlier_runs(folders: list[Path], gpu: str, shape: str, tokens: list[int]) -> tuple[TunerRun, str]:
     """SGLang's tuner as earlier bar runs found it (each folder an OUT of benchmarks/moe_sglang_bar.py: its
     bar.jsonl header and tuner.json), for judging ours against its best without running it again: each batch size
-    from the last folder that has it. Refused in one line where a run was on another GPU or shape, or a batch size
-    is in none. Returns the run (walls: the sums of the runs used) and a line saying where its figures come from."""
+    from the last folder that has it. A cold run's folder (--mode cold) gives no best: its sample replaces the cold
+    costs of the batch sizes it has, for its users' wall. Refused in one line where a run was on another GPU or
+    shape, or a batch size is in no run with a best. Returns the run (walls: the sums of the runs used) and a line
+    saying where its figures come from."""
     found: dict[int, TunerBatch] = {}
+    cold: dict[int, list[float]] = {}
     used: list[tuple[Path, dict, TunerRun]] = []
     for folder in folders:
         try:
@@ -135,15 +139,20 @@ def earlier_runs(folders: list[Path], gpu: str, shape: str, tokens: list[int]) -
             raise AstraError(f"the bar run in {folder} was on {head.get('gpu')}, {head.get('shape')}; this one is on "
                              f"{gpu}, {shape}")
         mine = [b for b in run.batches if b.tokens in tokens]
-        found.update({b.tokens: b for b in mine})
+        if run.mode == "cold":
+            cold.update({b.tokens: b.cold_costs for b in mine if b.cold_costs})
+        else:
+            found.update({b.tokens: b for b in mine})
         if mine:
             used.append((folder, head, run))
     if missing := [t for t in tokens if t not in found]:
         raise AstraError(f"no earlier bar run given has batch size(s) {', '.join(map(str, missing))}")
-    runs = [r for _, _, r in used]
+    found = {t: b.model_copy(update={"cold_costs": cold[t]}) if t in cold else b for t, b in found.items()}
+    runs = [r for _, _, r in used if r.mode != "cold"]
     run = TunerRun(files=runs[-1].files, mode=runs[-1].mode, batches=[found[t] for t in sorted(found)],
                    wall_s=sum(r.wall_s for r in runs), gpus=runs[-1].gpus, sample=runs[-1].sample, seed=runs[-1].seed,
                    warm_s=sum(r.warm_s for r in runs), timing_s=sum(r.timing_s for r in runs),
-                   cold_s=sum(r.cold_s for r in runs), warm_procs=runs[-1].warm_procs)
-    where = "; ".join(f"{folder.name} ({head.get('date')}, commit {head.get('commit')})" for folder, head, _ in used)
+                   cold_s=sum(r.cold_s for _, _, r in used), warm_procs=runs[-1].warm_procs)
+    where = "; ".join(f"{folder.name} ({head.get('date')}, commit {head.get('commit')}"
+                      f"{', its cold sample' if r.mode == 'cold' else ''})" for folder, head, r in used)
     return run, f"SGLang's tuner was not run here: its figures are those of earlier runs on this GPU and shape: {where}."
