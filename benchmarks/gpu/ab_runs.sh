@@ -55,6 +55,11 @@ one_request_client() {  # one_request_client PROMPTS: the client's options, one 
   echo --num-prompts "$1" --input-len "${IN:-128}" --output-len "${ONE_OUT:-128}" --concurrency 1 \
     --warmup-requests 1 --seed 1
 }
+# The one-request stages' servers (both arms alike): decode graphs up to batch 2, none for prefill. Their client
+# decodes at batch 1 and its prefills took 0% of the timed window; graphs for 12 decode batch sizes and 58 prefill
+# token counts of a 32-layer model made each start longer (the first, 173 s), and starts bound the periods a call
+# holds.
+ONE_SERVER=(--moe-runner-backend triton --cuda-graph-max-bs-decode 2 --disable-prefill-cuda-graph)
 set -- $STAGES
 SHARE=$(( (DEADLINE - $(elapsed)) / $# ))
 
@@ -67,14 +72,15 @@ for stage in $STAGES; do
     python3 benchmarks/moe_ab_configs.py "$OUT/moe-configs" --device "$device" || continue
     if [ "$device" = "NVIDIA H200" ]; then
       layers=${MIX_LAYERS:-32}; model=/tmp/model-mixtral-8x7b-tp2-$layers; preset=mixtral-8x7b-tp2-experts
-      client=($(one_request_client "${MIX_PROMPTS:-24}"))
-    else layers=4; model=/tmp/model-mixtral-8x7b; preset=mixtral-8x7b; client=("${CLIENT[@]}"); fi
+      client=($(one_request_client "${MIX_PROMPTS:-24}")); mix_server=("${ONE_SERVER[@]}")
+    else layers=4; model=/tmp/model-mixtral-8x7b; preset=mixtral-8x7b; client=("${CLIENT[@]}")
+      mix_server=(--moe-runner-backend triton); fi
     [ -f "$model/config.json" ] || python3 benchmarks/make_moe_model.py "$model" --layers $layers --preset $preset
     echo "== mixtral: A = SGLang's best available config, B = our tuned configs ($preset); $(( stop_at - $(elapsed) )) s"
     SGLANG_MOE_CONFIG_DIR="$OUT/moe-configs/baseline" astra-sglang ab --model-path "$model" --load-format dummy \
       "${PLACE[@]}" --rounds "$ROUNDS" --port "$PORT" --patches "$OUT/moe-configs/patches" "${AA_FLAG[@]}" \
       --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 "${client[@]}" $(stagger_opts "$model") \
-      --out "$OUT/mixtral" -- "${SERVER_ARGS[@]}" --moe-runner-backend triton
+      --out "$OUT/mixtral" -- "${SERVER_ARGS[@]}" "${mix_server[@]}"
     echo "== mixtral: exit $? at $(elapsed) s"; mark_started "$model" "$OUT/mixtral"; report_line "$OUT/mixtral" ;;
   dense)
     rm -rf /tmp/ab-dense-patches && cp -r patches /tmp/ab-dense-patches
@@ -98,7 +104,7 @@ for stage in $STAGES; do
     astra-sglang ab --model-path "$model" --load-format dummy "${PLACE[@]}" --rounds "$ROUNDS" --port "$PORT" \
       --patches benchmarks/results/2026-11-27-h200/moe-bar/ours-deepseek-v2-lite-1/tiers/strict/deepseek-v2-lite-1/patches \
       "${AA_FLAG[@]}" --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 "${b1[@]}" \
-      $(stagger_opts "$model") --out "$OUT/dsv2lite" -- "${SERVER_ARGS[@]}" --moe-runner-backend triton
+      $(stagger_opts "$model") --out "$OUT/dsv2lite" -- "${SERVER_ARGS[@]}" "${ONE_SERVER[@]}"
     echo "== dsv2lite: exit $? at $(elapsed) s"; mark_started "$model" "$OUT/dsv2lite"; report_line "$OUT/dsv2lite" ;;
   *) echo "unknown stage $stage" ;;
   esac
