@@ -74,8 +74,12 @@ def run_ab(*, model_path, load_format, design, runs, rounds, gpus, patches, port
                            target_width, aa_dir, console=console, err_console=err_console, min_window_s=min_window)
         console.out(f"wrote {out / 'ab.jsonl'} and {report}")
         return
-    from astra_sglang.serving import designs, report as report_mod, runner, summary
+    from astra_sglang.serving import designs, license, report as report_mod, runner, summary
     from astra_sglang.serving.client import ClientSettings
+
+    if design == "restarts" and not control and not license.licensed_by(aa_dir, "restarts", min_window):
+        err_console.out("note: the restarts design makes no claim without a passing restarts A/A (--aa): one server "
+                        "at a time leaves the host's drift between starts in the comparison")
 
     plan = runner.RunPlan(design=design, client=ClientSettings.from_opts(opts), model_path=model_path,
                           load_format=load_format, server_args=list(server_args), control=control,

@@ -61,3 +61,21 @@ def test_the_crossover_needs_no_licence():
     rows = crossover_rows(np.random.default_rng(7), 6, 3, math.log(1.10), 0.01, 0.005, 0.005)
     c = design_stats.change(rows, "output_throughput", "output throughput", "tok/s", True)
     assert c.verdict.startswith("B better")
+
+
+def test_a_restarts_runs_summary_claims_with_the_aa_it_is_given(tmp_path):
+    """summary.summarize: a restarts A/B's verdict reads "no claim" alone, "B better" with a passing restarts A/A."""
+    from astra_sglang.serving import designs, runner, summary
+    from astra_sglang.serving.client import ClientSettings
+
+    rng = np.random.default_rng(11)
+    aa = _write(tmp_path / "aa", [{**r, "control": True} for r in _windows(restart_rows(rng, 4, 3, 0.0, 0.002, 0.002))])
+    ab = _write(tmp_path / "ab", [{**r, "control": False} for r in _windows(restart_rows(rng, 3, 3, math.log(1.1),
+                                                                                           0.004, 0.004))])
+    plan = runner.RunPlan(design="restarts", periods=designs.restarts(3, 3), client=ClientSettings(), model_path="m",
+                          gpus=[], port=31000)
+    (ab / runner.PLAN).write_text(plan.model_dump_json())
+    (ab / runner.STARTS).write_text("")
+    alone = summary.summarize(ab).metrics[0]
+    licensed = summary.summarize(ab, aa).metrics[0]
+    assert alone.verdict.startswith("no claim: [") and licensed.verdict.startswith("B better: [")

@@ -44,11 +44,11 @@ C = TypeVar("C")
 Batch = Callable[[list[EvalRequest]], list[EvalResult]]
 
 
-
 def wall_text(result: EvalResult) -> str:
     """An evaluation's wall and, where the child recorded them, its parts: "41 s: process 9, build 0, ..."."""
     parts = ", ".join(f"{name} {sec:.0f}" for name, sec in result.phases.items())
     return f"{result.wall_s:.0f} s" + (f": {parts}" if parts else "")
+
 
 class TuneOp(Protocol[B, C]):
     buckets: list[B]
