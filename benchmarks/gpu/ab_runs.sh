@@ -13,6 +13,9 @@
 #            wrote against SGLang's whole-space tuner (batch 1 and 64 tuned: 1.044x and 1.025x SGLang's pick),
 #            served one request at a time as dsv2lite is: at the A/A's 32 concurrent requests the decode calls
 #            read key 32, where B's file holds SGLang's own pick. Mixtral-8x7B's 32 layers (MIX_LAYERS).
+#   mixtral-aa  The mixtral stage's A/A: both arms A (--control), the same model, client and servers: on one GPU
+#            (DESIGN=restarts) the licence its restarts A/Bs need (astra_sglang/serving/license.py), since the dense
+#            model's restarts A/A failed (benchmarks/results/2026-11-28-h200/serving/).
 #   dense    The kit's 8-layer Llama-3-8B shape with random weights (make_weights.py). A: unpatched; B: the shipped
 #            patch set as `launch` serves it (merge_attn_states_lse off: the kit has no FA3).
 #   dsv2lite DeepSeek-V2-Lite's routed experts in DeepSeek-V2-Lite's 26 MoE layers (DSV2_LAYERS; make_moe_model.py
@@ -57,7 +60,8 @@ one_request_client() {  # one_request_client PROMPTS: the client's options, one 
 }
 # The one-request stages' servers (both arms alike): decode graphs up to batch 2, none for prefill. Their client
 # decodes at batch 1 and its prefills took 0% of the timed window; graphs for 12 decode batch sizes and 58 prefill
-# token counts of a 32-layer model made each start longer (the first, 173 s), and starts bound the periods a call
+# token counts of a 32-layer model made each start longer (the first, 173 s; the prefill capture alone took 55.9 s
+# of a fresh machine's first start of the 8-layer dense model, ab_common.sh), and starts bound the periods a call
 # holds.
 ONE_SERVER=(--moe-runner-backend triton --cuda-graph-max-bs-decode 2 --disable-prefill-cuda-graph)
 set -- $STAGES
@@ -67,7 +71,10 @@ for stage in $STAGES; do
   resume_from "$stage"
   stop_at=$(( $(elapsed) + SHARE ))
   case $stage in
-  mixtral)
+  mixtral|mixtral-aa)
+    # mixtral-aa: the same servers, both arms A (an A/A of this model and client: its design's licence, its floor)
+    if [ "$stage" = mixtral-aa ]; then arms=(--control); b_is="SGLang's config too (an A/A)"
+    else arms=(--patches "$OUT/moe-configs/patches"); b_is="our tuned configs"; fi
     device=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
     python3 benchmarks/moe_ab_configs.py "$OUT/moe-configs" --device "$device" || continue
     if [ "$device" = "NVIDIA H200" ]; then
@@ -76,12 +83,12 @@ for stage in $STAGES; do
     else layers=4; model=/tmp/model-mixtral-8x7b; preset=mixtral-8x7b; client=("${CLIENT[@]}")
       mix_server=(--moe-runner-backend triton); fi
     [ -f "$model/config.json" ] || python3 benchmarks/make_moe_model.py "$model" --layers $layers --preset $preset
-    echo "== mixtral: A = SGLang's best available config, B = our tuned configs ($preset); $(( stop_at - $(elapsed) )) s"
+    echo "== $stage: A = SGLang's best available config, B = $b_is ($preset); $(( stop_at - $(elapsed) )) s"
     SGLANG_MOE_CONFIG_DIR="$OUT/moe-configs/baseline" astra-sglang ab --model-path "$model" --load-format dummy \
-      "${PLACE[@]}" --rounds "$ROUNDS" --port "$PORT" --patches "$OUT/moe-configs/patches" "${AA_FLAG[@]}" \
+      "${PLACE[@]}" --rounds "$ROUNDS" --port "$PORT" "${arms[@]}" "${AA_FLAG[@]}" \
       --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 "${client[@]}" $(stagger_opts "$model") \
-      --out "$OUT/mixtral" -- "${SERVER_ARGS[@]}" "${mix_server[@]}"
-    echo "== mixtral: exit $? at $(elapsed) s"; mark_started "$model" "$OUT/mixtral"; report_line "$OUT/mixtral" ;;
+      --out "$OUT/$stage" -- "${SERVER_ARGS[@]}" "${mix_server[@]}"
+    echo "== $stage: exit $? at $(elapsed) s"; mark_started "$model" "$OUT/$stage"; report_line "$OUT/$stage" ;;
   dense)
     rm -rf /tmp/ab-dense-patches && cp -r patches /tmp/ab-dense-patches
     astra-sglang patch disable merge_attn_states_lse --patches /tmp/ab-dense-patches
