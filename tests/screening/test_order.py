@@ -120,3 +120,40 @@ def test_an_fp8_shape_seeds_its_own_quantizations_files_first_and_counts_a_byte_
     smem = {k for k, why in out.pruned.items() if why.startswith("shared memory")}
     assert smem < {k for k, why in plain.pruned.items() if why.startswith("shared memory")}  # fp8 tiles: half
     assert all(infeasible(MoeConfig.from_code(k), H200, 1) for k in smem)
+
+
+@pytest.mark.parametrize("shape", [QWEN3, MoeShape(64, 1408, 2048, 6), MoeShape(8, 7168, 4096, 2)])
+def test_batch_1_screens_the_16_row_configs_only(shape):
+    """At batch 1 a tile of more than 16 rows makes the same blocks as its 16-row twin, padded: dropped with the
+    reason, on Hopper and for unquantized calls only; the pick is screened whatever it is, and batch 2 keeps all."""
+    pick = MoeConfig.from_code("m64n128k128g1w4s4")
+    one, two = ordered(shape, 1, pick, H200, prune=None), ordered(shape, 2, pick, H200, prune=None)
+    assert one.configs[0] == pick and all(c.block_m == 16 for c in one.configs[1:])
+    padded = [c for c, why in one.pruned.items() if why.startswith("padded rows only")]
+    assert padded and all(MoeConfig.from_code(c).block_m > 16 for c in padded)
+    sixteen = {c.code() for c in SPACES["sglang"]() if c.block_m == 16 and not infeasible(c, H200)}
+    assert sixteen <= set(one.codes)  # every 16-row config of SGLang's space is still screened
+    assert {MoeConfig.from_code(c).block_m for c in two.codes} == {16, 32, 64, 128, 256}
+    assert len(one.codes) < len(two.codes) / 3  # the compiles a batch-1 screening saves
+    fp8 = MoeShape(shape.experts, shape.inter, shape.hidden, shape.topk, quant="fp8_w8a8")
+    assert any(c.block_m > 16 for c in ordered(fp8, 1, pick, H200, prune=None).configs[1:])
+    a100 = ordered(shape, 1, pick, gpu_model("NVIDIA A100-SXM4-80GB"), prune=None)
+    assert any(c.block_m > 16 for c in a100.configs[1:])
+
+
+def test_the_batch_1_rule_is_what_the_h200_screens_measured():
+    """Every committed H200 screen at batch 1 of an unquantized shape: the fastest config of 32 rows or more was
+    at least 2% slower than the fastest of 16 (2.9-11.4%), so the rule drops nothing that could have won."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    bar = Path(__file__).parents[2] / "benchmarks" / "results" / "2026-11-27-h200" / "moe-bar"
+    screens = [p for p in bar.glob("ours-*/tiers/screen/*@1.jsonl.gz") if "fp8" not in p.name]
+    assert len(screens) == 3
+    for path in screens:
+        rows = [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode().splitlines()]
+        timed = [(MoeConfig.from_code(r["config"]).block_m, r["us"]) for r in rows
+                 if r.get("stage") == "done" and r.get("us") and "+" not in r["config"]]
+        best16 = min(us for m, us in timed if m == 16)
+        assert min(us for m, us in timed if m > 16) > 1.02 * best16, path.name

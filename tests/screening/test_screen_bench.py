@@ -39,7 +39,8 @@ def test_every_phase_and_the_two_tiers(tmp_path):
     assert warm1["compile_cached"] == warm1["compile_jobs"]  # everything was in the cache
     assert cold["pick_us"] and cold["best_us"] <= cold["pick_us"]
     verdicts = [json.loads(line) for line in (tmp_path / "out" / "tiers" / "verdicts.jsonl").read_text().splitlines()]
-    assert sorted(v["tokens"] for v in verdicts) == [1, 64] and all(v["screened"] > 1000 for v in verdicts)
+    screened = {v["tokens"]: v["screened"] for v in verdicts}
+    assert screened[64] > 1000 and 250 < screened[1] < 400  # batch 1: the 16-row configs (moe_order.padded_only)
     assert json.loads((tmp_path / "out" / "tiers" / "plan.json").read_text())["gpus"] == ["1"]
     for section in ("## Screening", "## Targets", "two GPUs", "## Two tiers against SGLang's shipped pick",
                     "| qwen3 | 64 |"):

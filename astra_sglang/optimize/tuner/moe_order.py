@@ -1,6 +1,7 @@
 """Fused MoE's screening order at one batch size: SGLang's pick first, then every config SGLang ships for any GPU
 and expert shape (the nearest key of each file: this expert shape's files first), then the rest of the space by
-a cost model; configs that cannot fit in shared memory, and those the model calls hopeless, are dropped.
+a cost model; configs that cannot fit in shared memory, those the model calls hopeless, and at batch 1 those of
+more than 16 rows (`padded_only`) are dropped.
 
 The cost model (`predict_us`) is a roofline per GEMM (fused MoE runs two: gate/up [2N x H] and down [H x N]):
 - work: the padded rows SGLang's moe_align_block_size makes (each expert's tokens rounded up to BLOCK_SIZE_M,
@@ -149,6 +150,19 @@ def infeasible(config: MoeConfig, gpu: GpuModel, element: int = 2) -> str | None
     return None
 
 
+def padded_only(config: MoeConfig, tokens: int, shape: MoeShape, gpu: GpuModel) -> str | None:
+    """At batch 1 each expert the token routes to gets one row: any BLOCK_SIZE_M makes one block per expert, the
+    same grid and the same weight reads, and rows past the first 16 are padding. So on Hopper, for unquantized
+    calls, a config of more rows is dropped: its 16-row twin (the same N, K, group, warps, stages) does the same
+    with less. Held to measurement: SGLang's 100 Hopper bf16 files all pick 16 rows at key 1; in our H200 screens
+    at batch 1 (2026-11-27, moe-bar page: Qwen3-30B-A3B, DeepSeek-V2-Lite, Mixtral TP2) the fastest config of 32
+    rows or more was 2.9-11.4% slower than the fastest of 16, and 3.2% in SGLang's own whole-space loop for
+    Mixtral TP2. fp8_w8a8 keeps them (SGLang's Triton 3.1 H200 fp8 files pick 64 rows at batch 1)."""
+    if tokens == 1 and config.block_m > 16 and gpu.wgmma and not shape.quantized:
+        return "padded rows only: at batch 1 its 16-row twin makes the same blocks with less"
+    return None
+
+
 def shipped_seeds(tokens: int, shape: MoeShape, config_dir: Path | None = None) -> list[MoeConfig]:
     """The config at the key nearest `tokens` of every file SGLang ships (any GPU, Triton version, expert shape,
     quantization): this expert shape's files first, those of its quantization before the others, newest Triton
@@ -175,6 +189,7 @@ def ordered(shape: MoeShape, tokens: int, pick: MoeConfig, gpu: GpuModel, space:
             prune: float | None = PRUNE, config_dir: Path | None = None) -> Ordered[MoeConfig]:
     return order([pick], shipped_seeds(tokens, shape, config_dir), SPACES[space](),
                  cost=lambda c: predict_us(c, tokens, shape, gpu),
-                 infeasible=lambda c: infeasible(c, gpu, shape.weight_bytes),  # fp8 tiles: a byte an element
+                 # fp8 tiles: a byte an element
+                 infeasible=lambda c: infeasible(c, gpu, shape.weight_bytes) or padded_only(c, tokens, shape, gpu),
                  code=MoeConfig.code, prune_factor=prune)
 
