@@ -14,8 +14,8 @@ B: the configs our tuning chose on this GPU, written as a patch folder (patches/
      and 1.025x SGLang's pick by the strict evaluator, SGLang's picks at every other key), merged into one file.
 
 Usage: python3 benchmarks/moe_ab_configs.py OUT --device "NVIDIA H100 80GB HBM3" [--triton 3.6.0]
-Writes OUT/baseline (A's $SGLANG_MOE_CONFIG_DIR) and OUT/patches (B's --patches); prints which file A reads. On another GPU it writes nothing and exits 2: B's configs are the answer
-of a tuning run on one of those GPUs, not on this one.
+Writes OUT/baseline (A's $SGLANG_MOE_CONFIG_DIR) and OUT/patches (B's --patches); prints which file A reads. On
+another GPU it writes nothing and exits 2: B's configs are the answer of a tuning run on one of those GPUs.
 """
 from __future__ import annotations
 
@@ -31,8 +31,6 @@ TUNED_FILE = ROOT / "benchmarks" / "results" / "2026-11-25-h100" / "mixtral-prof
 H200_BAR = ROOT / "benchmarks" / "results" / "2026-11-27-h200" / "moe-bar"
 H200_RUNS = [H200_BAR / f"ours-mixtral-8x7b-tp2-{b}" / "tiers" / "strict" / f"mixtral-8x7b-tp2-{b}" for b in (1, 64)]
 """The H200 tiers runs B merges: each folder's tune.json and the file its patch wrote."""
-SHAPES = {"NVIDIA H100 80GB HBM3": (8, 14336), "NVIDIA H200": (8, 7168)}
-"""The expert shape (E, N) of each GPU's A/B: the shape its tuning ran at."""
 NEAREST = {"NVIDIA_H100_80GB_HBM3": ["NVIDIA_H200", "NVIDIA_H800", "NVIDIA_H20"],
            "NVIDIA_H200": ["NVIDIA_H100_80GB_HBM3", "NVIDIA_H800", "NVIDIA_H20"]}
 """Shipped files to borrow for a GPU without one of its own, nearest first (same architecture)."""
@@ -111,6 +109,11 @@ def merged_patches(out: Path, device: str, runs: list[Path]) -> Path:
     return out
 
 
+ARMS = {"NVIDIA H100 80GB HBM3": ((8, 14336), tuned_patches),
+        "NVIDIA H200": ((8, 7168), lambda out, device: merged_patches(out, device, H200_RUNS))}
+"""Per GPU: the expert shape (E, N) its tuning ran at, and what writes B's patch folder (out, device)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -120,10 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="SGLang's fused_moe config folder (default: the installed SGLang's)")
     args = parser.parse_args(argv)
     from astra_sglang.triton.moe.configs import CONFIG_MODULE, package_dir
-    from astra_sglang.triton.results import TuneResult
 
-    if args.device not in SHAPES:
-        print(f"moe_ab_configs: B's configs were tuned on {' and '.join(SHAPES)}, not on {args.device}: no A/B of "
+    if args.device not in ARMS:
+        print(f"moe_ab_configs: B's configs were tuned on {' and '.join(ARMS)}, not on {args.device}: no A/B of "
               "our tuning on this GPU", file=sys.stderr)
         return 2
     device = args.device.replace(" ", "_")
@@ -132,12 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         import triton
 
         args.triton = triton.__version__
-    shape = SHAPES[args.device]
+    shape, write_b = ARMS[args.device]
     baseline_dir(args.out / "baseline", sglang_dir, *shape, device, args.triton)
-    if TuneResult.model_validate_json(TUNE.read_text()).gpu == args.device:
-        tuned_patches(args.out / "patches", device)
-    else:
-        merged_patches(args.out / "patches", device, H200_RUNS)
+    write_b(args.out / "patches", device)
     print(f"wrote {args.out / 'baseline'} and {args.out / 'patches'}")
     return 0
 

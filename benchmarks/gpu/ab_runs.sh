@@ -3,12 +3,12 @@
 # in calls of at most 9 minutes, resumable (RUNS=<a folder holding an earlier OUT's stage folders>).
 # Stages (STAGES, default "mixtral dense"; dsv2lite only when named; each gets an equal share of DEADLINE,
 # default 500 s):
-#   mixtral  A Mixtral-shaped model (benchmarks/make_moe_model.py, 4 layers, dummy weights, SGLang's Triton MoE
-#            runner). A: SGLang's best available fused-MoE config for this GPU; B: our tuning's configs for it, as a
-#            patch over A's folder (benchmarks/moe_ab_configs.py; it refuses, in one line, a GPU B was not tuned on).
+#   mixtral  A Mixtral-shaped model (benchmarks/make_moe_model.py, dummy weights, SGLang's Triton MoE runner).
+#            A: SGLang's best available fused-MoE config for this GPU; B: our tuning's configs for it, as a patch
+#            over A's folder (benchmarks/moe_ab_configs.py; it refuses, in one line, a GPU B was not tuned on).
 #            On an H100: Mixtral-8x7B's whole experts (N=14336), A SGLang's H200 file under the H100's name through
 #            $SGLANG_MOE_CONFIG_DIR (it ships none for the H100), B what `tune fused_moe` chose there
-#            (benchmarks/results/2026-11-25-h100/mixtral-tune), with the A/A's client. On an H200: Mixtral-8x7B's
+#            (benchmarks/results/2026-11-25-h100/mixtral-tune), 4 layers, the A/A's client. On an H200: Mixtral-8x7B's
 #            TP2 shard (preset mixtral-8x7b-tp2-experts, N=7168), A SGLang's own H200 file, B the file our two tiers
 #            wrote against SGLang's whole-space tuner (batch 1 and 64 tuned: 1.044x and 1.025x SGLang's pick),
 #            served one request at a time as dsv2lite is: at the A/A's 32 concurrent requests the decode calls
@@ -28,15 +28,17 @@
 # The one-request client of mixtral (on an H200) and dsv2lite: MIX_PROMPTS (24) / DSV2_PROMPTS (48) prompts of
 # 128 in / ONE_OUT (128) out at concurrency 1, seed 1, one warm-up request. Why the real layer counts: with 4 and
 # 8 layers (4x H200, 2026-11-28, commit 06933ed, JOBS="abruns01 abruns" ABRUNS01_STAGES=mixtral
-# ABRUNS_STAGES=dsv2lite through host_split.sh) both models decoded at the same 1.48-1.92 ms a token, round to
+# ABRUNS_STAGES=dsv2lite through host_split.sh) both models decoded at the same 1.49-1.92 ms a token, round to
 # round, where their fused MoE calls take ~0.56 and ~0.54 ms a step (SGLang's config, the strict evaluator's
 # times at batch 1: 140 and 67 us a call): the server's own per-step host work set the pace, and a kernel change
 # cannot show in it. At 32 and 26 layers the MoE calls alone take ~4.5 and ~1.7 ms a step, so the GPU sets it, and
 # B's gain is the MoE share of the step times the kernel's (at most 1 - 1/1.044 = 4.2% and 1 - 1/1.104 = 9.4%).
-# Both use the A/A's client and rounds (ab_common.sh: PROMPTS=1024, 128 in / 256 out, 32 concurrent, fixed
-# lengths, seed 1; ROUNDS=3 after a full warm-up round; one long-lived client per arm), so the A/A's interval there
-# is the floor to read them against; AA=<the A/A's run folder> makes it the parity reference of the stage whose model
-# it served (dense); a stage of another model takes its own A across its starts, and its report says why.
+# dense and the H100 mixtral use the A/A's client and rounds (ab_common.sh: PROMPTS=1024, 128 in / 256 out, 32
+# concurrent, fixed lengths, seed 1; ROUNDS=3 after a full warm-up round; one long-lived client per arm), so the
+# A/A's interval is the floor to read them against (the one-request stages share its rounds, not its client: their
+# own floor is an A/A of their model, mixtral-aa); AA=<the A/A's run folder> makes it the parity reference of the
+# stage whose model it served (dense); a stage of another model takes its own A across its starts, and its report
+# says why.
 # Time: a period as ab_design.sh's (measured there on 4x H200, 2026-11-27: 147-195 s with both starts at once, 331 s
 # as a fresh machine's first), so a call runs 1 period on a fresh machine and 2 on a warm one; 5 periods (3 df) take
 # three calls going on from each other (RUNS=). host_split.sh runs two stages at once (JOBS="abruns01 abruns":

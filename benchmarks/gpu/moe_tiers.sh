@@ -57,8 +57,7 @@ trap 'kill -- -$PID 2>/dev/null' EXIT INT TERM
 wait $PID; rc=$?
 # the tuner's own wall (its process, from start to exit): what a user with the tool installed waits; this script's
 # set-up before it (the checkout installed, the SGLang kit) is the machine's, not the tuner's
-python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$P0" "$(date +%s.%N)" \
-  > "$OUTDIR/tuner_wall_s"
+awk -v a="$P0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f\n", b - a }' > "$OUTDIR/tuner_wall_s"
 grep -E "\] |Error|error" "$OUTDIR/bench.log" | tail -40
 if [ $rc -ne 0 ]; then  # an error, or cut: what finished is in the records; the summary is written from them
   echo "moe_tiers_bench.py exit code $rc"; tail -30 "$OUTDIR/bench.log"

@@ -177,7 +177,8 @@ def test_an_evaluations_progress_line_says_where_its_wall_went():
     from astra_sglang.harness.records import EvalResult
     from astra_sglang.optimize.tuner.bucket import wall_text
 
-    timed = EvalResult(kernel="fused_moe", candidate="final", wall_s=41.2, phases={"process": 9.1, "build": 0.2, "load": 12.4,
-                                                                "shapes": 19.5})
+    phases = {"process": 9.1, "build": 0.2, "load": 12.4, "shapes": 19.5}
+    timed = EvalResult(kernel="fused_moe", candidate="final", wall_s=41.2, phases=phases)
     assert wall_text(timed) == "41 s: process 9, build 0, load 12, shapes 20"
-    assert wall_text(EvalResult(kernel="fused_moe", candidate="final", wall_s=40.0)) == "40 s"  # a simulated or rebuilt result
+    # a simulated result, or one the parent rebuilt after a crash: the wall alone
+    assert wall_text(EvalResult(kernel="fused_moe", candidate="final", wall_s=40.0)) == "40 s"

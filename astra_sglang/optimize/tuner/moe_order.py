@@ -156,7 +156,7 @@ def padded_only(config: MoeConfig, tokens: int, shape: MoeShape, gpu: GpuModel) 
     calls, a config of more rows is dropped: its 16-row twin (the same N, K, group, warps, stages) does the same
     with less. Held to measurement: SGLang's 100 Hopper bf16 files all pick 16 rows at key 1; in our H200 screens
     at batch 1 (2026-11-27, moe-bar page: Qwen3-30B-A3B, DeepSeek-V2-Lite, Mixtral TP2) the fastest config of 32
-    rows or more was 2.9-11.4% slower than the fastest of 16, and 3.2% in SGLang's own whole-space loop for
+    rows or more was 2.9-10.3% slower than the fastest of 16, and 3.2% in SGLang's own whole-space loop for
     Mixtral TP2. fp8_w8a8 keeps them (SGLang's Triton 3.1 H200 fp8 files pick 64 rows at batch 1)."""
     if tokens == 1 and config.block_m > 16 and gpu.wgmma and not shape.quantized:
         return "padded rows only: at batch 1 its 16-row twin makes the same blocks with less"

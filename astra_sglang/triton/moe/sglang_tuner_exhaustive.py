@@ -75,10 +75,11 @@ def sample_cold(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: l
                 count: int, seed: int, seconds: float, cache_root: Path
                 ) -> tuple[dict[int, list[float]], float, dict[int, int]]:
     """(batch size -> per-config costs, wall, batch size -> its space's size) of the script's loop over `count`
-    configs drawn at random per batch size and child, a child per GPU on its own cold cache, all stopped `seconds` from now. The batch sizes are dealt
-    round-robin; a GPU left without one (fewer batch sizes than GPUs) draws another sample of one (its own seed), so
-    that every GPU samples. A child's first config also carries its process's one-time costs, which the users'
-    estimate counts once (TunerBatch.estimate): the first child's is kept first, the others' are dropped."""
+    configs drawn at random per batch size and child, a child per GPU on its own cold cache, all stopped `seconds`
+    from now. The batch sizes are dealt round-robin; a GPU left without one (fewer batch sizes than GPUs) draws
+    another sample of one (its own seed), so that every GPU samples. A child's first config also carries its
+    process's one-time costs, which the users' estimate counts once (TunerBatch.estimate): the first child's is kept
+    first, the others' are dropped."""
     work.mkdir(parents=True, exist_ok=True)
     dealt = share(tokens, gpus)
     deadline, started, children = time.time() + seconds, time.perf_counter(), []
@@ -98,14 +99,20 @@ def sample_cold(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: l
     return cold, time.perf_counter() - started, spaces
 
 
+def _folders(work: Path, cache_root: Path | None) -> Path:
+    """Makes `work` and the Triton caches' root (default `work`); returns that root."""
+    work.mkdir(parents=True, exist_ok=True)
+    root = cache_root or work
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 def run_cold(script: TunerScript, shape: MoeShape, tokens: list[int], gpus: list[str], work: Path, count: int,
              seed: int, seconds: float, cache_root: Path | None = None) -> TunerRun:
     """The cold sample alone (mode "cold"): its users' wall at each batch size, for a shape whose best an earlier
     exhaustive run already has (earlier_runs joins the two). `count` configs per batch size and GPU, at most
     `seconds`; no warm phase, no timing phase, no best."""
-    work.mkdir(parents=True, exist_ok=True)
-    cache_root = cache_root or work
-    cache_root.mkdir(parents=True, exist_ok=True)
+    cache_root = _folders(work, cache_root)
     cold, cold_s, spaces = sample_cold(script, shape, tokens, gpus, work / "cold", model_dir(shape, work), count,
                                        seed, seconds, cache_root)
     batches = [TunerBatch(tokens=t, mode="cold", space=spaces[t], cold_costs=cold[t]) for t in tokens if t in cold]
@@ -121,9 +128,7 @@ def run_exhaustive(script: TunerScript, shape: MoeShape, tokens: list[int], gpus
     sample (`cold_sample` configs per batch size, at most `cold_seconds`; 0: none, and no users' estimate), the
     warm phase (at most `warm_share` of the time then left), the timing phase (the rest). Triton caches go under
     `cache_root` (default `work`): thousands of compiled kernels, kept out of the results."""
-    work.mkdir(parents=True, exist_ok=True)
-    cache_root = cache_root or work
-    cache_root.mkdir(parents=True, exist_ok=True)
+    cache_root = _folders(work, cache_root)
     model, end = model_dir(shape, work), time.time() + seconds
     cold, cold_s, _ = sample_cold(script, shape, tokens, gpus, work / "cold", model, cold_sample, seed, cold_seconds,
                                   cache_root) if cold_sample else ({}, 0.0, {})
