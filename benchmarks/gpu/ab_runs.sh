@@ -76,9 +76,11 @@ for stage in $STAGES; do
   mixtral|mixtral-aa)
     # mixtral-aa: the same servers, both arms A (an A/A of this model and client: its design's licence, its floor)
     if [ "$stage" = mixtral-aa ]; then arms=(--control); b_is="SGLang's config too (an A/A)"
-    else arms=(--patches "$OUT/moe-configs/patches"); b_is="our tuned configs"; fi
+    else arms=(--patches "${MOE_CFG:-/tmp/ab-moe-configs}/patches"); b_is="our tuned configs"; fi
     device=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
-    python3 benchmarks/moe_ab_configs.py "$OUT/moe-configs" --device "$device" || continue
+    # one folder (MOE_CFG) for every call of a run: its plan records the patches' path, which a resumed run must give
+    cfg=${MOE_CFG:-/tmp/ab-moe-configs}; python3 benchmarks/moe_ab_configs.py "$cfg" --device "$device" || continue
+    rm -rf "$OUT/moe-configs" && cp -r "$cfg" "$OUT/moe-configs"  # the record, beside the run
     if [ "$device" = "NVIDIA H200" ]; then
       layers=${MIX_LAYERS:-32}; model=/tmp/model-mixtral-8x7b-tp2-$layers; preset=mixtral-8x7b-tp2-experts
       client=($(one_request_client "${MIX_PROMPTS:-24}")); mix_server=("${ONE_SERVER[@]}")
@@ -86,7 +88,7 @@ for stage in $STAGES; do
       mix_server=(--moe-runner-backend triton); fi
     [ -f "$model/config.json" ] || python3 benchmarks/make_moe_model.py "$model" --layers $layers --preset $preset
     echo "== $stage: A = SGLang's best available config, B = $b_is ($preset); $(( stop_at - $(elapsed) )) s"
-    SGLANG_MOE_CONFIG_DIR="$OUT/moe-configs/baseline" astra-sglang ab --model-path "$model" --load-format dummy \
+    SGLANG_MOE_CONFIG_DIR="$cfg/baseline" astra-sglang ab --model-path "$model" --load-format dummy \
       "${PLACE[@]}" --rounds "$ROUNDS" --port "$PORT" "${arms[@]}" "${AA_FLAG[@]}" \
       --stop-after $(( stop_at - $(elapsed) )) --health-timeout 300 "${client[@]}" $(stagger_opts "$model") \
       --out "$OUT/$stage" -- "${SERVER_ARGS[@]}" "${mix_server[@]}"
