@@ -92,13 +92,19 @@ class ConfigLookup:
         self.fn = self._make_fn()
 
     def _make_fn(self) -> Callable:
+        seen: dict[tuple, bool | None] = {}  # the call's arguments -> answered by a patch (None: a down lookup)
+
         @functools.wraps(self.original)
         def get_moe_configs(*args, **kwargs):
-            bound = self.signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            if not bound.arguments.get("down_moe"):
+            key = (args, tuple(kwargs.items()))  # hashable: SGLang's own function is an lru_cache
+            if key not in seen:  # binding costs ~6 us, and an eager prefill makes a lookup per layer
+                bound = self.signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                seen[key] = None if bound.arguments.get("down_moe") else self.answered_by_patch(*bound.args)
+            ours = seen[key]
+            if ours is not None:
                 self.stats.calls += 1
-                if self.answered_by_patch(*bound.args):
+                if ours:
                     self.stats.kernel_calls += 1
                 else:
                     self.stats.fallbacks += 1

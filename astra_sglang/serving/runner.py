@@ -142,10 +142,12 @@ def default_launch(plan: RunPlan, out: Path) -> Launch:
 
 
 def _healthy(plan: RunPlan, period: Period, slot: Slot, proc, out: Path, health_timeout: float,
-             console: Console) -> tuple[dict, dict]:
-    """(its starts.jsonl row, its /server_info) once the slot's server answers /health."""
+             console: Console, launched: float) -> tuple[dict, dict]:
+    """(its starts.jsonl row, its /server_info) once the slot's server answers /health; ready_s counts from its
+    launch (`launched`, time.monotonic()), not from when the wait for it began."""
     port = _port(plan, slot.arm)
-    ready = server.wait_healthy(proc, port, out / f"server-{slot.arm}-p{period.index}.log", health_timeout)
+    ready = server.wait_healthy(proc, port, out / f"server-{slot.arm}-p{period.index}.log", health_timeout,
+                                since=launched)
     info = server.server_info(port)
     console.out(f"[p{period.index} {slot.arm}] healthy after {ready:.0f} s")
     return {"period": period.index, "arm": slot.arm, "gpu_index": slot.gpu, "gpu_id": gpu_of(slot, plan.gpus),
@@ -169,6 +171,7 @@ def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, clients
     Each round's timed window is printed, and marked when under `min_window_s`."""
     console = console or Console(highlight=False)
     procs: dict[str, object] = {}
+    launched: dict[str, float] = {}
     starts, stats_dirs = [], {}
     try:
         order = sorted(period.slots, key=lambda slot: slot.gpu)
@@ -178,11 +181,12 @@ def run_period(plan: RunPlan, period: Period, out: Path, launch: Launch, clients
             gpu = gpu_of(slot, plan.gpus)
             env = {**env, "CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else env
             console.out(f"[p{period.index} {slot.arm}] starting on GPU {gpu or 'default'}: {' '.join(argv)}")
+            launched[slot.arm] = time.monotonic()
             procs[slot.arm] = server.start_server(argv, env, out / f"server-{slot.arm}-p{period.index}.log")
             if stagger or k == len(order) - 1:
                 for waiting in (w for w in order[:k + 1] if w.arm not in infos):
                     row, infos[waiting.arm] = _healthy(plan, period, waiting, procs[waiting.arm], out,
-                                                       health_timeout, console)
+                                                       health_timeout, console, launched[waiting.arm])
                     starts.append(row)
         if len(infos) == 2:
             have = all(infos.values())

@@ -48,6 +48,8 @@ class WindowSummary(BaseModel):
     window_s: float | None
     ttft_ms: float | None
     ttft_share: float | None
+    request_share: float | None = None
+    """Mean TTFT over the mean request latency (serving/window.py)."""
     short: bool
 
 
@@ -88,7 +90,8 @@ def window_summaries(rows: list[dict], min_window_s: float) -> tuple[list[Window
     """Each timed round's window and the one-line reason when any is too short ('' when none is)."""
     found = window.windows(rows)
     return ([WindowSummary(period=w.period, round=w.round, arm=w.arm, window_s=w.window_s, ttft_ms=w.ttft_ms,
-                           ttft_share=w.ttft_share, short=w.short(min_window_s)) for w in found],
+                           ttft_share=w.ttft_share, request_share=w.request_share,
+                           short=w.short(min_window_s)) for w in found],
             window.short_reason(found, min_window_s))
 
 

@@ -28,13 +28,24 @@ class RoundWindow:
     window_s: float | None
     """The benchmark's timed duration (None: the row has none)."""
     ttft_ms: float | None
+    e2e_ms: float | None = None
+    """The mean request latency (first token and decode)."""
 
     @property
     def ttft_share(self) -> float | None:
-        """Mean TTFT as a fraction of the window."""
+        """Mean TTFT as a fraction of the window: the round's ramp-up, which a short window cannot hide."""
         if not self.window_s or self.ttft_ms is None:
             return None
         return self.ttft_ms / 1000.0 / self.window_s
+
+    @property
+    def request_share(self) -> float | None:
+        """Mean TTFT as a fraction of the mean request latency: what the first token (the prefill, queueing
+        for it) takes of each request. One request at a time, the window holds every request's first token, so
+        this, not ttft_share, is the prefill's part of the throughput."""
+        if not self.e2e_ms or self.ttft_ms is None:
+            return None
+        return self.ttft_ms / self.e2e_ms
 
     def short(self, min_window_s: float) -> bool:
         return self.window_s is not None and self.window_s < min_window_s
@@ -47,7 +58,7 @@ def windows(rows: list[dict]) -> list[RoundWindow]:
         metrics = row.get("metrics", {})
         out.append(RoundWindow(period=row.get("period"), round=row.get("round", row.get("run", 0)),
                                arm=row.get("arm", "?"), window_s=metrics.get("duration"),
-                               ttft_ms=metrics.get("mean_ttft_ms")))
+                               ttft_ms=metrics.get("mean_ttft_ms"), e2e_ms=metrics.get("mean_e2e_latency_ms")))
     return out
 
 
@@ -67,9 +78,12 @@ def short_reason(found: list[RoundWindow], min_window_s: float = MIN_WINDOW_S) -
 
 
 def describe(w: RoundWindow, min_window_s: float = MIN_WINDOW_S) -> str:
-    """The console's words for one round's window, e.g. 'timed 1.02 s, TTFT 18% of it, below the 10 s window'."""
+    """The console's words for one round's window, e.g. 'timed 1.02 s, TTFT 18% of it (41% of a request), below
+    the 10 s window'."""
     if w.window_s is None:
         return "no timed window in the benchmark's output"
     share = f", TTFT {100 * w.ttft_share:.0f}% of it" if w.ttft_share is not None else ""
+    if w.ttft_share is not None and w.request_share is not None:
+        share += f" ({100 * w.request_share:.0f}% of a request)"
     return f"timed {w.window_s:.2f} s{share}" + (f", below the {min_window_s:g} s window"
                                                   if w.short(min_window_s) else "")

@@ -52,8 +52,8 @@ def fake(monkeypatch):
         return {"meta_info": {"output_token_logprobs": [[-1.0, 5, None]] * 2,
                               "output_top_logprobs": [[[-1.0, 5, None], [-2.0, 6, None]]] * 2}}
     monkeypatch.setattr(server, "start_server", start)
-    monkeypatch.setattr(server, "wait_healthy", lambda proc, port, log, timeout: events.append(f"healthy {proc}")
-                        or 40.0)
+    monkeypatch.setattr(server, "wait_healthy", lambda proc, port, log, timeout, since=None:
+                        events.append(f"healthy {proc}") or 40.0)
     monkeypatch.setattr(server, "stop_server", lambda proc: events.append(f"stop {proc}"))
     monkeypatch.setattr(server, "server_info", lambda port: {"max_total_num_tokens": 1000})
     monkeypatch.setattr(server, "post_generate", generate)
@@ -91,6 +91,28 @@ def test_crossover_period_starts_both_warms_up_then_benchmarks_both_at_once(tmp_
     probes = runner.read_jsonl(tmp_path / runner.PROBES)
     assert [(p["period"], p["arm"]) for p in probes] == [(1, "A"), (1, "B"), (2, "A"), (2, "B")]
     assert json.loads((tmp_path / "settings-diff-p1.json").read_text())["differences"] == []
+
+
+def test_servers_started_together_each_count_their_start_from_their_own_launch(tmp_path, monkeypatch):
+    """Both servers of a period launch at once and are waited for one after the other: the second's ready time is
+    its own start's (a wait that counted from the first one's health read 3 s for a 60 s start)."""
+    clock = {"now": 100.0}
+    monkeypatch.setattr(server.time, "monotonic", lambda: clock["now"])  # runner's and server's `time` alike
+    monkeypatch.setattr(server.time, "sleep", lambda s: clock.__setitem__("now", clock["now"] + s))
+    healthy_at = {31000: 160.0, 31001: 162.0}  # A's and B's ports: 60 s and 62 s after their launch at 100 s
+
+    class Proc(str):
+        def poll(self):
+            return None
+    monkeypatch.setattr(server, "start_server", lambda argv, env, log: Proc(argv[0]))
+    monkeypatch.setattr(server, "_http", lambda port, path: 200 if clock["now"] >= healthy_at[port] else 503)
+    monkeypatch.setattr(server, "stop_server", lambda proc: None)
+    monkeypatch.setattr(server, "server_info", lambda port: {"max_total_num_tokens": 1000})
+    monkeypatch.setattr(server, "post_generate", lambda port, body: {"meta_info": {
+        "output_token_logprobs": [[-1.0, 5, None]] * 2, "output_top_logprobs": [[[-1.0, 5, None]]] * 2}})
+    plan = _plan(periods=1, rounds=0)
+    _, starts, _ = runner.run_period(plan, plan.periods[0], tmp_path, _launch, clients=None)
+    assert {s["arm"]: s["ready_s"] for s in starts} == pytest.approx({"A": 60.0, "B": 62.0})
 
 
 def test_a_failed_period_stops_its_servers_writes_nothing_and_the_same_run_resumes(tmp_path, fake):

@@ -57,8 +57,19 @@ def test_a_row_without_a_duration_is_not_judged():
 
 def test_describe_says_the_window_and_its_ttft_share():
     a1, _, _, _, a3, _ = window.windows(ROWS)
-    assert window.describe(a1) == "timed 1.02 s, TTFT 18% of it, below the 10 s window"
-    assert window.describe(a3, 0.5) == "timed 0.51 s, TTFT 9% of it"
+    assert window.describe(a1) == "timed 1.02 s, TTFT 18% of it (43% of a request), below the 10 s window"
+    assert window.describe(a3, 0.5) == "timed 0.51 s, TTFT 9% of it (19% of a request)"
+
+
+def test_one_request_at_a_time_the_first_tokens_share_is_the_requests_not_the_windows():
+    """A round of the Mixtral-shaped A/B (H200, 2026-11-28: 24 requests one at a time, 128 out): its mean TTFT is
+    0.3% of the window, yet every request waits for its own first token, 7% of each request's latency."""
+    w = window.windows([{"period": 1, "round": 1, "arm": "A", "metrics": {
+        "duration": 17.00754127700003, "mean_ttft_ms": 52.341176249996124, "mean_e2e_latency_ms": 707.8057157500032,
+        "completed": 24.0}}])[0]
+    assert round(100 * w.ttft_share) == 0 and w.request_share == pytest.approx(0.0739, abs=1e-4)
+    assert 24 * 707.8057157500032 / 1000 == pytest.approx(w.window_s, rel=2e-3)  # back to back: the window
+    assert window.describe(w) == "timed 17.01 s, TTFT 0% of it (7% of a request)"
 
 
 def test_the_aa_rule_fails_for_short_windows_alone():
@@ -88,7 +99,7 @@ def _recorded_run(settings, model_path, port, bench_file, timeout_s=900.0):
 def recorded(monkeypatch):
     monkeypatch.setattr(ab_mod, "sglang_available", lambda: True)
     monkeypatch.setattr(server, "start_server", lambda argv, env, log: argv[0])
-    monkeypatch.setattr(server, "wait_healthy", lambda proc, port, log, timeout: 50.0)
+    monkeypatch.setattr(server, "wait_healthy", lambda proc, port, log, timeout, since=None: 50.0)
     monkeypatch.setattr(server, "stop_server", lambda proc: None)
     monkeypatch.setattr(server, "server_info", lambda port: {"max_total_num_tokens": 4006978})
     monkeypatch.setattr(server, "post_generate", lambda port, body: {"meta_info": {
@@ -109,8 +120,8 @@ def _aa(out: Path, *extra: str):
 def test_ab_flags_the_h200_rounds_and_the_aa_rule_fails_for_them(tmp_path, recorded):
     res = _aa(tmp_path / "aa")
     assert res.exit_code == 0, res.output
-    assert ("[p1 r1 A] output 8024.4 tok/s, ITL 1.95 ms; timed 1.02 s, TTFT 18% of it, below the 10 s window"
-            in res.output)
+    assert ("[p1 r1 A] output 8024.4 tok/s, ITL 1.95 ms; timed 1.02 s, TTFT 18% of it (43% of a request), below "
+            "the 10 s window" in res.output)
     assert f"warning: {REASON}" in res.output
     s = summary.RunSummary.model_validate_json((tmp_path / "aa" / summary.SUMMARY).read_text())
     assert s.short_windows == REASON and s.min_window_s == 10.0 and s.aa_ok is False
@@ -121,8 +132,8 @@ def test_ab_flags_the_h200_rounds_and_the_aa_rule_fails_for_them(tmp_path, recor
     assert [r["metrics"]["duration"] for r in rows] == [r["metrics"]["duration"] for r in ROWS]  # kept in ab.jsonl
     text = (tmp_path / "aa" / report.REPORT).read_text()
     assert f"each round's under \"Rounds\" below):\n{REASON}." in text
-    assert "| 1 | 1 | A | 1.02 s | 185 ms | 18% | short |" in text
-    assert "| 1 | 3 | A | 0.51 s | 47 ms | 9% | short |" in text
+    assert "| 1 | 1 | A | 1.02 s | 185 ms | 18% | 43% | short |" in text
+    assert "| 1 | 3 | A | 0.51 s | 47 ms | 9% | 19% | short |" in text
     assert f"**fail**: {REASON}; 3 rounds < 8" in text
 
 
@@ -134,7 +145,7 @@ def test_a_lower_min_window_lets_the_same_rounds_through(tmp_path, recorded):
     assert s.short_windows == "" and not any(w.short for w in s.windows)
     assert not any("window" in r for r in s.aa_reasons)  # it still fails, on the rest of the rule
     text = (tmp_path / "aa" / report.REPORT).read_text()
-    assert "Rounds too short" not in text and "| 1 | 3 | A | 0.51 s | 47 ms | 9% |  |" in text
+    assert "Rounds too short" not in text and "| 1 | 3 | A | 0.51 s | 47 ms | 9% | 19% |  |" in text
 
 
 def test_the_paired_report_shows_each_rounds_windows_and_flags_short_ones():
