@@ -78,6 +78,9 @@ def _engagement(stats_dir: Path) -> dict[str, dict[str, int]]:
               help="decode: 64 concurrent requests, 256 tokens in / 512 out; prefill: 16 concurrent, 2048 in / 8 out.")
 @click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True,
               help="Scheduler steps recorded per workload.")
+@click.option("--concurrency", type=click.IntRange(min=1),
+              help="Concurrent requests of each load, in place of its own (e.g. 1: a decode at batch 1, as a "
+                   "one-request-at-a-time client serves).")
 @click.option("--patched", is_flag=True, help="Start the server with the enabled patches (as `launch` does).")
 @click.option("--patches", type=click.Path(file_okay=False, path_type=Path), help="Patch folder (default: the shipped one with HOME/patches over it).")
 @click.option("--compare", "base", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -99,8 +102,8 @@ def _engagement(stats_dir: Path) -> dict[str, dict[str, int]]:
 @click.option("--health-timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True, help="Seconds to wait for a started server.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Output folder (default ./astra-profile/TIME).")
 @click.argument("server_args", nargs=-1, type=click.UNPROCESSED)
-def profile(url, workload, steps, patched, patches, base, verdict, from_traces, saved, model_config, roofline_gbps,
-            empty_us, gpu, port, health_timeout, out, server_args):
+def profile(url, workload, steps, concurrency, patched, patches, base, verdict, from_traces, saved, model_config,
+            roofline_gbps, empty_us, gpu, port, health_timeout, out, server_args):
     """Where a live SGLang server spends its GPU time, and what each kernel would give back at the limit.
 
     Starts SGLang with SERVER_ARGS (after --) or attaches to --url, drives SGLang's own serving benchmark
@@ -116,6 +119,7 @@ def profile(url, workload, steps, patched, patches, base, verdict, from_traces, 
       astra-sglang profile -- --model-path ./llama-8b --load-format dummy --attention-backend triton
       astra-sglang profile --patched --compare base/profile.json -- --model-path ./llama-8b --load-format dummy
       astra-sglang profile --url http://127.0.0.1:30000 --workload decode --steps 50
+      astra-sglang profile --workload decode --concurrency 1 -- --model-path ./mixtral --load-format dummy
       astra-sglang profile --from-traces decode=run/traces/decode/t.trace.json.gz --model-config ./llama-8b/config.json
       astra-sglang profile --report patched/profile.json --compare base/profile.json --out patched
       astra-sglang profile --report patched/profile.json --compare base/profile.json --verdict --patches patches
@@ -152,8 +156,9 @@ def profile(url, workload, steps, patched, patches, base, verdict, from_traces, 
         ceilings = Ceilings(gpu=gpu or "", roofline_gbps=roofline_gbps, empty_us=empty_us or 0.0) if roofline_gbps else None
         result = build_profile(traces, dims, ceilings)
     else:
-        result = _live(url, names, steps, patched, patches, model_config, port, health_timeout, out, server_args)
-        result.workload = WORKLOADS[names[0]] if len(names) == 1 else None
+        result = _live(url, names, steps, patched, patches, model_config, port, health_timeout, out, server_args,
+                       concurrency)
+        result.workload = _loads(names, concurrency)[names[0]] if len(names) == 1 else None
     before = Profile.model_validate_json(base.read_text()) if base else None
     deltas = compare(before, result) if before else None
     report = write(result, out, deltas, before, str(base) if base else "")
@@ -181,13 +186,23 @@ def _verdict(patches, deltas, result, evidence: str, out: Path) -> None:
         click.echo(line)
 
 
-def _live(url, names, steps, patched, patches, model_config, port, health_timeout, out, server_args):
+def _loads(names, concurrency: int | None) -> dict:
+    """The named loads (profile/drive.py), each at `concurrency` requests where given."""
+    from astra_sglang.profile.drive import WORKLOADS
+
+    return {n: WORKLOADS[n] if concurrency is None else WORKLOADS[n].model_copy(update={"concurrency": concurrency})
+            for n in names}
+
+
+def _live(url, names, steps, patched, patches, model_config, port, health_timeout, out, server_args,
+          concurrency=None):
     from astra_sglang.profile.build import build_profile, phase_steps
     from astra_sglang.profile.ceilings import measure
-    from astra_sglang.profile.drive import WORKLOADS, Server, attach, profile_load
+    from astra_sglang.profile.drive import Server, attach, profile_load
     from astra_sglang.progress import step
     from astra_sglang.serving.server import server_command, start_server, stop_server, wait_healthy
 
+    loads = _loads(names, concurrency)
     if not url and not server_args:
         raise AstraError("give --url of a running server, or the server's arguments after -- "
                          "(e.g. -- --model-path M --load-format dummy)")
@@ -232,11 +247,11 @@ def _live(url, names, steps, patched, patches, model_config, port, health_timeou
         for name in names:
             click.echo(f"profiling the {name} load ({steps} steps)")
             with step(f"the {name} load", done=f"the {name} load: recorded in {{seconds:.1f}}s"):
-                traces[name] = profile_load(server, WORKLOADS[name], out / "traces" / name, steps, alive=alive)
+                traces[name] = profile_load(server, loads[name], out / "traces" / name, steps, alive=alive)
             got = phase_steps(traces[name], name)
             if got < max(3, steps // 4):  # too few of the load's own phase to rank: once more, 4x the steps
                 click.echo(f"only {got} {name} steps among the {steps} recorded: recording {4 * steps} steps")
-                traces[name] = profile_load(server, WORKLOADS[name], out / "traces" / f"{name}-more", 4 * steps,
+                traces[name] = profile_load(server, loads[name], out / "traces" / f"{name}-more", 4 * steps,
                                             alive=alive)
     finally:
         if proc is not None:
@@ -250,7 +265,7 @@ def _live(url, names, steps, patched, patches, model_config, port, health_timeou
         click.echo("warning: the model's config.json is not readable here or no model config: no shapes or bytes "
                    "(give --model-config)")
     return build_profile(traces, dims, ceilings, model=Path(server.model_path).name, server=list(server_args),
-                         patched=patched, workloads={n: WORKLOADS[n] for n in names},
+                         patched=patched, workloads=loads,
                          engagement=_engagement(stats_dir) if patched else None)
 
 

@@ -353,3 +353,25 @@ def test_the_profile_waits_until_the_batch_holds_the_loads_concurrency():
     assert len(calls) == 4  # 57 >= 0.9 x 64: recording starts there, not at the warm-up's single request
     assert wait_filled(Server("http://x:1", "/m"), 64, timeout_s=5, poll_s=0, held=lambda s: None) is None
     assert wait_filled(Server("http://x:1", "/m"), 64, timeout_s=0.2, poll_s=0.05, held=lambda s: 3) == 3
+
+
+@pytest.mark.parametrize("extra, concurrency", [([], 64), (["--concurrency", "1"], 1)])
+def test_concurrency_replaces_the_loads_own(extra, concurrency, tmp_path, monkeypatch):
+    """`--concurrency 1` profiles a decode at batch 1 (as a one-request client serves it); the load keeps its
+    lengths and prompt count."""
+    from astra_sglang.errors import AstraError
+    from astra_sglang.profile import ceilings, drive
+
+    seen = []
+
+    def load(server, workload, out_dir, steps, alive=lambda: True):
+        seen.append(workload)
+        raise AstraError("stop here")  # what follows needs a server's traces
+    monkeypatch.setattr(ceilings, "measure", lambda: None)
+    monkeypatch.setattr(drive, "attach", lambda url: drive.Server(url, "/m"))
+    monkeypatch.setattr(drive, "profile_load", load)
+    result = CliRunner().invoke(main, ["profile", "--url", "http://127.0.0.1:1", "--workload", "decode", *extra,
+                                       "--out", str(tmp_path)])
+    assert result.exit_code == 1 and "stop here" in result.output
+    assert [w.concurrency for w in seen] == [concurrency]
+    assert seen[0].model_dump(exclude={"concurrency"}) == drive.WORKLOADS["decode"].model_dump(exclude={"concurrency"})
