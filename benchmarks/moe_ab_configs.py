@@ -24,7 +24,8 @@ B: the configs our tuning chose on this GPU, written as a patch folder (patches/
 
 Usage: python3 benchmarks/moe_ab_configs.py OUT --device "NVIDIA H100 80GB HBM3" [--shape mixtral] [--triton 3.6.0]
 Writes OUT/baseline (A's $SGLANG_MOE_CONFIG_DIR) and OUT/patches (B's --patches); prints which file A reads. On
-another GPU it writes nothing and exits 2: B's configs are the answer of a tuning run on one of those GPUs.
+another GPU it writes nothing and exits 2: B's configs are the answer of a tuning run on one of those GPUs. Under
+another Triton than B's files were tuned with it exits 1: SGLang would read A's file in both arms.
 """
 from __future__ import annotations
 
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="SGLang's fused_moe config folder (default: the installed SGLang's)")
     args = parser.parse_args(argv)
     from astra_sglang.errors import AstraError
-    from astra_sglang.triton.moe.configs import CONFIG_MODULE, package_dir
+    from astra_sglang.triton.moe.configs import CONFIG_MODULE, package_dir, version_dir
 
     arms = ARMS[args.shape]
     if args.device not in arms:
@@ -223,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         arms[args.device](args.out, sglang_dir, args.device, args.triton)
     except AstraError as exc:
         print(f"moe_ab_configs: {exc}", file=sys.stderr)
+        return 1
+    # SGLang reads the running Triton's folder first: B's files elsewhere would leave A's file served in both arms
+    if stray := sorted({p.parent.name for p in (args.out / "patches").rglob("configs/triton_*/*.json")}
+                       - {version_dir(args.triton)}):
+        print(f"moe_ab_configs: B's files are for {', '.join(stray)}, this Triton is {args.triton}: SGLang would read "
+              f"A's {version_dir(args.triton)} file in both arms", file=sys.stderr)
         return 1
     print(f"wrote {args.out / 'baseline'} and {args.out / 'patches'}")
     return 0
