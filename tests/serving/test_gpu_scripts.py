@@ -95,14 +95,19 @@ def test_the_h200_mixtral_arms_sglang_own_file_and_our_two_tiers_runs_merged(tmp
     assert {k: v for k, v in ours.items() if k not in (1, 64)} == {k: v for k, v in shipped.items() if k not in (1, 64)}
 
 
-def test_the_mixtral_arms_are_refused_on_a_gpu_the_configs_were_not_tuned_on(tmp_path, capsys):
+@pytest.mark.parametrize("shape, device, tuned_on", [
+    ([], "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3 and NVIDIA H200"),  # the Mixtral callers' command
+    (["--shape", "dsv2lite"], "NVIDIA H100 80GB HBM3", "NVIDIA H200"),
+    (["--shape", "dsv2lite"], "NVIDIA A100-SXM4-80GB", "NVIDIA H200"),
+], ids=["mixtral-a100", "dsv2lite-h100", "dsv2lite-a100"])
+def test_the_arms_are_refused_on_a_gpu_the_configs_were_not_tuned_on(tmp_path, capsys, shape, device, tuned_on):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import moe_ab_configs
 
-    assert moe_ab_configs.main([str(tmp_path / "out"), "--device", "NVIDIA A100-SXM4-80GB", "--triton", "3.6.0"]) == 2
+    assert moe_ab_configs.main([str(tmp_path / "out"), "--device", device, "--triton", "3.6.0", *shape]) == 2
     said = capsys.readouterr().err.strip()
-    assert said == ("moe_ab_configs: B's configs were tuned on NVIDIA H100 80GB HBM3 and NVIDIA H200, not on NVIDIA "
-                    "A100-SXM4-80GB: no A/B of our tuning on this GPU")
+    assert said == (f"moe_ab_configs: B's configs were tuned on {tuned_on}, not on {device}: no A/B of our tuning on "
+                    "this GPU")
     assert not (tmp_path / "out").exists()
 
 
