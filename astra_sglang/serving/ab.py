@@ -83,7 +83,8 @@ def run_ab(*, model_path, load_format, design, runs, rounds, gpus, patches, port
 
     plan = runner.RunPlan(design=design, client=ClientSettings.from_opts(opts), model_path=model_path,
                           load_format=load_format, server_args=list(server_args), control=control,
-                          patches=str(patches.resolve()) if patches else None, gpus=gpu_list, port=port,
+                          patches=str(patches.resolve()) if patches else None,
+                          patches_sha=runner.folder_digest(patches), gpus=gpu_list, port=port,
                           vocab=model_vocab(model_path),
                           periods=designs.schedule(design, runs or (8 if design == "crossover" else 3), rounds,
                                                    gpu_list))

@@ -12,6 +12,7 @@ mixed into the rows.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -42,6 +43,9 @@ class RunPlan(BaseModel):
     server_args: list[str] = Field(default_factory=list)
     control: bool = False
     patches: str | None = None
+    patches_sha: str | None = None
+    """sha256 of the patch folder's files (folder_digest): a resumed run may find the same patches elsewhere (another
+    output folder, another machine), and only their content must match."""
     gpus: list[str] = Field(default_factory=list)
     port: int = 30000
     parity_prompts: int = parity.PROMPTS
@@ -50,13 +54,27 @@ class RunPlan(BaseModel):
     vocab: int = 32000
 
     def same_run(self, other: "RunPlan") -> str:
-        """'' where `other` continues this run, else the first field that differs."""
-        mine, theirs = self.model_dump(), other.model_dump()
+        """'' where `other` continues this run, else the first field that differs (the patches' path only where
+        either plan has no digest of them)."""
+        moved = self.patches_sha is not None and other.patches_sha is not None
+        mine, theirs = (p.model_dump(exclude={"patches"} if moved else None) for p in (self, other))
         return next((k for k in mine if mine[k] != theirs[k]), "")
 
 
+def folder_digest(folder: str | Path | None) -> str | None:
+    """sha256 over a folder's files, each as its path in the folder and its bytes, in path order (None: no folder)."""
+    if folder is None:
+        return None
+    h = hashlib.sha256()
+    root = Path(folder)
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def load_or_write_plan(out: Path, plan: RunPlan) -> RunPlan:
-    """The plan of OUT: written on the first call; a later call must ask for the same run."""
+    """The plan of OUT: written on the first call; a later call must ask for the same run, and serves its patches
+    from where it gives them (the plan then records that path)."""
     path = out / PLAN
     if path.is_file():
         old = RunPlan.model_validate_json(path.read_text())
@@ -64,6 +82,9 @@ def load_or_write_plan(out: Path, plan: RunPlan) -> RunPlan:
         if field:
             raise AstraError(f"{out} holds a run started with another {field}: give another --out, or the same "
                              f"options to continue it")
+        if old.patches != plan.patches:
+            old = old.model_copy(update={"patches": plan.patches})
+            path.write_text(old.model_dump_json(indent=1))
         return old
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(plan.model_dump_json(indent=1))

@@ -282,3 +282,30 @@ def test_an_aa_of_another_model_is_no_parity_reference(tmp_path, fake, aa_model,
     runner.run(runner.load_or_write_plan(ab, _plan(periods=2)), ab, _launch)
     s = summary.parity_summary(ab, control=False, aa_dir=aa)
     assert s is not None and s.ok and s.reference == reference.format(aa=aa)
+
+
+def _patches(folder: Path, scale: str) -> Path:
+    (folder / "op").mkdir(parents=True)
+    (folder / "op" / "manifest.json").write_text('{"scale": ' + scale + "}")
+    return folder
+
+
+def test_a_resumed_run_finds_its_patches_elsewhere_by_their_content(tmp_path):
+    """A run's next call may hold the same patches in another folder (a new output folder, another machine): it
+    goes on, serving them from there; other patches, or a plan without their digest, are refused."""
+    def plan(folder: Path | None) -> runner.RunPlan:
+        return _plan(periods=3, rounds=1, patches=str(folder) if folder else None,
+                     patches_sha=runner.folder_digest(folder))
+    first, moved = _patches(tmp_path / "call1" / "p", "1.0"), _patches(tmp_path / "call2" / "p", "1.0")
+    runner.load_or_write_plan(tmp_path / "run", plan(first))
+    again = runner.load_or_write_plan(tmp_path / "run", plan(moved))
+    assert again.patches == str(moved) and again.patches_sha == runner.folder_digest(first)
+    assert runner.RunPlan.model_validate_json((tmp_path / "run" / runner.PLAN).read_text()).patches == str(moved)
+    other = _patches(tmp_path / "call3" / "p", "1.01")
+    with pytest.raises(AstraError, match="another patches_sha"):
+        runner.load_or_write_plan(tmp_path / "run", plan(other))
+    old = _plan(periods=3, rounds=1, patches=str(first))  # a plan written before digests: the path decides
+    runner.load_or_write_plan(tmp_path / "old", old)
+    with pytest.raises(AstraError, match="another patches"):
+        runner.load_or_write_plan(tmp_path / "old", _plan(periods=3, rounds=1, patches=str(moved)))
+    assert runner.folder_digest(None) is None
