@@ -38,8 +38,10 @@
 # through host_split.sh) both models decoded at the same 1.49-1.92 ms a token, round to round, where their fused MoE
 # calls take ~0.56 and ~0.54 ms a step (SGLang's config, the strict evaluator's times at batch 1: 140 and 67 us a call):
 # the server's own per-step host work set the pace, and a kernel change cannot show in it. At 32 and 26 layers the MoE
-# calls alone take ~4.5 and ~1.7 ms a step, so the GPU sets it, and B's gain is the MoE share of the step times the
-# kernel's (at most 1 - 1/1.044 = 4.2% and 1 - 1/1.104 = 9.4%; dsv2lite-tuned's, 1 - 1/1.052 = 4.9%). dense and the H100
+# calls alone take ~4.5 and ~1.7 ms a step by those times, so the GPU sets it, and B's gain is the MoE share of the
+# step times the kernel's (at most 1 - 1/1.044 = 4.2% and 1 - 1/1.104 = 9.4%; dsv2lite-tuned's, 1 - 1/1.052 = 4.9%).
+# The mixtral stage's result (2x H200, 2026-11-28, benchmarks/results/2026-11-28-h200/serving/mixtral-ab): -1.80%
+# ITL, B saving 2.95 us a layer, what SGLang's script timing gives the two configs, half the strict evaluator's gap. dense and the H100
 # mixtral use the A/A's client and rounds (ab_common.sh: PROMPTS=1024, 128 in / 256 out, 32 concurrent, fixed lengths,
 # seed 1; ROUNDS=3 after a full warm-up round; one long-lived client per arm), so the A/A's interval is the floor to
 # read them against (the one-request stages share its rounds, not its client: their own floor is an A/A of their model,
