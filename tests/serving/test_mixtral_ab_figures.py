@@ -27,5 +27,7 @@ def test_the_servers_saving_a_layer_is_the_back_to_back_timings_not_the_strict_o
     assert "| 1 | 98.41 | 95.62 |" in (RESULTS / "2026-11-27-h200" / "moe-bar" / "mixtral-8x7b-tp2-1" / "bar.md").read_text()
     assert abs(server_us - (script[0] - script[1])) < 0.2  # 2.79 us: the back-to-back timing's gap
     assert (strict[0] - strict[1]) / server_us > 2.2  # 6.83 us: 2.3x what the server saved
+    console = (FINAL.parents[2] / "tiers.console").read_text()  # the screening tier's figures of the two configs
+    assert "best m16n64k128g1w4s5 96.6 us; SGLang's pick 97.5 us" in console
     page = (RESULTS / "2026-11-28-h200" / "serving" / "summary.md").read_text()
-    assert "B saved 2.95 us a decode step" in page and "140.24 and 133.41 us" in page
+    assert "B saved 2.95 us a decode step" in page and "140.24 and 133.41 us" in page and "97.5 and 96.6 us" in page
