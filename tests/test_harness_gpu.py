@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from astra_sglang.cli import main
 from astra_sglang.harness.isolate import evaluate
 from astra_sglang.harness.records import EvalRequest, KernelSource
+from astra_sglang.harness.timing import MAX_LAUNCHES, MIN_REPLAY_US
 from astra_sglang.paths import kernels_dir, patches_dir
 from astra_sglang.specs.registry import get_spec, resolve_shapes
 
@@ -39,6 +40,8 @@ def test_honest_vectorized_fixture_passes_and_is_timed():
     for row in result.shapes:
         assert row.speedup and row.candidate.median_us > 0 and row.pct_roofline > 0
         assert row.eager_candidate_us and row.eager_baseline_us
+        # a replay's launches, each on its own set: what MIN_REPLAY_US asks at this shape's floor, or more
+        assert row.launches >= min(-(-MIN_REPLAY_US // row.floor_us), MAX_LAUNCHES)
 
 
 @pytest.mark.parametrize("fixture, stage, reason", [

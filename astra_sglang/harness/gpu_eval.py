@@ -223,6 +223,7 @@ class GpuSession:
             fns["baseline"] = fn(self.baseline)
         run = TimedRun(sets, fns, rng, self.flush)
         samples, wrong = run.graphs()
+        row.launches = len(run.orders[0])
         row.candidate = summarize(samples["candidate"])
         wrong = wrong or physics(row, self.roofline, self.empty_us, hot, tflops=self.tflops)
         if wrong:  # what was timed is not what was checked: no figure for it

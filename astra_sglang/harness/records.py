@@ -138,6 +138,9 @@ class ShapeResult(BaseModel):
     """Fewest FLOPs of a call (the spec's cost model; 0 where it counts none)."""
     candidate: Timing | None = None
     baseline: Timing | None = None
+    launches: int | None = None
+    """Launches of the first timed graph, each on its own argument set (the second graph has one more): a replay's
+    time over them is a sample, so fewer launches leave more of the replay's own cost in each."""
     speedup: float | None = None
     """Median of per-replay ratios baseline/candidate (interleaved replays)."""
     gbps: float | None = None
