@@ -29,7 +29,8 @@
 #            through $SGLANG_MOE_CONFIG_DIR; B ours at the same two keys only (moe-bar/ours-deepseek-v2-lite-1 and
 #            -64), a patch over A's folder (benchmarks/moe_ab_configs.py --shape dsv2lite). Every other batch size
 #            reads the nearest key in both arms; the arms differ at key 1 (ours 1.052x the tuner's best, strict),
-#            not at 64 (the same config). Config folders in DSV2_CFG (default /tmp/ab-configs-<stage>), as MOE_CFG.
+#            not at 64 (the same config). Config folders in DSV2_CFG (default /tmp/ab-configs-<stage>), as the
+#            mixtral stages' in MOE_CFG.
 #   dsv2lite-aa  dsv2lite-tuned's A/A: both arms that A (--control), the same model, client and servers: its
 #            floor and, on one GPU, its restarts licence, as mixtral-aa is the mixtral stage's.
 # The one-request client of mixtral (on an H200) and the dsv2lite stages: MIX_PROMPTS (24) / DSV2_PROMPTS (48) prompts
@@ -91,7 +92,7 @@ for stage in $STAGES; do
   case $stage in
   mixtral|mixtral-aa)
     # mixtral-aa: the same servers, both arms A (an A/A of this model and client: its design's licence, its floor)
-    cfg=${MOE_CFG:-/tmp/ab-moe-configs}
+    cfg=${MOE_CFG:-/tmp/ab-configs-$stage}  # a folder per stage: two jobs may run mixtral and mixtral-aa at once
     if [ "$stage" = mixtral-aa ]; then arms=(--control); b_is="SGLang's config too (an A/A)"
     else arms=(--patches "$cfg/patches"); b_is="our tuned configs"; fi
     device=$(python3 -c "import torch; print(torch.cuda.get_device_name())")

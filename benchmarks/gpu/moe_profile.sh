@@ -19,7 +19,7 @@ cleanup() {  # the profile stops its server; this catches one left by a kill, by
 }
 trap cleanup EXIT
 device=$(python3 -c "import torch; print(torch.cuda.get_device_name())")
-cfg=${MOE_CFG:-/tmp/ab-moe-configs}  # A's config tree and B's patch, as the A/B's mixtral stage builds them
+cfg=${MOE_CFG:-/tmp/ab-configs-profile}  # A's config tree and B's patch, as the A/B's mixtral stage builds them
 python3 benchmarks/moe_ab_configs.py "$cfg" --device "$device" || exit 1
 [ "$device" = "NVIDIA H200" ] || { echo "the 32-layer TP2 model's B was tuned on an H200; this is an $device"; exit 2; }
 model=/tmp/model-mixtral-8x7b-tp2-32
