@@ -126,7 +126,6 @@ def profile(url, workload, steps, concurrency, patched, patches, base, verdict, 
     """
     from astra_sglang.profile.build import build_profile
     from astra_sglang.profile.compare import compare
-    from astra_sglang.profile.drive import WORKLOADS
     from astra_sglang.profile.records import Profile
     from astra_sglang.profile.report import print_deltas, print_profile, write
 
@@ -157,8 +156,7 @@ def profile(url, workload, steps, concurrency, patched, patches, base, verdict, 
         result = build_profile(traces, dims, ceilings)
     else:
         result = _live(url, names, steps, patched, patches, model_config, port, health_timeout, out, server_args,
-                       concurrency)
-        result.workload = _loads(names, concurrency)[names[0]] if len(names) == 1 else None
+                       concurrency)  # build_profile records the load where there is one
     before = Profile.model_validate_json(base.read_text()) if base else None
     deltas = compare(before, result) if before else None
     report = write(result, out, deltas, before, str(base) if base else "")
@@ -186,23 +184,16 @@ def _verdict(patches, deltas, result, evidence: str, out: Path) -> None:
         click.echo(line)
 
 
-def _loads(names, concurrency: int | None) -> dict:
-    """The named loads (profile/drive.py), each at `concurrency` requests where given."""
-    from astra_sglang.profile.drive import WORKLOADS
-
-    return {n: WORKLOADS[n] if concurrency is None else WORKLOADS[n].model_copy(update={"concurrency": concurrency})
-            for n in names}
-
-
 def _live(url, names, steps, patched, patches, model_config, port, health_timeout, out, server_args,
           concurrency=None):
     from astra_sglang.profile.build import build_profile, phase_steps
     from astra_sglang.profile.ceilings import measure
-    from astra_sglang.profile.drive import Server, attach, profile_load
+    from astra_sglang.profile.drive import WORKLOADS, Server, attach, profile_load
     from astra_sglang.progress import step
     from astra_sglang.serving.server import server_command, start_server, stop_server, wait_healthy
 
-    loads = _loads(names, concurrency)
+    loads = {n: WORKLOADS[n] if concurrency is None else WORKLOADS[n].model_copy(update={"concurrency": concurrency})
+             for n in names}  # each at --concurrency requests where given
     if not url and not server_args:
         raise AstraError("give --url of a running server, or the server's arguments after -- "
                          "(e.g. -- --model-path M --load-format dummy)")

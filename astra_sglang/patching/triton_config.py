@@ -92,7 +92,8 @@ class ConfigLookup:
         self.fn = self._make_fn()
 
     def _make_fn(self) -> Callable:
-        seen: dict[tuple, bool | None] = {}  # the call's arguments -> answered by a patch (None: a down lookup)
+        seen: dict[tuple, bool | None] = {}  # the call's arguments -> answered by a patch (None: a down lookup),
+        # worked out once per distinct call
 
         @functools.wraps(self.original)
         def get_moe_configs(*args, **kwargs):
@@ -120,7 +121,6 @@ class ConfigLookup:
         """SGLang HookRegistry AROUND hook."""
         return self.fn(*args, **kwargs)
 
-    @functools.lru_cache(maxsize=256)  # noqa: B019 - one instance per process, a handful of shapes
     def answered_by_patch(self, experts, inter, dtype, block_n=0, block_k=0, per_channel_quant=False,
                           down_moe=False) -> bool:
         import triton

@@ -10,10 +10,9 @@ drift and the GPU cancel inside each period; it needs no such licence.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from astra_sglang.serving import design_stats, window
+from astra_sglang.serving import design_stats, runner, window
 
 NEEDS_AA = ("paired", "restarts")
 """The designs whose claims need a passing A/A of their own."""
@@ -22,9 +21,7 @@ NEEDS_AA = ("paired", "restarts")
 def licensed_by(aa_dir: Path | None, design: str, min_window_s: float = window.MIN_WINDOW_S) -> bool:
     """Whether `aa_dir` holds an A/A of `design` whose rounds pass the A/A rule (the paired design's without the
     start variance, which one start per arm cannot show), none shorter than `min_window_s`."""
-    if aa_dir is None or not (Path(aa_dir) / "ab.jsonl").is_file():
-        return False
-    rows = [json.loads(line) for line in (Path(aa_dir) / "ab.jsonl").read_text().splitlines() if line.strip()]
+    rows = runner.read_jsonl(Path(aa_dir) / runner.ROWS) if aa_dir is not None else []
     if design_stats.design_of(rows) != design or not rows or not all(r.get("control") for r in rows):
         return False
     change = design_stats.change(rows, "output_throughput", "output throughput", "tok/s", True)

@@ -11,8 +11,7 @@ BEGIN=$(date +%s)
 elapsed() { echo $(( $(date +%s) - BEGIN )); }
 source benchmarks/gpu/setup.sh
 PORT=${PORT:-30133}
-SERVER_ARGS=(--attention-backend triton --sampling-backend pytorch --grammar-backend none
-             --cuda-graph-max-bs-decode 64)
+source benchmarks/gpu/server_args.sh  # SERVER_ARGS, and ONE_SERVER for the one-request stages
 MODEL=/tmp/model-weights
 
 # The client of every round (warm-up included) and every stage, so that an A/B reads against the A/A of the same

@@ -70,13 +70,6 @@ one_request_client() {  # one_request_client PROMPTS: the client's options, one 
   echo --num-prompts "$1" --input-len "${IN:-128}" --output-len "${ONE_OUT:-128}" --concurrency 1 \
     --warmup-requests 1 --seed 1
 }
-# The one-request stages' servers (both arms alike): decode graphs up to batch 2, none for prefill. Their client
-# decodes at batch 1; its first tokens take 7-11% of each request (2x H200, serving/mixtral-ab), the prefill's
-# config the same in both arms (B's differ at keys 1 and 64 only; a 128-token prefill reads key 128). Graphs for
-# 12 decode batch sizes and 58 prefill token counts of a 32-layer model made each start longer (the first, 173 s;
-# the prefill capture alone took 55.9 s of a fresh machine's first start of the 8-layer dense model, ab_common.sh),
-# and starts bound the periods a call holds.
-ONE_SERVER=(--moe-runner-backend triton --cuda-graph-max-bs-decode 2 --disable-prefill-cuda-graph)
 moe_arms() {  # moe_arms SHAPE DIR RECORD: the arms' config folders (benchmarks/moe_ab_configs.py) on GPU $device
   # in DIR, one folder for every call of a run (its plan records the patches' path, which a resumed run must give),
   # copied to OUT/RECORD beside the run; fails where B was not tuned on this GPU (the script says so in one line)

@@ -24,9 +24,8 @@ python3 benchmarks/moe_ab_configs.py "$cfg" --device "$device" || exit 1
 [ "$device" = "NVIDIA H200" ] || { echo "the 32-layer TP2 model's B was tuned on an H200; this is an $device"; exit 2; }
 model=/tmp/model-mixtral-8x7b-tp2-32
 [ -f "$model/config.json" ] || python3 benchmarks/make_moe_model.py "$model" --layers 32 --preset mixtral-8x7b-tp2-experts
-# The A/B's servers (ab_runs.sh: its one-request stages' arguments)
-SERVER=(--model-path "$model" --load-format dummy --attention-backend triton --sampling-backend pytorch
-        --grammar-backend none --moe-runner-backend triton --cuda-graph-max-bs-decode 2 --disable-prefill-cuda-graph)
+source benchmarks/gpu/server_args.sh  # the A/B's servers: its one-request stages' arguments
+SERVER=(--model-path "$model" --load-format dummy "${SERVER_ARGS[@]}" "${ONE_SERVER[@]}")
 LOAD=(--workload decode --concurrency "${CONC:-1}" --steps "${STEPS:-30}" --port "$PORT" --health-timeout 300)
 export SGLANG_MOE_CONFIG_DIR="$cfg/baseline"
 timeout 250 astra-sglang profile "${LOAD[@]}" --out "$OUTDIR/base" -- "${SERVER[@]}"

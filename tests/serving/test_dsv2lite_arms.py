@@ -119,7 +119,8 @@ def _ab_runs(tmp_path: Path, stages: str, gpu: str, out: str) -> tuple[subproces
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             path.chmod(0o755)
-    for rel in ("benchmarks/gpu/ab_runs.sh", "benchmarks/gpu/ab_common.sh", "benchmarks/moe_ab_configs.py",
+    for rel in ("benchmarks/gpu/ab_runs.sh", "benchmarks/gpu/ab_common.sh", "benchmarks/gpu/server_args.sh",
+                "benchmarks/moe_ab_configs.py",
                 "benchmarks/results"):
         if not (tmp_path / "repo" / rel).exists():
             (tmp_path / "repo" / rel).symlink_to(ROOT / rel)

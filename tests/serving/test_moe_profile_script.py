@@ -4,6 +4,7 @@ name, Triton 3.6.0, `astra-sglang profile`): it profiles A with SGLang's H200 fi
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -36,7 +37,8 @@ def _run(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, list[st
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         path.chmod(0o755)
-    for rel in ("benchmarks/gpu/moe_profile.sh", "benchmarks/moe_ab_configs.py", "benchmarks/results"):
+    for rel in ("benchmarks/gpu/moe_profile.sh", "benchmarks/gpu/server_args.sh", "benchmarks/moe_ab_configs.py",
+                "benchmarks/results"):
         (tmp_path / "repo" / rel).symlink_to(ROOT / rel)
     env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "FAKE_GPU": gpu,
            "PYTHONPATH": f"{tmp_path / 'fake'}{os.pathsep}{ROOT}", "MOE_CFG": str(tmp_path / "cfg"),
@@ -48,9 +50,17 @@ def _run(tmp_path: Path, gpu: str) -> tuple[subprocess.CompletedProcess, list[st
 
 
 SERVER = ("-- --model-path /tmp/model-mixtral-8x7b-tp2-32 --load-format dummy --attention-backend triton "
-          "--sampling-backend pytorch --grammar-backend none --moe-runner-backend triton --cuda-graph-max-bs-decode 2 "
-          "--disable-prefill-cuda-graph")
+          "--sampling-backend pytorch --grammar-backend none --cuda-graph-max-bs-decode 64 --moe-runner-backend triton "
+          "--cuda-graph-max-bs-decode 2 --disable-prefill-cuda-graph")
+"""The Mixtral A/B's servers exactly (its plan.json's server arguments), so the profile times what it served."""
 LOAD = "--workload decode --concurrency 1 --steps 30 --port 30123 --health-timeout 300"
+
+
+def test_the_servers_are_the_committed_ab_servers():
+    plan = json.loads((ROOT / "benchmarks" / "results" / "2026-11-28-h200" / "serving" / "mixtral-ab" / "plan.json")
+                      .read_text())
+    assert SERVER == " ".join(["--", "--model-path", plan["model_path"], "--load-format", plan["load_format"],
+                               *plan["server_args"]])
 
 
 def test_a_then_b_against_a_at_batch_1_on_the_ab_servers(tmp_path):
